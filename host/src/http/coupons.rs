@@ -1,0 +1,80 @@
+//! `POST /lab/coupons`: create a coupon and warm `coupon:total:{id}`.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde::{Deserialize, Serialize};
+
+use super::envelope::{Answer, ApiError, AppJson, positive};
+use crate::lab::Lab;
+
+const MAX_TOTAL: u64 = 100_000_000;
+const MAX_NAME: usize = 100;
+
+pub fn router() -> Router<Lab> {
+    Router::new().route("/lab/coupons", post(create))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateCoupon {
+    name: String,
+    total_count: i64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Created {
+    id: u64,
+    name: String,
+    total_count: u64,
+    /// Whether `coupon:total:{id}` was set. When Redis is down the coupon is
+    /// still created: Redis methods re-read the total from the database.
+    warmed: bool,
+}
+
+async fn create(
+    State(lab): State<Lab>,
+    AppJson(body): AppJson<CreateCoupon>,
+) -> Result<Answer<Created>, ApiError> {
+    let name = body.name.trim().to_string();
+    if name.is_empty() || name.chars().count() > MAX_NAME {
+        return Err(ApiError::bad_request(format!(
+            "name must be 1 to {MAX_NAME} characters"
+        )));
+    }
+    let total_count = positive("totalCount", body.total_count)?;
+    if total_count > MAX_TOTAL {
+        return Err(ApiError::bad_request(format!(
+            "totalCount must be at most {MAX_TOTAL}, got {total_count}"
+        )));
+    }
+    let id = sqlx::query("INSERT INTO coupons (name, total_count) VALUES (?, ?)")
+        .bind(&name)
+        .bind(total_count)
+        .execute(lab.db())
+        .await?
+        .last_insert_id();
+    let warmed = match redis::cmd("SET")
+        .arg(format!("coupon:total:{id}"))
+        .arg(total_count)
+        .query_async::<()>(&mut lab.redis().shared())
+        .await
+    {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::warn!(coupon = id, error = %err, "could not warm coupon:total; Redis methods will re-read it");
+            false
+        }
+    };
+    Ok(Answer(
+        StatusCode::CREATED,
+        Created {
+            id,
+            name,
+            total_count,
+            warmed,
+        },
+    ))
+}

@@ -1,0 +1,66 @@
+//! `DELETE /lab/data`: truncate the lab tables and delete Redis `coupon:*` keys.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::delete;
+use redis::AsyncCommands;
+use serde::Serialize;
+use sqlx::Executor;
+
+use super::envelope::{Answer, ApiError};
+use crate::lab::Lab;
+
+pub fn router() -> Router<Lab> {
+    Router::new().route("/lab/data", delete(reset))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Reset {
+    truncated_tables: Vec<&'static str>,
+    deleted_redis_keys: u64,
+}
+
+const TABLES: [&str; 3] = ["coupon_issues", "coupons", "members"];
+
+async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
+    // TRUNCATE refuses a table a foreign key points at unless the check is off,
+    // and the setting is per session: one connection does all of it.
+    let mut conn = lab.db().acquire().await?;
+    conn.execute("SET FOREIGN_KEY_CHECKS = 0").await?;
+    let mut truncated = Ok(());
+    for table in TABLES {
+        if let Err(err) = conn
+            .execute(format!("TRUNCATE TABLE {table}").as_str())
+            .await
+        {
+            truncated = Err(err);
+            break;
+        }
+    }
+    let restored = conn.execute("SET FOREIGN_KEY_CHECKS = 1").await;
+    truncated?;
+    restored?;
+
+    let mut redis = lab.redis().shared();
+    let mut keys = Vec::new();
+    {
+        let mut iter = redis.scan_match::<_, String>("coupon:*").await?;
+        while let Some(key) = iter.next_item().await {
+            keys.push(key?);
+        }
+    }
+    let mut deleted = 0;
+    for chunk in keys.chunks(500) {
+        deleted += redis.unlink::<_, u64>(chunk).await?;
+    }
+    lab.recorder.clear();
+    Ok(Answer(
+        StatusCode::OK,
+        Reset {
+            truncated_tables: TABLES.to_vec(),
+            deleted_redis_keys: deleted,
+        },
+    ))
+}

@@ -1,0 +1,134 @@
+//! The response envelope of seed 004, and the one error type that becomes it.
+//!
+//! ```json
+//! { "success": true,  "response": { }, "error": null }
+//! { "success": false, "response": null, "error": { "message": "...", "status": 409 } }
+//! ```
+
+use axum::extract::FromRequest;
+use axum::extract::FromRequestParts;
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+pub struct Envelope<T> {
+    pub success: bool,
+    pub response: Option<T>,
+    pub error: Option<ErrorBody>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorBody {
+    pub message: String,
+    pub status: u16,
+}
+
+/// A successful answer with its status.
+pub struct Answer<T>(pub StatusCode, pub T);
+
+impl<T: Serialize> IntoResponse for Answer<T> {
+    fn into_response(self) -> Response {
+        let envelope = Envelope {
+            success: true,
+            response: Some(self.1),
+            error: None,
+        };
+        (self.0, axum::Json(envelope)).into_response()
+    }
+}
+
+/// Every failure a route can answer with.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "this path does not accept this HTTP method",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let envelope = Envelope::<()> {
+            success: false,
+            response: None,
+            error: Some(ErrorBody {
+                message: self.message,
+                status: self.status.as_u16(),
+            }),
+        };
+        (self.status, axum::Json(envelope)).into_response()
+    }
+}
+
+/// A dependency failing is the dependency's fault, not the client's: 503.
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        tracing::warn!(error = %err, "database call failed");
+        Self::unavailable(format!("the database is unavailable: {err}"))
+    }
+}
+
+impl From<redis::RedisError> for ApiError {
+    fn from(err: redis::RedisError) -> Self {
+        tracing::warn!(error = %err, "Redis call failed");
+        Self::unavailable(format!("Redis is unavailable: {err}"))
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        Self::bad_request(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        Self::bad_request(rejection.body_text())
+    }
+}
+
+/// `axum::Json` whose rejection is an [`ApiError`], so malformed bodies get
+/// the envelope too.
+#[derive(FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct AppJson<T>(pub T);
+
+/// `axum::extract::Path` whose rejection is an [`ApiError`].
+#[derive(FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct AppPath<T>(pub T);
+
+/// Checks that a numeric input is positive.
+pub fn positive(name: &str, value: i64) -> Result<u64, ApiError> {
+    u64::try_from(value).ok().filter(|v| *v > 0).ok_or_else(|| {
+        ApiError::bad_request(format!("{name} must be a positive integer, got {value}"))
+    })
+}

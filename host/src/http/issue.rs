@@ -1,0 +1,194 @@
+//! `POST /lab/coupons/{couponId}/issue`: run one issue request on the
+//! component that serves the chosen method.
+//!
+//! The host only times, records and translates: which checks run, in which
+//! order, and what is compensated is the component's business.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde::{Deserialize, Serialize};
+
+use super::envelope::{Answer, ApiError, AppJson, AppPath, positive};
+use crate::lab::Lab;
+use crate::recorder::{Ending, Outcome};
+use crate::runtime::CallError;
+use crate::runtime::bindings::types::IssueRequest;
+
+/// Most coupons one request may ask for.
+const MAX_QUANTITY: u64 = 100;
+const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+pub fn router() -> Router<Lab> {
+    Router::new().route("/lab/coupons/{coupon_id}/issue", post(issue))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IssueBody {
+    member_id: i64,
+    method: String,
+    /// Isolation-level methods: false skips the member check.
+    duplicate_check: Option<bool>,
+    idempotency_key: Option<String>,
+    quantity: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Issued {
+    coupon_id: u64,
+    member_id: u64,
+    method: String,
+    outcome: &'static str,
+    /// Arrival order of this request on this coupon (in this server).
+    sequence: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+    retries: u32,
+}
+
+async fn issue(
+    State(lab): State<Lab>,
+    AppPath(coupon_id): AppPath<i64>,
+    AppJson(body): AppJson<IssueBody>,
+) -> Result<Answer<Issued>, ApiError> {
+    let coupon_id = positive("couponId", coupon_id)?;
+    let member_id = positive("memberId", body.member_id)?;
+    let quantity = positive("quantity", body.quantity.unwrap_or(1))?;
+    if quantity > MAX_QUANTITY {
+        return Err(ApiError::bad_request(format!(
+            "quantity must be at most {MAX_QUANTITY}, got {quantity}"
+        )));
+    }
+    if body
+        .idempotency_key
+        .as_ref()
+        .is_some_and(|key| key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
+    {
+        return Err(ApiError::bad_request(format!(
+            "idempotencyKey must be 1 to {MAX_IDEMPOTENCY_KEY} bytes"
+        )));
+    }
+    let method = body.method.trim().to_ascii_uppercase();
+    let Some(strategy) = lab.registry.get(&method) else {
+        let loaded: Vec<String> = lab.registry.strategies().keys().cloned().collect();
+        return Err(ApiError::bad_request(format!(
+            "unknown method {:?}; loaded methods: {}",
+            body.method,
+            if loaded.is_empty() {
+                "none (run `cargo xtask strategies`)".to_string()
+            } else {
+                loaded.join(", ")
+            }
+        )));
+    };
+
+    let request = IssueRequest {
+        coupon_id,
+        member_id,
+        duplicate_check: body.duplicate_check.unwrap_or(true),
+        idempotency_key: body.idempotency_key,
+        quantity: quantity as u32,
+    };
+    let arrival = lab.recorder.arrive(coupon_id);
+    let sequence = arrival.sequence;
+    let result = lab.runtime.issue(&strategy, &request).await;
+    let (ending, detail) = match result {
+        Ok(result) => (
+            Ending {
+                outcome: result.outcome.into(),
+                retries: result.retries,
+                compensations: result.compensations,
+            },
+            result.detail,
+        ),
+        Err(err) => {
+            tracing::error!(method = %strategy.method, error = %err, "strategy call failed");
+            let outcome = match err {
+                CallError::Trapped(_) => Outcome::Failed,
+                CallError::DeadlineExceeded(_) => Outcome::TimedOut,
+                CallError::Busy(_) => Outcome::Busy,
+            };
+            (
+                Ending {
+                    outcome,
+                    retries: 0,
+                    compensations: 0,
+                },
+                Some(err.to_string()),
+            )
+        }
+    };
+    let outcome = ending.outcome;
+    let retries = ending.retries;
+    lab.recorder.finish(arrival, &strategy.method, ending);
+
+    match status_of(outcome) {
+        Ok(status) => Ok(Answer(
+            status,
+            Issued {
+                coupon_id,
+                member_id,
+                method: strategy.method.to_string(),
+                outcome: outcome.name(),
+                sequence,
+                detail,
+                retries,
+            },
+        )),
+        Err(status) => {
+            let detail = detail.unwrap_or_else(|| default_message(outcome, coupon_id, member_id));
+            Err(ApiError::new(
+                status,
+                format!("{}: {detail}", outcome.name()),
+            ))
+        }
+    }
+}
+
+/// The status of the contract (DESIGN §5) for each outcome: `Ok` for a
+/// success, `Err` for a failure.
+fn status_of(outcome: Outcome) -> Result<StatusCode, StatusCode> {
+    match outcome {
+        Outcome::Issued => Ok(StatusCode::OK),
+        Outcome::Accepted => Ok(StatusCode::ACCEPTED),
+        Outcome::SoldOut | Outcome::SoldOutAtDb | Outcome::Duplicate => Err(StatusCode::CONFLICT),
+        Outcome::VersionConflict
+        | Outcome::Deadlock
+        | Outcome::LockWaitTimeout
+        | Outcome::Throttled
+        | Outcome::QueueFull
+        | Outcome::Unavailable
+        | Outcome::Busy => Err(StatusCode::SERVICE_UNAVAILABLE),
+        Outcome::UnknownMember | Outcome::UnknownCoupon => Err(StatusCode::NOT_FOUND),
+        Outcome::Failed => Err(StatusCode::INTERNAL_SERVER_ERROR),
+        Outcome::TimedOut => Err(StatusCode::GATEWAY_TIMEOUT),
+    }
+}
+
+fn default_message(outcome: Outcome, coupon_id: u64, member_id: u64) -> String {
+    match outcome {
+        Outcome::SoldOut => format!("coupon {coupon_id} is sold out"),
+        Outcome::SoldOutAtDb => {
+            format!("coupon {coupon_id} is sold out (caught by the database guard)")
+        }
+        Outcome::Duplicate => format!("member {member_id} already has coupon {coupon_id}"),
+        Outcome::VersionConflict => {
+            "the coupon row changed under this request (optimistic version conflict)".into()
+        }
+        Outcome::Deadlock => "the database chose this request as a deadlock victim".into(),
+        Outcome::LockWaitTimeout => "a row lock was not granted in time".into(),
+        Outcome::Throttled => "no permit was free in time".into(),
+        Outcome::QueueFull => "the confirmation queue is full".into(),
+        Outcome::Unavailable => "a dependency is unavailable".into(),
+        Outcome::UnknownMember => format!("member {member_id} does not exist"),
+        Outcome::UnknownCoupon => format!("coupon {coupon_id} does not exist"),
+        Outcome::Issued
+        | Outcome::Accepted
+        | Outcome::Failed
+        | Outcome::TimedOut
+        | Outcome::Busy => outcome.name().to_string(),
+    }
+}

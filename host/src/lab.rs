@@ -1,0 +1,73 @@
+//! The shared state of one server.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use anyhow::Context;
+use sqlx::MySqlPool;
+
+use crate::config::Config;
+use crate::db;
+use crate::recorder::Recorder;
+use crate::runtime::redis::RedisPools;
+use crate::runtime::{Capabilities, Limits, Registry, Runtime};
+
+/// Cheap to clone: every handler holds one.
+#[derive(Clone)]
+pub struct Lab(Arc<LabState>);
+
+pub struct LabState {
+    pub config: Config,
+    /// Runs components; owns the pools they reach through their imports.
+    pub runtime: Runtime,
+    /// The strategies this server serves, by method name.
+    pub registry: Registry,
+    /// What each issue request asked and got.
+    pub recorder: Recorder,
+}
+
+impl Deref for Lab {
+    type Target = LabState;
+    fn deref(&self) -> &LabState {
+        &self.0
+    }
+}
+
+impl Lab {
+    /// Connects the pools (MySQL is migrated; Redis connects lazily, so a
+    /// server starts while Redis is down) and loads the strategy directory.
+    pub async fn start(config: Config) -> anyhow::Result<Lab> {
+        let db = db::connect(
+            &config.database_url,
+            db::PoolSettings {
+                max_connections: config.db_pool_size,
+                lock_wait_timeout_s: config.lock_wait_timeout_s,
+            },
+        )
+        .await?;
+        let redis = RedisPools::new(&config.redis_url, config.redis_connections)?;
+        let limits = Limits {
+            timeout: config.request_timeout(),
+            memory_bytes: usize::try_from(config.strategy_memory_mib.saturating_mul(1 << 20))
+                .context("COUPONLAB_STRATEGY_MEMORY_MIB is too large")?,
+            max_instances: config.max_instances,
+        };
+        let runtime = Runtime::new(Arc::new(Capabilities { db, redis }), limits)?;
+        let registry = Registry::default();
+        registry.load_dir(&runtime, &config.strategy_dir).await?;
+        Ok(Lab(Arc::new(LabState {
+            config,
+            runtime,
+            registry,
+            recorder: Recorder::default(),
+        })))
+    }
+
+    pub fn db(&self) -> &MySqlPool {
+        &self.runtime.capabilities().db
+    }
+
+    pub fn redis(&self) -> &RedisPools {
+        &self.runtime.capabilities().redis
+    }
+}

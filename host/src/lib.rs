@@ -1,0 +1,78 @@
+//! couponlab: a lab server that measures first-come-first-served coupon
+//! issuance strategies, each one a WebAssembly component.
+//!
+//! # Layout
+//!
+//! - [`config`]: command line and environment configuration.
+//! - [`lab`]: the shared state of one server: pools, the strategy registry,
+//!   the request recorder.
+//! - [`db`]: the MySQL pool, database creation and migrations.
+//! - [`runtime`]: the wasmtime engine, the WIT bindings, one module per
+//!   capability given to components (`redis`, `sql`, `clock`, `log`), and the
+//!   registry of loaded strategies.
+//! - [`http`]: the `/lab` API, one module per resource, and the response
+//!   envelope every route answers with.
+//! - [`recorder`]: what each issue request asked and got, per coupon, for the
+//!   result endpoint.
+//! - [`telemetry`]: tracing set-up.
+
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod lab;
+pub mod recorder;
+pub mod runtime;
+pub mod telemetry;
+
+use std::future::Future;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+pub use lab::Lab;
+
+/// Runs the command the user asked for.
+pub async fn run(cli: config::Cli) -> anyhow::Result<()> {
+    match cli.command.unwrap_or_default() {
+        config::Command::Serve(config) => {
+            let listener = TcpListener::bind(config.bind)
+                .await
+                .with_context(|| format!("cannot listen on {}", config.bind))?;
+            let lab = Lab::start(config).await?;
+            tracing::info!(address = %listener.local_addr()?, "couponlab is serving /lab");
+            serve(listener, lab, shutdown_signal()).await
+        }
+    }
+}
+
+/// Serves the `/lab` API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    lab: Lab,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    axum::serve(listener, http::router(lab))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("the HTTP server failed")
+}
+
+/// Completes on ctrl-c or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,255 @@
+//! The WebAssembly side of the host.
+//!
+//! One [`Engine`] (pooling allocator, epoch interruption) and one [`Linker`]
+//! serve every component. A component is compiled and checked once, when it
+//! is loaded; each call then gets a fresh [`Store`] instantiated from the
+//! component's `InstancePre`, with a wall-clock deadline and a memory limit,
+//! so a looping or greedy component fails its own call and nothing else.
+//!
+//! Capabilities, one module each: [`redis`], [`sql`], [`clock`], [`log`].
+
+pub mod bindings;
+mod clock;
+mod log;
+pub mod redis;
+pub mod registry;
+pub mod sql;
+mod store;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use sqlx::MySqlPool;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolConcurrencyLimitError, PoolingAllocationConfig,
+    Store, UpdateDeadline,
+};
+
+use self::bindings::types::{Descriptor, IssueRequest, IssueResult};
+use self::bindings::{Issuer, IssuerPre};
+use self::redis::RedisPools;
+use self::store::HostState;
+
+pub use self::registry::{Registry, Strategy};
+
+/// What every capability works through: the server's pools.
+pub struct Capabilities {
+    pub db: MySqlPool,
+    pub redis: RedisPools,
+}
+
+/// The sandbox every call runs in.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Wall-clock budget of one call, host calls included.
+    pub timeout: Duration,
+    /// Linear memory one instance may grow to.
+    pub memory_bytes: usize,
+    /// Instances alive at once (the pool's size).
+    pub max_instances: u32,
+}
+
+/// How often the engine's epoch advances: the granularity of deadlines, and
+/// how often a busy guest yields its thread to other requests.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Extra time the async timeout allows past the deadline, so a guest that is
+/// executing wasm is stopped by its epoch deadline (a clean trap) and the
+/// timeout only catches a host call stuck past it.
+const TIMEOUT_GRACE: Duration = Duration::from_millis(500);
+
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    caps: Arc<Capabilities>,
+    limits: Limits,
+}
+
+/// Why a call produced no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("the strategy trapped: {0}")]
+    Trapped(String),
+    #[error("the strategy ran past its {0:?} deadline")]
+    DeadlineExceeded(Duration),
+    #[error("all {0} strategy instances are busy")]
+    Busy(u32),
+}
+
+/// The error an expired epoch deadline raises inside the guest.
+#[derive(Debug, thiserror::Error)]
+#[error("deadline exceeded")]
+struct DeadlineExceeded;
+
+impl Runtime {
+    pub fn new(caps: Arc<Capabilities>, limits: Limits) -> anyhow::Result<Self> {
+        let instances = limits.max_instances.max(1);
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(instances)
+            // A component built by wasm-component-ld holds the program's core
+            // instance plus a few adapter and shim instances.
+            .total_core_instances(instances.saturating_mul(8))
+            .total_memories(instances.saturating_mul(2))
+            .total_tables(instances.saturating_mul(8))
+            .total_stacks(instances)
+            .max_tables_per_module(4)
+            .max_memory_size(limits.memory_bytes);
+
+        let mut config = Config::new();
+        config
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)
+            .map_err(anyhow::Error::from)
+            .context("cannot create the wasm engine")?;
+        spawn_epoch_ticker(&engine);
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(anyhow::Error::from)
+            .context("cannot link WASI")?;
+        Issuer::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+            .map_err(anyhow::Error::from)
+            .context("cannot link the couponlab capabilities")?;
+        Ok(Self {
+            engine,
+            linker,
+            caps,
+            limits,
+        })
+    }
+
+    pub fn capabilities(&self) -> &Arc<Capabilities> {
+        &self.caps
+    }
+
+    /// Compiles a component on a blocking thread: compilation is CPU-bound
+    /// and must not stall requests on the async runtime.
+    pub async fn compile(&self, bytes: Vec<u8>) -> anyhow::Result<Component> {
+        let engine = self.engine.clone();
+        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+            .await
+            .context("the compiler thread panicked")??;
+        Ok(component)
+    }
+
+    /// Checks a compiled component against the `issuer` world (every import
+    /// provided by the host, the right exports) and asks it what it is.
+    pub async fn prepare(
+        &self,
+        component: &Component,
+    ) -> anyhow::Result<(IssuerPre<HostState>, Descriptor)> {
+        let pre = self
+            .linker
+            .instantiate_pre(component)
+            .map_err(anyhow::Error::from)
+            .context("it imports something the host does not provide")?;
+        let pre = IssuerPre::new(pre)
+            .map_err(anyhow::Error::from)
+            .context("it does not export the couponlab:strategy/strategy interface")?;
+        let mut store = self.new_store(Arc::from("(loading)"));
+        let issuer = self.instantiate(&pre, &mut store).await?;
+        let descriptor = issuer
+            .couponlab_strategy_strategy()
+            .call_describe(&mut store)
+            .await
+            .map_err(|err| self.call_error(err, &store))
+            .context("describe() failed")?;
+        Ok((pre, descriptor))
+    }
+
+    /// Runs one issue request on a fresh instance of `strategy`.
+    pub async fn issue(
+        &self,
+        strategy: &Strategy,
+        request: &IssueRequest,
+    ) -> Result<IssueResult, CallError> {
+        let mut store = self.new_store(strategy.method.clone());
+        let call = async {
+            let issuer = self.instantiate(&strategy.pre, &mut store).await?;
+            issuer
+                .couponlab_strategy_strategy()
+                .call_issue(&mut store, request)
+                .await
+                .map_err(|err| self.call_error(err, &store))
+        };
+        match tokio::time::timeout(self.limits.timeout + TIMEOUT_GRACE, call).await {
+            Ok(result) => result,
+            // Dropping the call dropped the store and its resources: open
+            // transactions roll back and borrowed connections are closed.
+            Err(_) => Err(CallError::DeadlineExceeded(self.limits.timeout)),
+        }
+    }
+
+    async fn instantiate(
+        &self,
+        pre: &IssuerPre<HostState>,
+        store: &mut Store<HostState>,
+    ) -> Result<Issuer, CallError> {
+        pre.instantiate_async(&mut *store).await.map_err(|err| {
+            if err.is::<PoolConcurrencyLimitError>() {
+                CallError::Busy(self.limits.max_instances)
+            } else {
+                self.call_error(err, store)
+            }
+        })
+    }
+
+    fn new_store(&self, method: Arc<str>) -> Store<HostState> {
+        let deadline = Instant::now() + self.limits.timeout;
+        let state = HostState::new(
+            self.caps.clone(),
+            method,
+            deadline,
+            self.limits.memory_bytes,
+        );
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| state.limiter());
+        store.set_epoch_deadline(1);
+        // Checked at every tick while wasm runs: past the deadline the guest
+        // traps; before it, the guest yields so a busy loop cannot hold a
+        // runtime thread for long.
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Err(wasmtime::Error::new(DeadlineExceeded))
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store
+    }
+
+    fn call_error(&self, err: wasmtime::Error, store: &Store<HostState>) -> CallError {
+        if err.is::<DeadlineExceeded>() {
+            return CallError::DeadlineExceeded(self.limits.timeout);
+        }
+        let stderr = store.data().stderr();
+        let trap = match err.downcast_ref::<wasmtime::Trap>() {
+            Some(trap) => trap.to_string(),
+            None => format!("{err:#}"),
+        };
+        if stderr.is_empty() {
+            CallError::Trapped(trap)
+        } else {
+            CallError::Trapped(format!("{trap}; stderr: {stderr}"))
+        }
+    }
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] for as long as the
+/// engine is alive.
+fn spawn_epoch_ticker(engine: &Engine) {
+    let engine = engine.weak();
+    std::thread::Builder::new()
+        .name("epoch-ticker".into())
+        .spawn(move || {
+            while let Some(engine) = engine.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .expect("spawning the epoch ticker thread");
+}

@@ -1,0 +1,83 @@
+//! The data of one `Store`: what a single strategy call may reach.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::Capabilities;
+
+/// Bytes of a guest's stderr kept for the error message of a trap (a Rust
+/// panic message lands there).
+const STDERR_CAPACITY: usize = 4096;
+
+pub struct HostState {
+    /// The pools every capability works through.
+    pub(super) caps: Arc<Capabilities>,
+    /// The method being run, for log lines.
+    pub(super) method: Arc<str>,
+    /// When this call's budget ends; `clock.sleep` never sleeps past it.
+    pub(super) deadline: Instant,
+    /// Live `connection` and `transaction` resources of this call.
+    pub(super) table: ResourceTable,
+    /// WASI as std needs it to link, with nothing granted: no preopened
+    /// directories, no environment, no sockets, stdin closed.
+    wasi: WasiCtx,
+    stderr: MemoryOutputPipe,
+    limits: StoreLimits,
+}
+
+impl HostState {
+    pub(super) fn new(
+        caps: Arc<Capabilities>,
+        method: Arc<str>,
+        deadline: Instant,
+        memory_bytes: usize,
+    ) -> Self {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let wasi = WasiCtx::builder()
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            caps,
+            method,
+            deadline,
+            table: ResourceTable::new(),
+            wasi,
+            stderr,
+            limits: StoreLimitsBuilder::new()
+                .memory_size(memory_bytes)
+                .instances(64)
+                .build(),
+        }
+    }
+
+    /// What the guest wrote to stderr, lossily decoded.
+    pub(super) fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.contents())
+            .trim()
+            .to_string()
+    }
+
+    pub(super) fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+        &mut self.limits
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// `types` declares no functions; the trait exists for the linker.
+impl super::bindings::types::Host for HostState {}

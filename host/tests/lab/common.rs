@@ -1,0 +1,288 @@
+//! The test harness: a server per test, with its own database, its own
+//! coupon id range (so Redis keys never collide between tests), and the
+//! components it asks for.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use couponlab::Lab;
+use couponlab::config::Config;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::Executor;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub const MYSQL: &str = "mysql://root@127.0.0.1:3306";
+pub const REDIS: &str = "redis://127.0.0.1:6379";
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A number unique to this test in this run, and across runs.
+fn unique() -> u64 {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    micros * 100 + NEXT.fetch_add(1, Ordering::Relaxed) % 100
+}
+
+/// Where `cargo xtask strategies` leaves every built component, fixtures included.
+pub fn components_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../strategies/target/wasm32-wasip2/release")
+}
+
+pub fn component(name: &str) -> PathBuf {
+    let path = components_dir().join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo xtask strategies` (cargo xtask test does)",
+        path.display()
+    );
+    path
+}
+
+pub struct TestLab {
+    pub base: String,
+    pub client: reqwest::Client,
+    /// A pool on this test's database, for checking what the server wrote.
+    pub db: MySqlPool,
+    pub redis: redis::aio::MultiplexedConnection,
+    pub strategy_dir: PathBuf,
+    db_name: String,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// How a test wants its server.
+pub struct Setup {
+    pub components: Vec<&'static str>,
+    pub redis_url: String,
+    pub tune: Box<dyn FnOnce(&mut Config) + Send>,
+}
+
+impl Setup {
+    pub fn with(components: &[&'static str]) -> Self {
+        Setup {
+            components: components.to_vec(),
+            redis_url: format!("{REDIS}/0"),
+            tune: Box::new(|_| {}),
+        }
+    }
+
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.redis_url = url.into();
+        self
+    }
+
+    pub fn tune(mut self, tune: impl FnOnce(&mut Config) + Send + 'static) -> Self {
+        self.tune = Box::new(tune);
+        self
+    }
+
+    pub async fn start(self) -> TestLab {
+        let id = unique();
+        let db_name = format!("couponlab_test_{id}");
+        let strategy_dir = std::env::temp_dir().join(format!("couponlab-test-{id}"));
+        std::fs::create_dir_all(&strategy_dir).unwrap();
+        for name in &self.components {
+            std::fs::copy(component(name), strategy_dir.join(format!("{name}.wasm"))).unwrap();
+        }
+
+        let mut config = Config::parse_from_env();
+        config.bind = "127.0.0.1:0".parse().unwrap();
+        config.database_url = format!("{MYSQL}/{db_name}");
+        config.redis_url = self.redis_url.clone();
+        config.strategy_dir = strategy_dir.clone();
+        config.db_pool_size = 20;
+        config.max_instances = 600;
+        (self.tune)(&mut config);
+
+        let lab = Lab::start(config).await.expect("the server starts");
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(couponlab::serve(listener, lab, async move {
+            let _ = stopped.await;
+        }));
+
+        let db = MySqlPoolOptions::new()
+            .max_connections(4)
+            .connect(&format!("{MYSQL}/{db_name}"))
+            .await
+            .unwrap();
+        // Coupon ids start at a number unique to this test, so the Redis keys
+        // named after them are this test's alone.
+        db.execute(format!("ALTER TABLE coupons AUTO_INCREMENT = {id}").as_str())
+            .await
+            .unwrap();
+        // The server's Redis, or the default one when a test points the
+        // server at a Redis that is down.
+        let redis = match connect_redis(&self.redis_url).await {
+            Some(redis) => redis,
+            None => connect_redis(&format!("{REDIS}/0"))
+                .await
+                .expect("Redis answers"),
+        };
+        TestLab {
+            base,
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(1024)
+                .build()
+                .unwrap(),
+            db,
+            redis,
+            strategy_dir,
+            db_name,
+            stop: Some(stop),
+        }
+    }
+}
+
+async fn connect_redis(url: &str) -> Option<redis::aio::MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(std::time::Duration::from_secs(1)));
+    redis::Client::open(url)
+        .ok()?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .ok()
+}
+
+/// A response: its status and its JSON body.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Reply {
+    /// Asserts the envelope's shape for this status and returns `response`.
+    pub fn ok(&self) -> &Value {
+        assert!(
+            self.status.is_success(),
+            "expected success, got {} {}",
+            self.status,
+            self.body
+        );
+        assert_eq!(self.body["success"], json!(true), "{}", self.body);
+        assert_eq!(self.body["error"], Value::Null, "{}", self.body);
+        &self.body["response"]
+    }
+
+    /// Asserts a failure envelope with `status` and returns its message.
+    pub fn fails_with(&self, status: u16) -> &str {
+        assert_eq!(self.status.as_u16(), status, "{}", self.body);
+        assert_eq!(self.body["success"], json!(false), "{}", self.body);
+        assert_eq!(self.body["response"], Value::Null, "{}", self.body);
+        assert_eq!(self.body["error"]["status"], json!(status), "{}", self.body);
+        let message = self.body["error"]["message"]
+            .as_str()
+            .expect("an error message");
+        assert!(!message.is_empty());
+        message
+    }
+}
+
+impl TestLab {
+    pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&str>) -> Reply {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request.send().await.expect("the server answers");
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        let body =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({status}): {text}"));
+        Reply { status, body }
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Reply {
+        self.request(reqwest::Method::POST, path, Some(&body.to_string()))
+            .await
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.request(reqwest::Method::GET, path, None).await
+    }
+
+    /// Creates `count` members; returns their ids.
+    pub async fn members(&self, count: u64) -> Vec<u64> {
+        let reply = self.post("/lab/members", json!({ "count": count })).await;
+        let created = reply.ok();
+        let (first, last) = (
+            created["firstId"].as_u64().unwrap(),
+            created["lastId"].as_u64().unwrap(),
+        );
+        assert_eq!(last - first + 1, count);
+        (first..=last).collect()
+    }
+
+    /// Creates a coupon with `total`; returns its id.
+    pub async fn coupon(&self, total: u64) -> u64 {
+        let reply = self
+            .post(
+                "/lab/coupons",
+                json!({ "name": "test coupon", "totalCount": total }),
+            )
+            .await;
+        reply.ok()["id"].as_u64().unwrap()
+    }
+
+    pub async fn issue(&self, coupon: u64, member: u64, method: &str) -> Reply {
+        self.post(
+            &format!("/lab/coupons/{coupon}/issue"),
+            json!({ "memberId": member, "method": method }),
+        )
+        .await
+    }
+
+    pub async fn result(&self, coupon: u64) -> Value {
+        self.get(&format!("/lab/coupons/{coupon}/result"))
+            .await
+            .ok()
+            .clone()
+    }
+
+    /// Members with an issue row for `coupon`, sorted.
+    pub async fn issued_members(&self, coupon: u64) -> Vec<u64> {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT member_id FROM coupon_issues WHERE coupon_id = ? ORDER BY member_id",
+        )
+        .bind(coupon)
+        .fetch_all(&self.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m as u64)
+        .collect()
+    }
+
+    /// Members in `coupon:issued:{coupon}`, sorted.
+    pub async fn reserved_members(&self, coupon: u64) -> Vec<u64> {
+        let mut members: Vec<u64> = redis::cmd("SMEMBERS")
+            .arg(format!("coupon:issued:{coupon}"))
+            .query_async(&mut self.redis.clone())
+            .await
+            .unwrap();
+        members.sort_unstable();
+        members
+    }
+
+    /// Stops the server and drops the test's database and directory.
+    pub async fn finish(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = self
+            .db
+            .execute(format!("DROP DATABASE IF EXISTS `{}`", self.db_name).as_str())
+            .await;
+        self.db.close().await;
+        let _ = std::fs::remove_dir_all(&self.strategy_dir);
+    }
+}

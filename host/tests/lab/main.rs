@@ -1,0 +1,9 @@
+//! Integration tests: real servers on 127.0.0.1:0, real MariaDB, real Redis,
+//! real components. One test binary, so wasmtime links once.
+
+mod common;
+
+mod api_contract;
+mod issue_concurrency;
+mod sandbox;
+mod wit_roundtrip;

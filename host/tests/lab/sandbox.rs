@@ -1,0 +1,84 @@
+//! A component that misbehaves fails its own request, and only that one.
+
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+
+use crate::common::Setup;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_component_fails_its_own_request_within_the_deadline() {
+    let lab = Setup::with(&["pessimistic", "test_spin"])
+        .tune(|c| c.request_timeout_ms = 1_000)
+        .start()
+        .await;
+    let members = lab.members(1).await;
+    let coupon = lab.coupon(10).await;
+
+    let started = Instant::now();
+    let reply = lab.issue(coupon, members[0], "TEST_SPIN").await;
+    let took = started.elapsed();
+    let message = reply.fails_with(504);
+    assert!(message.starts_with("TIMED_OUT"), "{message}");
+    assert!(
+        took >= Duration::from_millis(1_000) && took < Duration::from_millis(3_000),
+        "took {took:?}"
+    );
+
+    lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_component_does_not_hold_up_other_requests() {
+    let lab = Setup::with(&["pessimistic", "test_spin"])
+        .tune(|c| c.request_timeout_ms = 3_000)
+        .start()
+        .await;
+    let members = lab.members(20).await;
+    let coupon = lab.coupon(20).await;
+
+    // A spinning request holds one core until its deadline while twenty
+    // ordinary ones come and go on the other.
+    let spinning = join_all((0..1).map(|_| lab.issue(coupon, members[0], "TEST_SPIN")));
+    let ordinary = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let replies = join_all(members.iter().map(|&m| lab.issue(coupon, m, "PESSIMISTIC"))).await;
+        (started.elapsed(), replies)
+    };
+    let (spun, (took, replies)) = tokio::join!(spinning, ordinary);
+    for reply in &replies {
+        reply.ok();
+    }
+    for reply in &spun {
+        reply.fails_with(504);
+    }
+    assert!(
+        took < Duration::from_millis(1_500),
+        "ordinary requests took {took:?} behind the spinning ones"
+    );
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greedy_component_fails_its_own_request() {
+    let lab = Setup::with(&["pessimistic", "test_hog"])
+        .tune(|c| c.strategy_memory_mib = 16)
+        .start()
+        .await;
+    let members = lab.members(1).await;
+    let coupon = lab.coupon(10).await;
+
+    let started = Instant::now();
+    let message = lab
+        .issue(coupon, members[0], "TEST_HOG")
+        .await
+        .fails_with(500)
+        .to_string();
+    assert!(message.starts_with("FAILED"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
+    lab.finish().await;
+}

@@ -1,0 +1,88 @@
+//! The WIT capabilities end to end, through the TEST_PROBE component: reply
+//! nesting, rollback of a dropped transaction, typed SQL errors.
+
+use serde_json::{Value, json};
+
+use crate::common::{Setup, TestLab};
+
+async fn probe(lab: &TestLab, scenario: &str, a: u64, b: u64) -> String {
+    let reply = lab
+        .post(
+            &format!("/lab/coupons/{a}/issue"),
+            json!({ "memberId": b, "method": "TEST_PROBE", "idempotencyKey": scenario }),
+        )
+        .await;
+    match &reply.ok()["detail"] {
+        Value::String(detail) => detail.clone(),
+        other => panic!("no detail: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_and_lua_table_replies_keep_their_nesting() {
+    let lab = Setup::with(&["test_probe"]).start().await;
+    let coupon = lab.coupon(1).await;
+    assert_eq!(
+        probe(&lab, "exec", coupon, 1).await,
+        r#"[OK, 1, 2, ["a", "b"]]"#
+    );
+    assert_eq!(
+        probe(&lab, "lua-table", coupon, 1).await,
+        r#"[1, "two", [3, ["four"]], FINE, nil]"#
+    );
+    let mut redis = lab.redis.clone();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("probe:{coupon}:k"))
+        .arg(format!("probe:{coupon}:n"))
+        .arg(format!("probe:{coupon}:l"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_transaction_rolls_back() {
+    let lab = Setup::with(&["test_probe"]).start().await;
+    assert_eq!(probe(&lab, "tx-drop", 77, 1).await, "rows after drop: 0");
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM members WHERE name = 'probe-77'")
+        .fetch_one(&lab.db)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_errors_arrive_as_their_typed_cases() {
+    let lab = Setup::with(&["test_probe"])
+        .tune(|c| c.lock_wait_timeout_s = 1)
+        .start()
+        .await;
+    let members = lab.members(1).await;
+    let (first, second) = (lab.coupon(1).await, lab.coupon(1).await);
+
+    assert_eq!(
+        probe(&lab, "duplicate-key", first, members[0]).await,
+        "duplicate-key"
+    );
+    assert_eq!(
+        probe(&lab, "foreign-key", first, 999_999_999).await,
+        "foreign-key"
+    );
+    assert_eq!(
+        probe(&lab, "lock-wait", first, 1).await,
+        "lock-wait-timeout"
+    );
+
+    // Two requests lock the two coupons in opposite orders: InnoDB picks one
+    // as the deadlock victim and lets the other commit.
+    let (one, two) = tokio::join!(
+        probe(&lab, "deadlock", first, second),
+        probe(&lab, "deadlock", second, first)
+    );
+    let mut seen = [one, two];
+    seen.sort();
+    assert_eq!(seen, ["committed".to_string(), "deadlock".to_string()]);
+    lab.finish().await;
+}

@@ -1,0 +1,86 @@
+//! The confirm step every Redis method shares (seed 004, step [2]), and its
+//! compensation (step [3]).
+//!
+//! In its own transaction: INSERT the issue row (UNIQUE(coupon_id,
+//! member_id)), then `UPDATE coupons SET issued_count = issued_count + 1
+//! WHERE id = ? AND issued_count < total_count`. No row updated means the
+//! database has no stock left: SOLD_OUT_AT_DB. The database guard is what
+//! keeps the total when a Redis method reserved too many.
+
+use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome};
+use crate::sql::{self, IsolationLevel, SqlError};
+use crate::{args, keys, params, redis};
+
+/// How a confirm ended.
+#[derive(Debug)]
+pub enum Confirmation {
+    Issued,
+    SoldOutAtDb,
+    /// The member already has the coupon (UNIQUE violation).
+    Duplicate,
+    /// The member does not exist (foreign key violation).
+    UnknownMember,
+    Failed(SqlError),
+}
+
+/// Writes the issue in the database.
+pub fn confirm(coupon_id: u64, member_id: u64) -> Confirmation {
+    match try_confirm(coupon_id, member_id) {
+        Ok(confirmation) => confirmation,
+        Err(SqlError::DuplicateKey(_)) => Confirmation::Duplicate,
+        Err(SqlError::ForeignKey(_)) => Confirmation::UnknownMember,
+        Err(err) => Confirmation::Failed(err),
+    }
+}
+
+fn try_confirm(coupon_id: u64, member_id: u64) -> Result<Confirmation, SqlError> {
+    let tx = sql::begin(IsolationLevel::RepeatableRead)?;
+    tx.execute(
+        "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
+        &params![coupon_id, member_id],
+    )?;
+    let updated = tx.execute(
+        "UPDATE coupons SET issued_count = issued_count + 1 WHERE id = ? AND issued_count < total_count",
+        &params![coupon_id],
+    )?;
+    if updated.rows_affected == 0 {
+        tx.rollback()?;
+        return Ok(Confirmation::SoldOutAtDb);
+    }
+    tx.commit()?;
+    Ok(Confirmation::Issued)
+}
+
+/// Confirms a reservation; when the confirm fails, removes the reservation
+/// with SREM, except on a duplicate key (the member really has the coupon,
+/// so the reservation is right).
+pub fn confirm_or_release(coupon_id: u64, member_id: u64) -> IssueResult {
+    let result = match confirm(coupon_id, member_id) {
+        Confirmation::Issued => return IssueResult::issued(),
+        Confirmation::Duplicate => return IssueResult::of(Outcome::Duplicate),
+        Confirmation::SoldOutAtDb => IssueResult::of(Outcome::SoldOutAtDb),
+        Confirmation::UnknownMember => IssueResult::of(Outcome::UnknownMember),
+        Confirmation::Failed(err) => IssueResult::from(err),
+    };
+    release(coupon_id, member_id, result)
+}
+
+/// Removes the member's reservation and counts the compensation. If Redis
+/// cannot be reached the reservation stays, and the result says so: the
+/// result endpoint will show the member as reserved in Redis only.
+pub fn release(coupon_id: u64, member_id: u64, result: IssueResult) -> IssueResult {
+    match redis::execute("SREM", &args![keys::issued(coupon_id), member_id]) {
+        Ok(_) => result.compensated(1),
+        Err(err) => {
+            let detail = format!(
+                "{}; the reservation could not be removed ({})",
+                result
+                    .detail
+                    .clone()
+                    .unwrap_or_else(|| "confirm failed".into()),
+                err.message()
+            );
+            result.detail(detail)
+        }
+    }
+}

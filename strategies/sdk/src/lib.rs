@@ -1,0 +1,62 @@
+//! Shared guest code for couponlab strategies, compiled into every component.
+//!
+//! A strategy crate implements [`Strategy`] and calls
+//! `couponlab_sdk::export_issuer!(MyStrategy);`. Everything it needs beyond
+//! its own decisions lives here:
+//!
+//! - [`redis`]: commands, scripts and dedicated connections, with replies as
+//!   a [`Reply`] tree;
+//! - [`sql`]: transactions and autocommit statements with typed parameters
+//!   and typed errors;
+//! - [`outcome`]: building an [`IssueResult`], and turning capability errors
+//!   into the outcome the contract gives them;
+//! - [`keys`]: the Redis key names of the seed;
+//! - [`coupon`]: the coupon's total from `coupon:total:{id}`, re-read from the
+//!   database when missing;
+//! - [`reserve`]: the one-EVALSHA Lua reservation;
+//! - [`confirm`]: the DB confirm step and its compensation, shared by every
+//!   Redis method.
+
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "issuer",
+        path: "../../wit",
+        pub_export_macro: true,
+        export_macro_name: "export_issuer",
+        default_bindings_module: "couponlab_sdk::bindings",
+    });
+}
+
+pub mod clock;
+pub mod confirm;
+pub mod coupon;
+pub mod keys;
+pub mod log;
+pub mod outcome;
+pub mod redis;
+pub mod reply;
+pub mod reserve;
+pub mod sql;
+
+pub use bindings::couponlab::strategy::types::{Descriptor, IssueRequest, IssueResult, Outcome};
+pub use bindings::export_issuer;
+pub use bindings::exports::couponlab::strategy::strategy::Guest as Strategy;
+pub use outcome::{Step, settle};
+pub use reply::Reply;
+
+/// Builds a list of command arguments from anything printable:
+/// `args![key, member_id]`.
+#[macro_export]
+macro_rules! args {
+    ($($arg:expr),* $(,)?) => {
+        ::std::vec![$(::std::string::ToString::to_string(&$arg)),*]
+    };
+}
+
+/// Builds a list of SQL parameters: `params![coupon_id, member_id]`.
+#[macro_export]
+macro_rules! params {
+    ($($param:expr),* $(,)?) => {
+        ::std::vec![$($crate::sql::ToSql::to_sql(&$param)),*]
+    };
+}

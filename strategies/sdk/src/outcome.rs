@@ -1,0 +1,67 @@
+//! Building an [`IssueResult`], and the outcome each capability error means.
+//!
+//! Strategies are written as functions returning [`Step`]: `?` on a Redis or
+//! SQL call ends the request with the outcome the contract gives that error.
+
+use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome};
+use crate::redis::RedisError;
+use crate::sql::SqlError;
+
+/// A step of a strategy: `Err` ends the request early with that result.
+pub type Step<T> = Result<T, IssueResult>;
+
+/// The result of a strategy, whichever way it ended.
+pub fn settle(step: Step<IssueResult>) -> IssueResult {
+    step.unwrap_or_else(|result| result)
+}
+
+impl IssueResult {
+    pub fn of(outcome: Outcome) -> Self {
+        IssueResult {
+            outcome,
+            detail: None,
+            retries: 0,
+            compensations: 0,
+        }
+    }
+
+    pub fn issued() -> Self {
+        Self::of(Outcome::Issued)
+    }
+
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// Adds to the compensations done (SREM, stock restored).
+    pub fn compensated(mut self, count: u32) -> Self {
+        self.compensations += count;
+        self
+    }
+}
+
+impl From<SqlError> for IssueResult {
+    fn from(err: SqlError) -> Self {
+        let outcome = match &err {
+            SqlError::Deadlock(_) => Outcome::Deadlock,
+            SqlError::LockWaitTimeout(_) => Outcome::LockWaitTimeout,
+            SqlError::DuplicateKey(_) => Outcome::Duplicate,
+            // coupon_issues has one foreign key: member_id.
+            SqlError::ForeignKey(_) => Outcome::UnknownMember,
+            SqlError::Connection(_) | SqlError::Other(_) => Outcome::Unavailable,
+        };
+        IssueResult::of(outcome).detail(err.message())
+    }
+}
+
+impl From<RedisError> for IssueResult {
+    fn from(err: RedisError) -> Self {
+        IssueResult::of(Outcome::Unavailable).detail(format!("Redis: {}", err.message()))
+    }
+}

@@ -1,0 +1,24 @@
+//! Test fixture TEST_HOG: grows memory without bound, so the host's memory
+//! limit must stop it.
+
+use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy};
+
+struct Hog;
+
+impl Strategy for Hog {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: "TEST_HOG".into(),
+            summary: "allocates until it fails (test fixture)".into(),
+        }
+    }
+
+    fn issue(_request: IssueRequest) -> IssueResult {
+        let mut hoard: Vec<Vec<u8>> = Vec::new();
+        loop {
+            hoard.push(std::hint::black_box(vec![1u8; 1 << 20]));
+        }
+    }
+}
+
+couponlab_sdk::export_issuer!(Hog);

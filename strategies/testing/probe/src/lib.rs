@@ -1,0 +1,142 @@
+//! Test fixture TEST_PROBE: exercises the WIT capabilities end to end and
+//! reports what it saw in the response detail. The scenario is chosen by the
+//! request's idempotency key; keys and rows are named after the coupon id so
+//! concurrent tests stay apart.
+
+use couponlab_sdk::redis::{self, Connection};
+use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
+use couponlab_sdk::{
+    Descriptor, IssueRequest, IssueResult, Outcome, Strategy, args, clock, params,
+};
+
+struct Probe;
+
+impl Strategy for Probe {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: "TEST_PROBE".into(),
+            summary: "WIT round trips (test fixture)".into(),
+        }
+    }
+
+    fn issue(request: IssueRequest) -> IssueResult {
+        let scenario = request.idempotency_key.clone().unwrap_or_default();
+        match run(&scenario, &request) {
+            Ok(seen) => IssueResult::issued().detail(seen),
+            Err(problem) => IssueResult::of(Outcome::Unavailable).detail(problem),
+        }
+    }
+}
+
+fn run(scenario: &str, request: &IssueRequest) -> Result<String, String> {
+    let (a, b) = (request.coupon_id, request.member_id);
+    match scenario {
+        // A nested reply from EXEC, on a dedicated connection.
+        "exec" => {
+            let conn = Connection::open().map_err(|e| e.message().to_string())?;
+            let (key, counter, list) = (
+                format!("probe:{a}:k"),
+                format!("probe:{a}:n"),
+                format!("probe:{a}:l"),
+            );
+            conn.execute("DEL", &args![key, counter, list])
+                .map_err(|e| e.message().to_string())?;
+            for (name, args) in [
+                ("MULTI", vec![]),
+                ("SET", args![key, "v"]),
+                ("INCR", args![counter]),
+                ("RPUSH", args![list, "a", "b"]),
+                ("LRANGE", args![list, 0, -1]),
+            ] {
+                conn.execute(name, &args)
+                    .map_err(|e| e.message().to_string())?;
+            }
+            Ok(conn
+                .execute("EXEC", &[])
+                .map_err(|e| e.message().to_string())?
+                .to_string())
+        }
+        // A nested Lua table reply.
+        "lua-table" => {
+            let script = "return {1, 'two', {3, {'four'}}, redis.status_reply('FINE'), false}";
+            Ok(redis::eval(script, &[], &[])
+                .map_err(|e| e.message().to_string())?
+                .to_string())
+        }
+        // A transaction dropped without commit must leave nothing behind.
+        "tx-drop" => {
+            let name = format!("probe-{a}");
+            let tx =
+                sql::begin(IsolationLevel::ReadCommitted).map_err(|e| e.message().to_string())?;
+            tx.execute("INSERT INTO members (name) VALUES (?)", &params![name])
+                .map_err(|e| e.message().to_string())?;
+            drop(tx);
+            let rows = sql::query(
+                "SELECT COUNT(*) FROM members WHERE name = ?",
+                &params![name],
+            )
+            .map_err(|e| e.message().to_string())?;
+            Ok(format!(
+                "rows after drop: {}",
+                sql::scalar(&rows).unwrap_or(-1)
+            ))
+        }
+        // The same issue row twice.
+        "duplicate-key" => {
+            let insert = "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)";
+            sql::execute(insert, &params![a, b]).map_err(|e| e.message().to_string())?;
+            Ok(kind(sql::execute(insert, &params![a, b]).err()))
+        }
+        // An issue row for a member that does not exist.
+        "foreign-key" => {
+            let insert = "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)";
+            Ok(kind(sql::execute(insert, &params![a, b]).err()))
+        }
+        // Two transactions of this one request want the same row lock.
+        "lock-wait" => {
+            let lock = "SELECT id FROM coupons WHERE id = ? FOR UPDATE";
+            let first =
+                sql::begin(IsolationLevel::RepeatableRead).map_err(|e| e.message().to_string())?;
+            first
+                .query(lock, &params![a])
+                .map_err(|e| e.message().to_string())?;
+            let second =
+                sql::begin(IsolationLevel::RepeatableRead).map_err(|e| e.message().to_string())?;
+            Ok(kind(second.query(lock, &params![a]).err()))
+        }
+        // Lock coupon a then coupon b; a concurrent "deadlock" request with
+        // the ids swapped locks them in the other order.
+        "deadlock" => {
+            let touch = "UPDATE coupons SET version = version + 1 WHERE id = ?";
+            let tx =
+                sql::begin(IsolationLevel::RepeatableRead).map_err(|e| e.message().to_string())?;
+            tx.execute(touch, &params![a])
+                .map_err(|e| e.message().to_string())?;
+            clock::sleep(300);
+            match tx.execute(touch, &params![b]) {
+                Ok(_) => {
+                    tx.commit().map_err(|e| e.message().to_string())?;
+                    Ok("committed".into())
+                }
+                Err(err) => Ok(kind(Some(err))),
+            }
+        }
+        other => Err(format!("unknown probe scenario {other:?}")),
+    }
+}
+
+/// The WIT case of an SQL error, or "ok" when there was none.
+fn kind(err: Option<SqlError>) -> String {
+    match err {
+        None => "ok",
+        Some(SqlError::Deadlock(_)) => "deadlock",
+        Some(SqlError::LockWaitTimeout(_)) => "lock-wait-timeout",
+        Some(SqlError::DuplicateKey(_)) => "duplicate-key",
+        Some(SqlError::ForeignKey(_)) => "foreign-key",
+        Some(SqlError::Connection(_)) => "connection",
+        Some(SqlError::Other(_)) => "other",
+    }
+    .to_string()
+}
+
+couponlab_sdk::export_issuer!(Probe);

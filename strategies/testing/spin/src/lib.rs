@@ -1,0 +1,23 @@
+//! Test fixture TEST_SPIN: never returns, so the host's deadline must stop it.
+
+use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy};
+
+struct Spin;
+
+impl Strategy for Spin {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: "TEST_SPIN".into(),
+            summary: "loops forever (test fixture)".into(),
+        }
+    }
+
+    fn issue(_request: IssueRequest) -> IssueResult {
+        let mut turns: u64 = 0;
+        loop {
+            turns = std::hint::black_box(turns.wrapping_add(1));
+        }
+    }
+}
+
+couponlab_sdk::export_issuer!(Spin);

@@ -1,0 +1,87 @@
+//! Build and development chores, in Rust so they need nothing beyond cargo.
+//!
+//! - `cargo xtask strategies`: build every strategy component and install it
+//!   into the strategy directory (a running server picks it up).
+//! - `cargo xtask run [-- <couponlab serve flags>]`: make sure Redis and
+//!   MySQL/MariaDB answer, build, and serve.
+//! - `cargo xtask test [-- <cargo test args>]`: the same preparation, then
+//!   the whole test suite.
+//! - `cargo xtask services`: only make sure Redis and MySQL/MariaDB answer.
+
+mod services;
+mod strategies;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = match args.split_first() {
+        Some((task, rest)) => (task.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    let rest: Vec<String> = rest.iter().skip_while(|a| *a == "--").cloned().collect();
+    match task {
+        "strategies" => strategies::build_and_install(&strategy_dir()),
+        "services" => services::ensure(),
+        "run" => {
+            services::ensure()?;
+            strategies::build_and_install(&strategy_dir())?;
+            let mut serve = vec!["run", "--release", "--package", "couponlab", "--", "serve"];
+            serve.extend(rest.iter().map(String::as_str));
+            cargo(&serve)
+        }
+        "test" => {
+            services::ensure()?;
+            strategies::build_and_install(&strategy_dir())?;
+            let mut test = vec!["test", "--release", "--workspace"];
+            test.extend(rest.iter().map(String::as_str));
+            cargo(&test)
+        }
+        "help" | "--help" | "-h" => {
+            println!("usage: cargo xtask <strategies | run | test | services> [-- args]");
+            Ok(())
+        }
+        other => bail!("unknown task {other:?}; try `cargo xtask help`"),
+    }
+}
+
+/// The repository root (the parent of `xtask/`).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the repository")
+        .to_path_buf()
+}
+
+/// Where components are installed: `COUPONLAB_STRATEGY_DIR`, as the server
+/// reads it, or `strategies/dist`.
+fn strategy_dir() -> PathBuf {
+    match std::env::var_os("COUPONLAB_STRATEGY_DIR") {
+        Some(dir) => root().join(dir),
+        None => root().join("strategies").join("dist"),
+    }
+}
+
+/// Runs cargo from the repository root.
+fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    run(
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(args)
+            .current_dir(root()),
+    )
+}
+
+/// Runs a command, failing with its name when it fails.
+pub fn run(command: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{command:?}");
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(())
+}

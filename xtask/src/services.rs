@@ -1,0 +1,117 @@
+//! Make sure Redis and MySQL/MariaDB answer, starting local ones that are
+//! installed but down.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+use crate::run;
+
+struct Service {
+    name: &'static str,
+    address: String,
+    /// The installed program that means "we can start it here".
+    program: &'static str,
+    start: &'static [&'static str],
+}
+
+pub fn ensure() -> anyhow::Result<()> {
+    let services = [
+        Service {
+            name: "MySQL/MariaDB",
+            address: address_of("DATABASE_URL", "127.0.0.1:3306"),
+            program: "/usr/sbin/mariadbd",
+            start: &[
+                "start-stop-daemon",
+                "--start",
+                "--oknodo",
+                "--background",
+                "--exec",
+                "/usr/sbin/mariadbd",
+            ],
+        },
+        Service {
+            name: "Redis",
+            address: address_of("REDIS_URL", "127.0.0.1:6379"),
+            program: "/usr/bin/redis-server",
+            start: &[
+                "redis-server",
+                "--daemonize",
+                "yes",
+                "--bind",
+                "127.0.0.1",
+                "-::1",
+                "--port",
+                "6379",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+        },
+    ];
+    for service in &services {
+        if answers(&service.address) {
+            continue;
+        }
+        if !std::path::Path::new(service.program).exists() {
+            bail!(
+                "{} does not answer at {} and is not installed here; start one (for example `docker compose up -d`)",
+                service.name,
+                service.address
+            );
+        }
+        println!(
+            "{} is down at {}; starting it",
+            service.name, service.address
+        );
+        run(Command::new(service.start[0]).args(&service.start[1..]))?;
+        let started = Instant::now();
+        while !answers(&service.address) {
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "{} did not come up at {} within 60 s",
+                    service.name,
+                    service.address
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+    Ok(())
+}
+
+/// host:port of a service URL in `var`, or `default`.
+fn address_of(var: &str, default: &str) -> String {
+    let Ok(url) = std::env::var(var) else {
+        return default.to_string();
+    };
+    let after_scheme = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+    let after_credentials = after_scheme
+        .rsplit_once('@')
+        .map_or(after_scheme, |(_, rest)| rest);
+    let host_port = after_credentials
+        .split(['/', '?'])
+        .next()
+        .unwrap_or(default);
+    if host_port.contains(':') {
+        host_port.to_string()
+    } else {
+        format!(
+            "{host_port}:{}",
+            &default[default.rfind(':').unwrap_or(0) + 1..]
+        )
+    }
+}
+
+fn answers(address: &str) -> bool {
+    let addresses: Vec<SocketAddr> = match address.to_socket_addrs() {
+        Ok(addresses) => addresses.collect(),
+        Err(_) => return false,
+    };
+    addresses
+        .iter()
+        .any(|a| TcpStream::connect_timeout(a, Duration::from_millis(500)).is_ok())
+}
