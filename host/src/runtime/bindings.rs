@@ -15,4 +15,4 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub use couponlab::strategy::{clock, log, redis, sql, types};
+pub use self::couponlab::strategy::{clock, log, redis, sql, types};
