@@ -56,6 +56,10 @@ pub struct Config {
     )]
     pub strategy_dir: PathBuf,
 
+    /// Reload components when files in the strategy directory change.
+    #[arg(long, env = "COUPONLAB_WATCH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub watch: bool,
+
     /// Wall-clock budget of one strategy call, host calls included.
     #[arg(long, env = "COUPONLAB_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     pub request_timeout_ms: u64,

@@ -1,7 +1,7 @@
 //! The shared state of one server.
 
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use sqlx::MySqlPool;
@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::db;
 use crate::recorder::Recorder;
 use crate::runtime::redis::RedisPools;
+use crate::runtime::watcher::{self, DirectoryWatcher};
 use crate::runtime::{Capabilities, Limits, Registry, Runtime};
 
 /// Cheap to clone: every handler holds one.
@@ -24,6 +25,8 @@ pub struct LabState {
     pub registry: Registry,
     /// What each issue request asked and got.
     pub recorder: Recorder,
+    /// Reloads components as the strategy directory changes (when enabled).
+    watcher: OnceLock<DirectoryWatcher>,
 }
 
 impl Deref for Lab {
@@ -53,14 +56,32 @@ impl Lab {
             max_instances: config.max_instances,
         };
         let runtime = Runtime::new(Arc::new(Capabilities { db, redis }), limits)?;
+        let dir = config.strategy_dir.clone();
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the strategy directory {}", dir.display()))?;
         let registry = Registry::default();
-        registry.load_dir(&runtime, &config.strategy_dir).await?;
-        Ok(Lab(Arc::new(LabState {
+        registry
+            .load_dir(&runtime, &dir)
+            .await
+            .with_context(|| format!("cannot read {}", dir.display()))?;
+        if registry.strategies().is_empty() {
+            tracing::warn!(dir = %dir.display(), "no strategy loaded; run `cargo xtask strategies`");
+        }
+        let watch = config.watch;
+        let lab = Lab(Arc::new(LabState {
             config,
             runtime,
             registry,
             recorder: Recorder::default(),
-        })))
+            watcher: OnceLock::new(),
+        }));
+        if watch {
+            let _ = lab
+                .watcher
+                .set(watcher::watch(&dir, Arc::downgrade(&lab.0))?);
+            tracing::info!(dir = %dir.display(), "watching for strategy changes");
+        }
+        Ok(lab)
     }
 
     pub fn db(&self) -> &MySqlPool {

@@ -56,17 +56,13 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
             sha256: s.sha256.clone(),
             world: s.world,
             loaded_at: s.loaded_at,
-            // The newest rejection of a file this method came from: a broken
-            // replacement that left this version serving.
-            last_error: rejections
-                .iter()
-                .rev()
-                .find(|r| r.file == s.file)
-                .map(|r| r.reason.clone()),
+            // A broken replacement of this method's file, which left this
+            // version serving.
+            last_error: rejections.get(&s.file).map(|r| r.reason.clone()),
         })
         .collect();
     let rejected = rejections
-        .iter()
+        .values()
         .map(|r| Rejected {
             file: r.file.display().to_string(),
             sha256: r.sha256.clone(),

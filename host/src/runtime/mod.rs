@@ -7,6 +7,8 @@
 //! so a looping or greedy component fails its own call and nothing else.
 //!
 //! Capabilities, one module each: [`redis`], [`sql`], [`clock`], [`log`].
+//! [`registry`] maps method names to loaded components; [`watcher`] reloads
+//! them when the strategy directory changes.
 
 pub mod bindings;
 mod clock;
@@ -15,11 +17,14 @@ pub mod redis;
 pub mod registry;
 pub mod sql;
 mod store;
+pub mod watcher;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use parking_lot::Mutex;
 use sqlx::MySqlPool;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{
@@ -60,11 +65,19 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// timeout only catches a host call stuck past it.
 const TIMEOUT_GRACE: Duration = Duration::from_millis(500);
 
+/// Compiled components kept in memory, by content hash.
+const COMPILED_CACHE: usize = 32;
+
 pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
     caps: Arc<Capabilities>,
     limits: Limits,
+    /// Recently compiled components by the SHA-256 of their bytes, newest
+    /// last, so switching back to a build seen before costs no compilation.
+    /// Keyed by content and compiled from bytes read into memory: nothing
+    /// here is ever mapped from a file that could change under it.
+    compiled: Mutex<VecDeque<(String, Component)>>,
 }
 
 /// Why a call produced no answer.
@@ -118,6 +131,7 @@ impl Runtime {
             linker,
             caps,
             limits,
+            compiled: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -125,13 +139,28 @@ impl Runtime {
         &self.caps
     }
 
-    /// Compiles a component on a blocking thread: compilation is CPU-bound
-    /// and must not stall requests on the async runtime.
-    pub async fn compile(&self, bytes: Vec<u8>) -> anyhow::Result<Component> {
+    /// Compiles a component on a blocking thread (compilation is CPU-bound
+    /// and must not stall requests on the async runtime), unless a component
+    /// with the same content hash was compiled recently.
+    pub async fn compile(&self, bytes: Vec<u8>, sha256: &str) -> anyhow::Result<Component> {
+        let cached = self
+            .compiled
+            .lock()
+            .iter()
+            .find(|(hash, _)| hash == sha256)
+            .map(|(_, c)| c.clone());
+        if let Some(component) = cached {
+            return Ok(component);
+        }
         let engine = self.engine.clone();
         let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
             .await
             .context("the compiler thread panicked")??;
+        let mut compiled = self.compiled.lock();
+        compiled.push_back((sha256.to_string(), component.clone()));
+        if compiled.len() > COMPILED_CACHE {
+            compiled.pop_front();
+        }
         Ok(component)
     }
 

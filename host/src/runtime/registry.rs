@@ -1,8 +1,10 @@
-//! The strategies a server can run, by method name.
+//! The strategies a server can run, by method name, and the files it refused.
 //!
 //! The map sits behind an [`ArcSwap`]: a request clones the `Arc` of the
 //! strategy it runs, so replacing or removing a method never disturbs a call
-//! already in flight, and readers take no lock.
+//! already in flight, and readers take no lock. Changes are made one file at
+//! a time by [`Registry::reload_file`], which builds a new map and publishes
+//! it in one store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,10 +39,24 @@ pub struct Rejection {
     pub at: DateTime<Utc>,
 }
 
+/// What a reload did, for logs and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reload {
+    Loaded(String),
+    Replaced(String),
+    Unloaded(String),
+    Unchanged,
+    Rejected(String),
+    Gone,
+}
+
 #[derive(Default)]
 pub struct Registry {
     strategies: ArcSwap<BTreeMap<String, Arc<Strategy>>>,
-    rejections: ArcSwap<Vec<Rejection>>,
+    /// The latest rejection of each file that is currently refused.
+    rejections: ArcSwap<BTreeMap<PathBuf, Rejection>>,
+    /// Reloads are read-modify-write of the maps: one at a time.
+    reloading: tokio::sync::Mutex<()>,
 }
 
 impl Registry {
@@ -54,100 +70,155 @@ impl Registry {
         self.strategies.load_full()
     }
 
-    pub fn rejections(&self) -> Arc<Vec<Rejection>> {
+    /// Files currently refused, by path.
+    pub fn rejections(&self) -> Arc<BTreeMap<PathBuf, Rejection>> {
         self.rejections.load_full()
     }
 
-    /// Loads every `*.wasm` in `dir`, in file-name order. A file that fails,
-    /// or claims a method an earlier file already claimed, is rejected with
-    /// its reason; the others load.
+    /// Loads every `*.wasm` in `dir`, in file-name order, so when two files
+    /// claim one method the first name wins.
     pub async fn load_dir(&self, runtime: &Runtime, dir: &Path) -> anyhow::Result<()> {
         let mut files = Vec::new();
-        match std::fs::read_dir(dir) {
-            Ok(entries) => {
-                for entry in entries {
-                    let path = entry?.path();
-                    if path.extension().is_some_and(|ext| ext == "wasm") {
-                        files.push(path);
-                    }
-                }
-            }
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                tracing::warn!(dir = %dir.display(), "the strategy directory does not exist; run `cargo xtask strategies`");
-            }
-            Err(err) => {
-                return Err(
-                    anyhow::Error::new(err).context(format!("cannot read {}", dir.display()))
-                );
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if is_component(&path) {
+                files.push(path);
             }
         }
         files.sort();
-
-        let mut strategies = BTreeMap::new();
-        let mut rejections = Vec::new();
         for file in files {
-            match load_file(runtime, &file).await {
-                Ok(strategy) => {
-                    if let Some(existing) = strategies.get(&*strategy.method) {
-                        let existing: &Arc<Strategy> = existing;
-                        rejections.push(reject(
-                            &file,
-                            Some(strategy.sha256.clone()),
-                            format!(
-                                "method {} is already served by {}",
-                                strategy.method,
-                                existing.file.display()
-                            ),
-                        ));
-                    } else {
-                        tracing::info!(method = %strategy.method, file = %file.display(), "strategy loaded");
-                        strategies.insert(strategy.method.to_string(), Arc::new(strategy));
-                    }
-                }
-                Err(rejection) => rejections.push(rejection),
-            }
+            self.reload_file(runtime, &file).await;
         }
-        self.strategies.store(Arc::new(strategies));
-        self.rejections.store(Arc::new(rejections));
         Ok(())
+    }
+
+    /// Brings the registry in line with `file` as it is now on disk: loads a
+    /// new file, replaces the version a changed file served, unloads the
+    /// method of a removed file. A file whose content hash is unchanged is
+    /// not reloaded. A file that fails any check is rejected with its reason
+    /// and whatever it served before keeps serving.
+    pub async fn reload_file(&self, runtime: &Runtime, file: &Path) -> Reload {
+        let _one_at_a_time = self.reloading.lock().await;
+        let current = self.strategies.load_full();
+        let served = current.values().find(|s| s.file == file).cloned();
+
+        let bytes = match tokio::fs::read(file).await {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                self.forget_rejection(file);
+                return match served {
+                    Some(old) => {
+                        let mut map = (*current).clone();
+                        map.remove(&*old.method);
+                        self.strategies.store(Arc::new(map));
+                        tracing::info!(method = %old.method, file = %file.display(), "strategy unloaded: its file was removed");
+                        Reload::Unloaded(old.method.to_string())
+                    }
+                    None => Reload::Gone,
+                };
+            }
+            Err(err) => return self.reject(file, None, format!("cannot read it: {err}")),
+        };
+
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let already_rejected = self
+            .rejections
+            .load()
+            .get(file)
+            .is_some_and(|r| r.sha256.as_deref() == Some(&sha256));
+        if served.as_ref().is_some_and(|s| s.sha256 == sha256) || already_rejected {
+            return Reload::Unchanged;
+        }
+
+        let strategy = match load(runtime, file, bytes, &sha256).await {
+            Ok(strategy) => strategy,
+            Err(reason) => return self.reject(file, Some(sha256), reason),
+        };
+        if let Some(owner) = current
+            .get(&*strategy.method)
+            .filter(|owner| owner.file != file)
+        {
+            let reason = format!(
+                "method {} is already served by {}",
+                strategy.method,
+                owner.file.display()
+            );
+            return self.reject(file, Some(sha256), reason);
+        }
+
+        let method = strategy.method.to_string();
+        let mut map = (*current).clone();
+        if let Some(old) = &served {
+            map.remove(&*old.method);
+        }
+        map.insert(method.clone(), Arc::new(strategy));
+        self.strategies.store(Arc::new(map));
+        self.forget_rejection(file);
+        tracing::info!(%method, file = %file.display(), sha256 = %&sha256[..12], "strategy {}", if served.is_some() { "replaced" } else { "loaded" });
+        if served.is_some() {
+            Reload::Replaced(method)
+        } else {
+            Reload::Loaded(method)
+        }
+    }
+
+    fn reject(&self, file: &Path, sha256: Option<String>, reason: String) -> Reload {
+        tracing::warn!(file = %file.display(), %reason, "strategy file rejected");
+        let mut rejections = (*self.rejections.load_full()).clone();
+        rejections.insert(
+            file.to_path_buf(),
+            Rejection {
+                file: file.to_path_buf(),
+                sha256,
+                reason: reason.clone(),
+                at: Utc::now(),
+            },
+        );
+        self.rejections.store(Arc::new(rejections));
+        Reload::Rejected(reason)
+    }
+
+    fn forget_rejection(&self, file: &Path) {
+        if self.rejections.load().contains_key(file) {
+            let mut rejections = (*self.rejections.load_full()).clone();
+            rejections.remove(file);
+            self.rejections.store(Arc::new(rejections));
+        }
     }
 }
 
-/// Reads, compiles, checks and describes one component file.
-pub async fn load_file(runtime: &Runtime, file: &Path) -> Result<Strategy, Rejection> {
-    let bytes = tokio::fs::read(file)
-        .await
-        .map_err(|err| reject(file, None, format!("cannot read it: {err}")))?;
-    let sha256 = hex::encode(Sha256::digest(&bytes));
-    let failed = |err: anyhow::Error| reject(file, Some(sha256.clone()), format!("{err:#}"));
+/// Whether the registry cares about `path`: `*.wasm`, not the `*.wasm.partial`
+/// of a write in progress.
+pub fn is_component(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext == "wasm")
+}
+
+/// Compiles, checks and describes one component.
+async fn load(
+    runtime: &Runtime,
+    file: &Path,
+    bytes: Vec<u8>,
+    sha256: &str,
+) -> Result<Strategy, String> {
     let component = runtime
-        .compile(bytes)
+        .compile(bytes, sha256)
         .await
-        .map_err(|err| failed(err.context("not a valid component")))?;
-    let (pre, descriptor) = runtime.prepare(&component).await.map_err(failed)?;
+        .map_err(|err| format!("not a valid WebAssembly component: {err:#}"))?;
+    let (pre, descriptor) = runtime
+        .prepare(&component)
+        .await
+        .map_err(|err| format!("{err:#}"))?;
     let method = descriptor.method.trim().to_ascii_uppercase();
     if method.is_empty() {
-        return Err(failed(anyhow::anyhow!(
-            "describe() returned an empty method name"
-        )));
+        return Err("describe() returned an empty method name".into());
     }
     Ok(Strategy {
         method: Arc::from(method),
         summary: descriptor.summary,
         world: "issuer",
         file: file.to_path_buf(),
-        sha256,
+        sha256: sha256.to_string(),
         loaded_at: Utc::now(),
         pre,
     })
-}
-
-fn reject(file: &Path, sha256: Option<String>, reason: String) -> Rejection {
-    tracing::warn!(file = %file.display(), %reason, "strategy rejected");
-    Rejection {
-        file: file.to_path_buf(),
-        sha256,
-        reason,
-        at: Utc::now(),
-    }
 }

@@ -4,6 +4,7 @@
 mod common;
 
 mod api_contract;
+mod hot_reload;
 mod issue_concurrency;
 mod sandbox;
 mod wit_roundtrip;

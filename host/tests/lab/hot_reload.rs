@@ -1,0 +1,352 @@
+//! Hot reload: a `.wasm` written into the strategy directory serves, a
+//! replaced one serves its new version, a broken one is refused while the
+//! previous version keeps serving, and no request fails because of a swap.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::{Setup, TestLab, component};
+
+const SERVED: &str = "test_build.wasm";
+
+/// Writes `bytes` as `dir/name` the way `cargo xtask strategies` does:
+/// a temporary file, then a rename.
+fn install(dir: &Path, name: &str, bytes: &[u8]) {
+    let partial = dir.join(format!("{name}.partial"));
+    std::fs::write(&partial, bytes).unwrap();
+    std::fs::rename(&partial, dir.join(name)).unwrap();
+}
+
+fn build(which: &str) -> Vec<u8> {
+    std::fs::read(component(&format!("test_build_{which}"))).unwrap()
+}
+
+/// The detail TEST_BUILD answers with now, or the failure status.
+async fn served_build(lab: &TestLab) -> Result<String, u16> {
+    let reply = lab.issue(1, 1, "TEST_BUILD").await;
+    match reply.status.as_u16() {
+        200 => Ok(reply.body["response"]["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()),
+        status => Err(status),
+    }
+}
+
+/// Waits until `check` holds, for at most five seconds; returns how long it took.
+async fn until<F, Fut>(what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    started.elapsed()
+}
+
+async fn strategies(lab: &TestLab) -> Value {
+    lab.get("/lab/strategies").await.ok().clone()
+}
+
+fn entry<'a>(listing: &'a Value, method: &str) -> Option<&'a Value> {
+    listing["strategies"]
+        .as_array()?
+        .iter()
+        .find(|s| s["method"] == json!(method))
+}
+
+async fn serving(lab: &TestLab, which: &str) -> Duration {
+    let expected = format!("build {which}");
+    until(&format!("build {which} serves"), || async {
+        served_build(lab).await.as_deref() == Ok(&*expected)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacing_a_component_under_traffic_fails_no_request() {
+    let lab = Arc::new(Setup::with(&[]).start().await);
+    install(&lab.strategy_dir, SERVED, &build("a"));
+    serving(&lab, "a").await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic: Vec<_> = (0..8)
+        .map(|_| {
+            let (lab, stop) = (lab.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    seen.push(served_build(&lab).await);
+                }
+                seen
+            })
+        })
+        .collect();
+
+    // Nineteen swaps, alternating b and a, each given time to serve...
+    let (a, b) = (build("a"), build("b"));
+    for swap in 0..19 {
+        let which = if swap % 2 == 0 { &b } else { &a };
+        install(&lab.strategy_dir, SERVED, which);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    // ...and the twentieth, build a, must serve within a second of its write.
+    install(&lab.strategy_dir, SERVED, &a);
+    let took = serving(&lab, "a").await;
+    assert!(
+        took < Duration::from_secs(1),
+        "the last build served {took:?} after its write"
+    );
+    stop.store(true, Ordering::Relaxed);
+
+    let mut answers = Vec::new();
+    for task in traffic {
+        answers.extend(task.await.unwrap());
+    }
+    let failed: Vec<_> = answers.iter().filter(|a| a.is_err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {failed:?}",
+        failed.len(),
+        answers.len()
+    );
+    for build in ["build a", "build b"] {
+        let count = answers.iter().filter(|a| a.as_deref() == Ok(build)).count();
+        assert!(count > 0, "{build} never answered");
+    }
+    Arc::try_unwrap(lab)
+        .ok()
+        .expect("traffic tasks are done")
+        .finish()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_file_leaves_the_previous_version_serving() {
+    let lab = Setup::with(&[]).start().await;
+    install(&lab.strategy_dir, SERVED, &build("a"));
+    serving(&lab, "a").await;
+
+    let valid = build("b");
+    let broken: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "corrupt",
+            b"this is not WebAssembly at all".to_vec(),
+            "not a valid WebAssembly component",
+        ),
+        (
+            "truncated",
+            valid[..valid.len() / 2].to_vec(),
+            "not a valid WebAssembly component",
+        ),
+        (
+            "wrong world",
+            std::fs::read(component("test_wrong_world")).unwrap(),
+            "does not export",
+        ),
+        (
+            "foreign imports",
+            std::fs::read(component("test_foreign_imports")).unwrap(),
+            "imports something the host does not provide",
+        ),
+    ];
+    for (case, bytes, reason) in broken {
+        install(&lab.strategy_dir, SERVED, &bytes);
+        until(&format!("the {case} file is rejected"), || async {
+            let listing = strategies(&lab).await;
+            entry(&listing, "TEST_BUILD")
+                .and_then(|e| e["lastError"].as_str())
+                .is_some_and(|e| e.contains(reason))
+        })
+        .await;
+        assert_eq!(served_build(&lab).await.as_deref(), Ok("build a"), "{case}");
+        let listing = strategies(&lab).await;
+        let rejected = listing["rejected"].as_array().unwrap();
+        assert_eq!(rejected.len(), 1, "{case}: {rejected:?}");
+        assert!(rejected[0]["file"].as_str().unwrap().ends_with(SERVED));
+    }
+
+    // A good file again: it serves and the error is gone.
+    install(&lab.strategy_dir, SERVED, &valid);
+    serving(&lab, "b").await;
+    let listing = strategies(&lab).await;
+    assert_eq!(
+        entry(&listing, "TEST_BUILD").unwrap()["lastError"],
+        Value::Null
+    );
+    assert_eq!(listing["rejected"], json!([]));
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_file_claiming_a_served_method_is_rejected() {
+    let lab = Setup::with(&[]).start().await;
+    install(&lab.strategy_dir, SERVED, &build("a"));
+    serving(&lab, "a").await;
+
+    install(&lab.strategy_dir, "impostor.wasm", &build("b"));
+    until("the impostor is rejected", || async {
+        let listing = strategies(&lab).await;
+        listing["rejected"].as_array().unwrap().iter().any(|r| {
+            r["file"].as_str().unwrap().ends_with("impostor.wasm")
+                && r["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("TEST_BUILD is already served by")
+        })
+    })
+    .await;
+    assert_eq!(served_build(&lab).await.as_deref(), Ok("build a"));
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_component_unloads_its_method_until_it_is_back() {
+    let lab = Setup::with(&[]).start().await;
+    install(&lab.strategy_dir, SERVED, &build("a"));
+    serving(&lab, "a").await;
+
+    std::fs::remove_file(lab.strategy_dir.join(SERVED)).unwrap();
+    until("TEST_BUILD is unknown", || async {
+        served_build(&lab).await == Err(400)
+    })
+    .await;
+    let message = lab
+        .issue(1, 1, "TEST_BUILD")
+        .await
+        .fails_with(400)
+        .to_string();
+    assert!(message.contains("unknown method"), "{message}");
+
+    install(&lab.strategy_dir, SERVED, &build("a"));
+    serving(&lab, "a").await;
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_file_is_not_reloaded() {
+    let lab = Setup::with(&[]).start().await;
+    install(&lab.strategy_dir, SERVED, &build("a"));
+    serving(&lab, "a").await;
+    let loaded_at = entry(&strategies(&lab).await, "TEST_BUILD").unwrap()["loadedAt"].clone();
+
+    // The same bytes again, then a change to another file as a marker: once
+    // the marker has loaded, the rewrite has been seen too.
+    install(&lab.strategy_dir, SERVED, &build("a"));
+    std::fs::copy(
+        component("pessimistic"),
+        lab.strategy_dir.join("pessimistic.wasm"),
+    )
+    .unwrap();
+    until("the marker loads", || async {
+        entry(&strategies(&lab).await, "PESSIMISTIC").is_some()
+    })
+    .await;
+    assert_eq!(
+        entry(&strategies(&lab).await, "TEST_BUILD").unwrap()["loadedAt"],
+        loaded_at
+    );
+    lab.finish().await;
+}
+
+/// Not a pass/fail test: measures how long a renamed file takes to serve and
+/// whether throughput dips around a swap. Run with
+/// `cargo xtask test -- hot_reload_benchmark --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run explicitly"]
+async fn hot_reload_benchmark() {
+    let lab = Arc::new(Setup::with(&[]).start().await);
+    install(&lab.strategy_dir, SERVED, &build("a"));
+    serving(&lab, "a").await;
+
+    // Constant closed-loop traffic; each answer is time-stamped.
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic: Vec<_> = (0..16)
+        .map(|_| {
+            let (lab, stop) = (lab.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut done = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let ok = served_build(&lab).await.is_ok();
+                    done.push((started.elapsed(), ok));
+                }
+                done
+            })
+        })
+        .collect();
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut latencies = Vec::new();
+    let mut swaps = Vec::new();
+    for swap in 0..20 {
+        let which = if swap % 2 == 0 { "b" } else { "a" };
+        let bytes = build(which);
+        // Each swap lands on a quiet moment, well apart from the last.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        swaps.push(started.elapsed());
+        install(&lab.strategy_dir, SERVED, &bytes);
+        let renamed = Instant::now();
+        let expected = format!("build {which}");
+        while served_build(&lab).await.as_deref() != Ok(&*expected) {}
+        latencies.push(renamed.elapsed());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut answers = Vec::new();
+    for task in traffic {
+        answers.extend(task.await.unwrap());
+    }
+
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "rename -> serving over {} swaps: median {:.1} ms, max {:.1} ms",
+        latencies.len(),
+        ms(latencies[latencies.len() / 2]),
+        ms(*latencies.last().unwrap())
+    );
+    // Throughput in the 100 ms after each swap against the 100 ms windows
+    // that hold no swap.
+    let window = Duration::from_millis(100);
+    let first = swaps[0];
+    let last = *swaps.last().unwrap() + Duration::from_millis(300);
+    let (mut near, mut far) = (Vec::new(), Vec::new());
+    let mut at = first;
+    while at + window <= last {
+        let count = answers
+            .iter()
+            .filter(|(t, ok)| *ok && *t >= at && *t < at + window)
+            .count() as f64;
+        if swaps.iter().any(|s| *s >= at && *s < at + window) {
+            near.push(count)
+        } else {
+            far.push(count)
+        }
+        at += window;
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    println!(
+        "throughput: {:.0} req/s in windows with a swap, {:.0} req/s in windows without ({} vs {} windows); failed requests: {}",
+        mean(&near) * 10.0,
+        mean(&far) * 10.0,
+        near.len(),
+        far.len(),
+        answers.iter().filter(|(_, ok)| !ok).count()
+    );
+    Arc::try_unwrap(lab)
+        .ok()
+        .expect("traffic tasks are done")
+        .finish()
+        .await;
+}

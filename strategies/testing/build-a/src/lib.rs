@@ -1,0 +1,21 @@
+//! Test fixture TEST_BUILD, build "a": answers at once, naming its build, so
+//! a hot-reload test can tell which version served each request.
+
+use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy};
+
+struct Build;
+
+impl Strategy for Build {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: "TEST_BUILD".into(),
+            summary: "reports its build (test fixture)".into(),
+        }
+    }
+
+    fn issue(_request: IssueRequest) -> IssueResult {
+        IssueResult::issued().detail("build a")
+    }
+}
+
+couponlab_sdk::export_issuer!(Build);
