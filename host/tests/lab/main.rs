@@ -6,5 +6,6 @@ mod common;
 mod api_contract;
 mod hot_reload;
 mod issue_concurrency;
+mod mysql_methods;
 mod sandbox;
 mod wit_roundtrip;

@@ -10,6 +10,9 @@
 //!   and typed errors;
 //! - [`outcome`]: building an [`IssueResult`], and turning capability errors
 //!   into the outcome the contract gives them;
+//! - [`plain_reads`]: the stage-1 flow at an isolation level, with plain
+//!   reads and no explicit lock;
+//! - [`optimistic`]: the version-checked attempt, once or with bounded retries;
 //! - [`keys`]: the Redis key names of the seed;
 //! - [`coupon`]: the coupon's total from `coupon:total:{id}`, re-read from the
 //!   database when missing;
@@ -32,7 +35,9 @@ pub mod confirm;
 pub mod coupon;
 pub mod keys;
 pub mod log;
+pub mod optimistic;
 pub mod outcome;
+pub mod plain_reads;
 pub mod redis;
 pub mod reply;
 pub mod reserve;

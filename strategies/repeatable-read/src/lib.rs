@@ -1,0 +1,26 @@
+//! REPEATABLE_READ (stage 1): the READ_COMMITTED flow in a REPEATABLE READ
+//! transaction, the InnoDB default. The first plain SELECT fixes a snapshot
+//! that locks nothing; the UPDATE, a locking read, sees the latest row and
+//! adds one to it without looking at the total. Requests in flight together
+//! all read stock left from their snapshots and all write: the coupon is
+//! over-issued, as under READ COMMITTED. See `couponlab_sdk::plain_reads`.
+
+use couponlab_sdk::sql::IsolationLevel;
+use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy, plain_reads};
+
+struct RepeatableRead;
+
+impl Strategy for RepeatableRead {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: "REPEATABLE_READ".into(),
+            summary: "plain reads in a REPEATABLE READ transaction, unguarded update: over-issues under concurrency".into(),
+        }
+    }
+
+    fn issue(request: IssueRequest) -> IssueResult {
+        plain_reads::issue(IsolationLevel::RepeatableRead, &request)
+    }
+}
+
+couponlab_sdk::export_issuer!(RepeatableRead);

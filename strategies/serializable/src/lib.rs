@@ -1,0 +1,26 @@
+//! SERIALIZABLE (stage 1): the READ_COMMITTED flow in a SERIALIZABLE
+//! transaction. InnoDB turns each plain SELECT into a shared-lock read, so
+//! two requests that read the coupon row both hold its shared lock, and each
+//! waits for the other's to release before its UPDATE can take the exclusive
+//! one: a deadlock, and the database rolls one back (503 DEADLOCK). The total
+//! holds; the price is those 503s. See `couponlab_sdk::plain_reads`.
+
+use couponlab_sdk::sql::IsolationLevel;
+use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy, plain_reads};
+
+struct Serializable;
+
+impl Strategy for Serializable {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: "SERIALIZABLE".into(),
+            summary: "plain reads in a SERIALIZABLE transaction (shared locks): never over-issues, deadlocks under concurrency".into(),
+        }
+    }
+
+    fn issue(request: IssueRequest) -> IssueResult {
+        plain_reads::issue(IsolationLevel::Serializable, &request)
+    }
+}
+
+couponlab_sdk::export_issuer!(Serializable);
