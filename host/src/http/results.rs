@@ -1,5 +1,12 @@
 //! `GET /lab/coupons/{couponId}/result`: what happened to one coupon, and
 //! whether the two invariants held.
+//!
+//! The Redis section compares the reservation set `coupon:issued:{id}` with
+//! the issue rows. The rows are read first, then the set: a reservation whose
+//! confirm is still running shows up as Redis-only, but a committed issue
+//! never shows up as DB-only for having committed between the two reads.
+
+use std::collections::BTreeSet;
 
 use axum::Router;
 use axum::extract::State;
@@ -36,6 +43,55 @@ struct CouponResult {
     invariants: Invariants,
     /// Requests this server answered for this coupon.
     requests: RequestSummary,
+    /// The Redis reservation set against the issue rows.
+    redis: RedisFigures,
+}
+
+/// How many member ids each list of differences shows.
+const SAMPLE: usize = 10;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RedisFigures {
+    /// False when Redis could not be read; `error` then says why, and the
+    /// figures above still come from the database.
+    readable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(flatten)]
+    comparison: Option<SetComparison>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SetComparison {
+    /// Members in `coupon:issued:{id}`.
+    set_size: usize,
+    /// Reserved in Redis, with no issue row: a confirm in flight, or a
+    /// reservation a failed confirm did not take back.
+    redis_only_members: Difference,
+    /// Issued in the database, missing from the set: Redis lost the
+    /// reservation (restart without persistence, deleted keys), or the coupon
+    /// was issued by a method that does not reserve in Redis.
+    db_only_members: Difference,
+}
+
+#[derive(Serialize)]
+struct Difference {
+    count: usize,
+    /// The smallest member ids, at most [`SAMPLE`].
+    sample: Vec<u64>,
+}
+
+impl Difference {
+    fn between(these: &BTreeSet<u64>, those: &BTreeSet<u64>) -> Self {
+        let mut only = these.difference(those).copied();
+        let sample: Vec<u64> = only.by_ref().take(SAMPLE).collect();
+        Difference {
+            count: sample.len() + only.count(),
+            sample,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -70,6 +126,15 @@ async fn result(
     let issue_rows: i64 = row.try_get("issue_rows")?;
     let distinct_members: i64 = row.try_get("distinct_members")?;
     let (total_count, issued_count) = (i64::from(total_count), i64::from(issued_count));
+    let issued_members: BTreeSet<u64> =
+        sqlx::query_scalar::<_, i64>("SELECT member_id FROM coupon_issues WHERE coupon_id = ?")
+            .bind(coupon_id)
+            .fetch_all(lab.db())
+            .await?
+            .into_iter()
+            .map(|member| member as u64)
+            .collect();
+    let redis = redis_figures(&lab, coupon_id, &issued_members).await;
     Ok(Answer(
         StatusCode::OK,
         CouponResult {
@@ -88,6 +153,32 @@ async fn result(
                 count_matches_rows: issued_count == issue_rows,
             },
             requests: lab.recorder.summary(coupon_id),
+            redis,
         },
     ))
+}
+
+/// Reads the reservation set and compares it with the issued members. Redis
+/// being down is a figure of the result, not a failure of it.
+async fn redis_figures(lab: &Lab, coupon_id: u64, issued_members: &BTreeSet<u64>) -> RedisFigures {
+    let reserved: Result<BTreeSet<u64>, _> = redis::cmd("SMEMBERS")
+        .arg(format!("coupon:issued:{coupon_id}"))
+        .query_async(&mut lab.redis().shared())
+        .await;
+    match reserved {
+        Ok(reserved) => RedisFigures {
+            readable: true,
+            error: None,
+            comparison: Some(SetComparison {
+                set_size: reserved.len(),
+                redis_only_members: Difference::between(&reserved, issued_members),
+                db_only_members: Difference::between(issued_members, &reserved),
+            }),
+        },
+        Err(err) => RedisFigures {
+            readable: false,
+            error: Some(format!("Redis could not be read: {err}")),
+            comparison: None,
+        },
+    }
 }

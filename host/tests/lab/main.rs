@@ -7,5 +7,6 @@ mod api_contract;
 mod hot_reload;
 mod issue_concurrency;
 mod mysql_methods;
+mod redis_methods;
 mod sandbox;
 mod wit_roundtrip;

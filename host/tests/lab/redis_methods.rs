@@ -1,0 +1,562 @@
+//! Stage 3: the four Redis reservation methods against real Redis and
+//! MariaDB. What atomicity each one really gives under concurrency, the
+//! shared confirm step's compensation, WATCH's retries, and Redis being down.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::join_all;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::common::{REDIS, Reply, Setup, TestLab};
+
+const COMPONENTS: [&str; 4] = [
+    "redis_set_only",
+    "redis_multi_exec",
+    "redis_watch",
+    "redis_lua",
+];
+const METHODS: [&str; 4] = [
+    "REDIS_SET_ONLY",
+    "REDIS_MULTI_EXEC",
+    "REDIS_WATCH",
+    "REDIS_LUA",
+];
+
+/// A member id no test ever creates (ids start at 1): what the WATCH tests
+/// add to and remove from the set to change it.
+const PHANTOM_MEMBER: u64 = 0;
+
+/// The outcome name of an answer: the success's `outcome`, or the failure
+/// message's prefix.
+fn outcome_of(reply: &Reply) -> String {
+    if reply.status.is_success() {
+        return reply.ok()["outcome"].as_str().unwrap().to_string();
+    }
+    let message = reply.fails_with(reply.status.as_u16());
+    message.split(':').next().unwrap().to_string()
+}
+
+/// How a race of 400 distinct members for a coupon of 60 ended.
+struct Race {
+    outcomes: BTreeMap<String, u64>,
+    /// Members answered 200, sorted.
+    answered_issued: Vec<u64>,
+    result: Value,
+}
+
+async fn race_400_for_60(lab: &TestLab, method: &str) -> Race {
+    let members = lab.members(400).await;
+    let coupon = lab.coupon(60).await;
+    let replies = join_all(
+        members
+            .iter()
+            .map(|&member| lab.issue(coupon, member, method)),
+    )
+    .await;
+
+    let mut outcomes = BTreeMap::new();
+    let mut answered_issued = Vec::new();
+    for (&member, reply) in members.iter().zip(&replies) {
+        let outcome = outcome_of(reply);
+        let expected_status = match outcome.as_str() {
+            "ISSUED" => 200,
+            "SOLD_OUT" | "SOLD_OUT_AT_DB" => 409,
+            // REDIS_WATCH giving up after 10 retries.
+            "VERSION_CONFLICT" if method == "REDIS_WATCH" => 503,
+            other => panic!("{method}: unexpected {other}: {}", reply.body),
+        };
+        assert_eq!(reply.status.as_u16(), expected_status, "{}", reply.body);
+        if outcome == "ISSUED" {
+            answered_issued.push(member);
+        }
+        *outcomes.entry(outcome).or_default() += 1;
+    }
+
+    // Every 200 is exactly one row, and nothing else is.
+    assert_eq!(
+        lab.issued_members(coupon).await,
+        answered_issued,
+        "{method}"
+    );
+    // Compensation worked: whatever Redis over-reserved was taken back, so
+    // the set is exactly the issued members.
+    assert_eq!(
+        lab.reserved_members(coupon).await,
+        answered_issued,
+        "{method}"
+    );
+
+    let result = lab.result(coupon).await;
+    let issued = answered_issued.len() as u64;
+    assert_eq!(result["issueRows"], json!(issued), "{method}");
+    assert_eq!(result["issuedCount"], json!(issued), "{method}");
+    assert_eq!(result["invariants"]["neverOverIssued"], json!(true));
+    assert_eq!(result["invariants"]["onePerMember"], json!(true));
+    assert_eq!(result["invariants"]["countMatchesRows"], json!(true));
+    assert_eq!(
+        result["redis"],
+        json!({
+            "readable": true,
+            "setSize": issued,
+            "redisOnlyMembers": { "count": 0, "sample": [] },
+            "dbOnlyMembers": { "count": 0, "sample": [] },
+        }),
+        "{method}"
+    );
+    let by_outcome: BTreeMap<String, u64> =
+        serde_json::from_value(result["requests"]["byMethod"][method]["byOutcome"].clone())
+            .unwrap();
+    assert_eq!(
+        by_outcome, outcomes,
+        "{method}: the result counts what was answered"
+    );
+    Race {
+        outcomes,
+        answered_issued,
+        result,
+    }
+}
+
+fn count(race: &Race, outcome: &str) -> u64 {
+    race.outcomes.get(outcome).copied().unwrap_or(0)
+}
+
+fn compensations(race: &Race, method: &str) -> u64 {
+    race.result["requests"]["byMethod"][method]["compensations"]
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_set_only_never_issues_more_than_60_of_400_concurrent_requests() {
+    let lab = Setup::with(&COMPONENTS).start().await;
+    let race = race_400_for_60(&lab, "REDIS_SET_ONLY").await;
+    assert!(
+        race.answered_issued.len() <= 60,
+        "{} issued",
+        race.answered_issued.len()
+    );
+    // Every reservation the database guard refused was taken back.
+    assert_eq!(
+        compensations(&race, "REDIS_SET_ONLY"),
+        count(&race, "SOLD_OUT_AT_DB")
+    );
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_multi_exec_issues_exactly_60_of_400_concurrent_requests() {
+    let lab = Setup::with(&COMPONENTS).start().await;
+    let race = race_400_for_60(&lab, "REDIS_MULTI_EXEC").await;
+    assert_eq!(race.answered_issued.len(), 60);
+    // EXEC serializes the counts, so the database never has to refuse.
+    assert_eq!(count(&race, "SOLD_OUT_AT_DB"), 0);
+    // SADD ran for every refused request too, so each one took its member back.
+    assert_eq!(
+        compensations(&race, "REDIS_MULTI_EXEC"),
+        count(&race, "SOLD_OUT")
+    );
+    assert_eq!(count(&race, "SOLD_OUT"), 340);
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_watch_issues_exactly_60_of_400_concurrent_requests() {
+    let lab = Setup::with(&COMPONENTS).start().await;
+    let race = race_400_for_60(&lab, "REDIS_WATCH").await;
+    assert_eq!(race.answered_issued.len(), 60);
+    assert_eq!(count(&race, "SOLD_OUT_AT_DB"), 0);
+    assert_eq!(compensations(&race, "REDIS_WATCH"), 0);
+    let retries = race.result["requests"]["byMethod"]["REDIS_WATCH"]["retries"]
+        .as_u64()
+        .unwrap();
+    // Each give-up spent all ten retries.
+    assert!(
+        retries >= 10 * count(&race, "VERSION_CONFLICT"),
+        "{retries} retries"
+    );
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_lua_issues_exactly_60_of_400_concurrent_requests() {
+    let lab = Setup::with(&COMPONENTS).start().await;
+    let race = race_400_for_60(&lab, "REDIS_LUA").await;
+    assert_eq!(race.answered_issued.len(), 60);
+    assert_eq!(count(&race, "SOLD_OUT"), 340);
+    assert_eq!(compensations(&race, "REDIS_LUA"), 0);
+    lab.finish().await;
+}
+
+/// A thread that keeps changing a set (SADD then SREM of [`PHANTOM_MEMBER`])
+/// from its own connection, so a WATCH on the set sees a change before its
+/// EXEC. It sends batches of changes with replies off, each followed by a
+/// PING with replies on, and keeps [`Hammer::BACKLOG`] batches queued in
+/// Redis: Redis has a change to run even while the thread waits for a CPU.
+/// Stopping kills the connection, so nothing queued runs after that.
+struct Hammer {
+    /// The connection's `CLIENT ID`, to kill it.
+    client_id: i64,
+    key: String,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Hammer {
+    const BACKLOG: usize = 64;
+
+    /// Starts the thread and returns once Redis is running its changes with
+    /// a full backlog queued behind.
+    async fn start(key: &str) -> Hammer {
+        let mut conn = redis::Client::open(format!("{REDIS}/0"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let client_id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut conn).unwrap();
+        let mut batch = redis::pipe();
+        for _ in 0..64 {
+            batch.cmd("SADD").arg(key).arg(PHANTOM_MEMBER);
+            batch.cmd("SREM").arg(key).arg(PHANTOM_MEMBER);
+        }
+        batch.cmd("CLIENT").arg("REPLY").arg("ON");
+        batch.cmd("PING");
+        batch.cmd("CLIENT").arg("REPLY").arg("OFF");
+        let batch = batch.get_packed_pipeline();
+        let replies_off = redis::cmd("CLIENT")
+            .arg("REPLY")
+            .arg("OFF")
+            .get_packed_command();
+
+        let (primed, is_primed) = tokio::sync::oneshot::channel();
+        let thread = std::thread::spawn(move || {
+            let mut primed = Some(primed);
+            // Sends and reads until `stop` kills the connection: the error
+            // that ends the loop is the expected one.
+            let _killed = (|| -> redis::RedisResult<()> {
+                conn.send_packed_command(&replies_off)?;
+                for _ in 0..Self::BACKLOG {
+                    conn.send_packed_command(&batch)?;
+                }
+                loop {
+                    // A batch has run when its CLIENT REPLY ON and PING are answered.
+                    conn.recv_response()?;
+                    conn.recv_response()?;
+                    if let Some(primed) = primed.take() {
+                        let _ = primed.send(());
+                    }
+                    conn.send_packed_command(&batch)?;
+                }
+            })();
+        });
+        is_primed.await.expect("the hammer ran its first batch");
+        Hammer {
+            client_id,
+            key: key.to_string(),
+            thread,
+        }
+    }
+
+    /// Kills the hammer's connection: Redis frees it at once, so none of
+    /// the changes still queued runs afterwards.
+    async fn stop(self, lab: &TestLab) {
+        let mut redis = lab.redis.clone();
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(self.client_id)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(killed, 1, "the hammer was still connected");
+        // A pair cut in half leaves the phantom member behind.
+        let _: i64 = redis::cmd("SREM")
+            .arg(&self.key)
+            .arg(PHANTOM_MEMBER)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        tokio::task::spawn_blocking(move || self.thread.join().unwrap())
+            .await
+            .unwrap();
+    }
+}
+
+/// Counts the WATCH commands Redis runs on `key`, as MONITOR reports them.
+struct WatchCounter {
+    seen: watch::Receiver<u64>,
+    task: JoinHandle<()>,
+}
+
+impl WatchCounter {
+    async fn start(key: &str) -> WatchCounter {
+        let client = redis::Client::open(format!("{REDIS}/0")).unwrap();
+        // MONITOR is on once this returns: no WATCH can be missed.
+        let monitor = client.get_async_monitor().await.unwrap();
+        let needle = format!("\"WATCH\" \"{key}\"");
+        let (counted, seen) = watch::channel(0);
+        let task = tokio::spawn(async move {
+            let mut lines = monitor.into_on_message::<String>();
+            while let Some(line) = lines.next().await {
+                if line.contains(&needle) {
+                    counted.send_modify(|count| *count += 1);
+                }
+            }
+        });
+        WatchCounter { seen, task }
+    }
+
+    /// Waits (at most 10 s) until at least `count` WATCHes were seen.
+    async fn reached(&self, count: u64) {
+        let mut seen = self.seen.clone();
+        tokio::time::timeout(Duration::from_secs(10), seen.wait_for(|&n| n >= count))
+            .await
+            .unwrap_or_else(|_| panic!("fewer than {count} WATCHes in 10 s"))
+            .unwrap();
+    }
+
+    /// Waits until `count` WATCHes were seen, and 200 ms more for any extra
+    /// one; returns how many were seen.
+    async fn settle_at(self, count: u64) -> u64 {
+        self.reached(count).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let seen = *self.seen.borrow();
+        self.task.abort();
+        seen
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_watch_retries_when_the_set_changes_between_watch_and_exec() {
+    let lab = Setup::with(&["redis_watch"]).start().await;
+    let members = lab.members(1).await;
+    let coupon = lab.coupon(10).await;
+    let key = format!("coupon:issued:{coupon}");
+    let watches = WatchCounter::start(&key).await;
+    let hammer = Hammer::start(&key).await;
+
+    // The set keeps changing while the first attempt runs; the hammer stops
+    // once the request has come back for a second WATCH.
+    let (reply, ()) = tokio::join!(lab.issue(coupon, members[0], "REDIS_WATCH"), async {
+        watches.reached(2).await;
+        hammer.stop(&lab).await;
+    });
+
+    let answer = reply.ok();
+    assert_eq!(answer["outcome"], json!("ISSUED"), "{}", reply.body);
+    let retries = answer["retries"].as_u64().unwrap();
+    assert!((1..=10).contains(&retries), "{retries} retries");
+    let attempts = watches.settle_at(retries + 1).await;
+    assert_eq!(attempts, retries + 1, "one WATCH per attempt");
+
+    let result = lab.result(coupon).await;
+    assert_eq!(
+        result["requests"]["byMethod"]["REDIS_WATCH"]["retries"],
+        json!(retries)
+    );
+    assert_eq!(lab.issued_members(coupon).await, members);
+    assert_eq!(lab.reserved_members(coupon).await, members);
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_watch_gives_up_with_503_after_10_retries() {
+    let lab = Setup::with(&["redis_watch"]).start().await;
+    let members = lab.members(1).await;
+    let coupon = lab.coupon(10).await;
+    let key = format!("coupon:issued:{coupon}");
+    let watches = WatchCounter::start(&key).await;
+    let hammer = Hammer::start(&key).await;
+
+    let reply = lab.issue(coupon, members[0], "REDIS_WATCH").await;
+    hammer.stop(&lab).await;
+
+    let message = reply.fails_with(503);
+    assert!(message.starts_with("VERSION_CONFLICT"), "{message}");
+    assert!(message.contains("WATCH"), "{message}");
+    assert_eq!(
+        watches.settle_at(11).await,
+        11,
+        "the first attempt and 10 retries"
+    );
+
+    let result = lab.result(coupon).await;
+    assert_eq!(
+        result["requests"]["byOutcome"],
+        json!({ "VERSION_CONFLICT": 1 })
+    );
+    assert_eq!(
+        result["requests"]["byMethod"]["REDIS_WATCH"]["retries"],
+        json!(10)
+    );
+    // Nothing was reserved or issued.
+    assert!(lab.reserved_members(coupon).await.is_empty());
+    assert!(lab.issued_members(coupon).await.is_empty());
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_the_database_refuses_is_taken_back() {
+    let lab = Setup::with(&COMPONENTS).start().await;
+    let members = lab.members(1).await;
+    for method in METHODS {
+        // The database says sold out while Redis still has room: the guarded
+        // UPDATE touches no row.
+        let coupon = lab.coupon(5).await;
+        sqlx::query("UPDATE coupons SET issued_count = total_count WHERE id = ?")
+            .bind(coupon)
+            .execute(&lab.db)
+            .await
+            .unwrap();
+        let message = lab
+            .issue(coupon, members[0], method)
+            .await
+            .fails_with(409)
+            .to_string();
+        assert!(message.starts_with("SOLD_OUT_AT_DB"), "{method}: {message}");
+
+        // A member the database does not know fails the INSERT.
+        let message = lab
+            .issue(coupon, 999_999_999, method)
+            .await
+            .fails_with(404)
+            .to_string();
+        assert!(message.starts_with("UNKNOWN_MEMBER"), "{method}: {message}");
+
+        assert!(lab.reserved_members(coupon).await.is_empty(), "{method}");
+        assert!(lab.issued_members(coupon).await.is_empty(), "{method}");
+        let result = lab.result(coupon).await;
+        assert_eq!(
+            result["requests"]["byMethod"][method]["compensations"],
+            json!(2),
+            "{method}"
+        );
+        assert_eq!(
+            result["requests"]["byOutcome"],
+            json!({ "SOLD_OUT_AT_DB": 1, "UNKNOWN_MEMBER": 1 }),
+            "{method}"
+        );
+    }
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_key_keeps_the_reservation_and_the_result_compares_set_and_rows() {
+    let lab = Setup::with(&COMPONENTS).start().await;
+    let members = lab.members(2).await;
+    for method in METHODS {
+        let coupon = lab.coupon(5).await;
+        let key = format!("coupon:issued:{coupon}");
+        lab.issue(coupon, members[0], method).await.ok();
+
+        // Redis has the reservation: refused before the database.
+        let again = lab.issue(coupon, members[0], method).await;
+        assert!(again.fails_with(409).starts_with("DUPLICATE"), "{method}");
+
+        // Redis loses the set: the member is in the database only.
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut lab.redis.clone())
+            .await
+            .unwrap();
+        // A member reserved in Redis and never issued.
+        let _: () = redis::cmd("SADD")
+            .arg(&key)
+            .arg(members[1])
+            .query_async(&mut lab.redis.clone())
+            .await
+            .unwrap();
+        let result = lab.result(coupon).await;
+        assert_eq!(
+            result["redis"],
+            json!({
+                "readable": true,
+                "setSize": 1,
+                "redisOnlyMembers": { "count": 1, "sample": [members[1]] },
+                "dbOnlyMembers": { "count": 1, "sample": [members[0]] },
+            }),
+            "{method}"
+        );
+
+        // Redis reserves again; the INSERT hits the unique key. The member
+        // really has the coupon, so the reservation stays.
+        let again = lab.issue(coupon, members[0], method).await;
+        assert!(again.fails_with(409).starts_with("DUPLICATE"), "{method}");
+        assert_eq!(lab.reserved_members(coupon).await, members, "{method}");
+        assert_eq!(lab.issued_members(coupon).await, [members[0]], "{method}");
+        let result = lab.result(coupon).await;
+        assert_eq!(result["redis"]["dbOnlyMembers"]["count"], json!(0));
+        assert_eq!(
+            result["requests"]["byMethod"][method]["compensations"],
+            json!(0),
+            "{method}"
+        );
+    }
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_total_is_re_read_from_the_database_and_set_again() {
+    let lab = Setup::with(&COMPONENTS).start().await;
+    let members = lab.members(2).await;
+    for method in METHODS {
+        let coupon = lab.coupon(1).await;
+        let total_key = format!("coupon:total:{coupon}");
+        let _: () = redis::cmd("DEL")
+            .arg(&total_key)
+            .query_async(&mut lab.redis.clone())
+            .await
+            .unwrap();
+        lab.issue(coupon, members[0], method).await.ok();
+        let total: Option<String> = redis::cmd("GET")
+            .arg(&total_key)
+            .query_async(&mut lab.redis.clone())
+            .await
+            .unwrap();
+        assert_eq!(total.as_deref(), Some("1"), "{method}");
+        // The re-read total is the one that counts.
+        let sold_out = lab.issue(coupon, members[1], method).await;
+        let message = sold_out.fails_with(409);
+        assert!(message.starts_with("SOLD_OUT:"), "{method}: {message}");
+    }
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_gets_503_for_every_redis_method_and_the_server_keeps_answering() {
+    // Nothing listens on port 1.
+    let lab = Setup::with(&[
+        "pessimistic",
+        "redis_set_only",
+        "redis_multi_exec",
+        "redis_watch",
+    ])
+    .redis_url("redis://127.0.0.1:1/0")
+    .start()
+    .await;
+    let members = lab.members(2).await;
+    let coupon = lab.coupon(5).await;
+    for method in ["REDIS_SET_ONLY", "REDIS_MULTI_EXEC", "REDIS_WATCH"] {
+        let reply = lab.issue(coupon, members[0], method).await;
+        let message = reply.fails_with(503);
+        assert!(message.starts_with("UNAVAILABLE"), "{method}: {message}");
+        assert!(message.contains("Redis"), "{method}: {message}");
+    }
+
+    // Other routes still answer, and the result still has its database figures.
+    lab.issue(coupon, members[1], "PESSIMISTIC").await.ok();
+    let listed = lab.get("/lab/strategies").await;
+    listed.ok();
+    let result = lab.result(coupon).await;
+    assert_eq!(result["issueRows"], json!(1));
+    assert_eq!(result["redis"]["readable"], json!(false));
+    let error = result["redis"]["error"].as_str().unwrap();
+    assert!(error.starts_with("Redis could not be read"), "{error}");
+    assert_eq!(
+        result["requests"]["byOutcome"],
+        json!({ "ISSUED": 1, "UNAVAILABLE": 3 })
+    );
+    lab.finish().await;
+}

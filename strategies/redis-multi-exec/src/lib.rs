@@ -1,0 +1,63 @@
+//! REDIS_MULTI_EXEC (stage 3): `MULTI SCARD SADD EXEC` on a dedicated
+//! connection. The transaction runs both commands back to back, but it cannot
+//! branch: SADD happens whatever SCARD says. The component decides afterwards
+//! from EXEC's replies: SADD 0 means the member was already reserved; a count
+//! before the add at or above the total means this reservation is over stock
+//! and is taken back with SREM. Then the shared DB confirm step.
+
+use couponlab_sdk::redis::Connection;
+use couponlab_sdk::{
+    Descriptor, IssueRequest, IssueResult, Outcome, Reply, Step, Strategy, args, confirm, coupon,
+    keys, settle,
+};
+
+struct RedisMultiExec;
+
+impl Strategy for RedisMultiExec {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: "REDIS_MULTI_EXEC".into(),
+            summary: "MULTI SCARD SADD EXEC, decide from the replies (SREM when over stock), then the DB confirm step".into(),
+        }
+    }
+
+    fn issue(request: IssueRequest) -> IssueResult {
+        settle(issue(request.coupon_id, request.member_id))
+    }
+}
+
+fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
+    let total = coupon::total(coupon_id)?;
+    let issued = keys::issued(coupon_id);
+
+    // MULTI needs connection affinity; the connection goes back to the pool
+    // before the database confirm.
+    let replies = Connection::open()?.pipeline(&[
+        ("MULTI", args![]),
+        ("SCARD", args![issued]),
+        ("SADD", args![issued, member_id]),
+        ("EXEC", args![]),
+    ])?;
+    let exec = replies.last().unwrap_or(&Reply::Nil);
+    let (reserved_before, added) = match exec.as_array() {
+        Some([scard, sadd]) => (scard.expect_int("SCARD")?, sadd.expect_int("SADD")?),
+        _ => {
+            return Err(IssueResult::of(Outcome::Unavailable)
+                .detail(format!("unexpected EXEC reply {exec}")));
+        }
+    };
+
+    if added == 0 {
+        return Err(IssueResult::of(Outcome::Duplicate));
+    }
+    if reserved_before >= total as i64 {
+        return Err(confirm::release(
+            coupon_id,
+            member_id,
+            IssueResult::of(Outcome::SoldOut),
+        ));
+    }
+    Ok(confirm::confirm_or_release(coupon_id, member_id))
+}
+
+couponlab_sdk::export_issuer!(RedisMultiExec);
