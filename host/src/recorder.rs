@@ -108,6 +108,8 @@ struct MethodRecord {
     latency_us: Histogram<u64>,
     retries: u64,
     compensations: u64,
+    /// name → value → requests, from the labels components report.
+    labels: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl MethodRecord {
@@ -119,6 +121,7 @@ impl MethodRecord {
                 .expect("valid histogram bounds"),
             retries: 0,
             compensations: 0,
+            labels: BTreeMap::new(),
         }
     }
 }
@@ -128,6 +131,8 @@ pub struct Ending {
     pub outcome: Outcome,
     pub retries: u32,
     pub compensations: u32,
+    /// Facts the component reported (`receivers = 1`).
+    pub labels: Vec<(String, String)>,
 }
 
 impl Recorder {
@@ -160,6 +165,14 @@ impl Recorder {
             .saturating_record(latency.as_micros().max(1) as u64);
         method.retries += u64::from(ending.retries);
         method.compensations += u64::from(ending.compensations);
+        for (name, value) in ending.labels {
+            *method
+                .labels
+                .entry(name)
+                .or_default()
+                .entry(value)
+                .or_default() += 1;
+        }
         latency
     }
 
@@ -183,6 +196,7 @@ impl Recorder {
                     retries: stats.retries,
                     compensations: stats.compensations,
                     latency_ms: LatencySummary::of(&stats.latency_us),
+                    labels: stats.labels.clone(),
                 },
             );
         }
@@ -211,6 +225,9 @@ pub struct MethodSummary {
     pub retries: u64,
     pub compensations: u64,
     pub latency_ms: LatencySummary,
+    /// name → value → requests (REDIS_PUBSUB: `receivers`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// Request latency percentiles in milliseconds, measured in the server from
@@ -224,7 +241,7 @@ pub struct LatencySummary {
 }
 
 impl LatencySummary {
-    fn of(histogram: &Histogram<u64>) -> Self {
+    pub fn of(histogram: &Histogram<u64>) -> Self {
         let ms = |us: u64| us as f64 / 1000.0;
         Self {
             p50: ms(histogram.value_at_quantile(0.50)),

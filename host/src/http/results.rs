@@ -5,12 +5,17 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use sqlx::Row;
 
 use super::envelope::{Answer, ApiError, AppPath, positive};
+use crate::confirmations::{self, AsyncSummary};
+use crate::consumers::stream::{self, StreamSummary};
 use crate::lab::Lab;
 use crate::recorder::RequestSummary;
+use crate::runtime::Role;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/coupons/{coupon_id}/result", get(result))
@@ -36,6 +41,18 @@ struct CouponResult {
     invariants: Invariants,
     /// Requests this server answered for this coupon.
     requests: RequestSummary,
+    /// Requests answered 202 and what became of them (every process's).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    confirmations: Option<AsyncSummary>,
+    /// REDIS_PUBSUB: requests by how many subscribers received the message.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    publish_receivers: BTreeMap<String, u64>,
+    /// The confirmation stream, when a stream method served this coupon.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<StreamSummary>,
+    /// Why a Redis figure above is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis_error: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -70,6 +87,36 @@ async fn result(
     let issue_rows: i64 = row.try_get("issue_rows")?;
     let distinct_members: i64 = row.try_get("distinct_members")?;
     let (total_count, issued_count) = (i64::from(total_count), i64::from(issued_count));
+    let requests = lab.recorder.summary(coupon_id);
+    let publish_receivers = requests
+        .by_method
+        .values()
+        .filter_map(|method| method.labels.get("receivers"))
+        .flatten()
+        .fold(BTreeMap::new(), |mut all, (receivers, count)| {
+            *all.entry(receivers.clone()).or_default() += count;
+            all
+        });
+    let mut redis_error = None;
+    let confirmations = confirmations::summary(lab.redis(), coupon_id)
+        .await
+        .unwrap_or_else(|err| {
+            redis_error = Some(err.to_string());
+            None
+        });
+    let served_by_stream = requests.by_method.keys().any(|method| {
+        lab.registry
+            .get(method)
+            .is_some_and(|s| s.role == Role::StreamIssuer)
+    });
+    let stream = if served_by_stream {
+        stream::summary(lab.redis()).await.unwrap_or_else(|err| {
+            redis_error = Some(err.to_string());
+            None
+        })
+    } else {
+        None
+    };
     Ok(Answer(
         StatusCode::OK,
         CouponResult {
@@ -87,7 +134,11 @@ async fn result(
                 one_per_member: issue_rows == distinct_members,
                 count_matches_rows: issued_count == issue_rows,
             },
-            requests: lab.recorder.summary(coupon_id),
+            requests,
+            confirmations,
+            publish_receivers,
+            stream,
+            redis_error: redis_error.map(|err| format!("Redis could not be read: {err}")),
         },
     ))
 }

@@ -3,7 +3,8 @@
 //! components it asks for.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use couponlab::Lab;
@@ -51,8 +52,12 @@ pub struct TestLab {
     pub db: MySqlPool,
     pub redis: redis::aio::MultiplexedConnection,
     pub strategy_dir: PathBuf,
+    /// The server's configuration, for starting more processes like it.
+    pub config: Config,
     db_name: String,
     stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    _redis_db: Option<RedisDb>,
 }
 
 /// How a test wants its server.
@@ -60,6 +65,48 @@ pub struct Setup {
     pub components: Vec<&'static str>,
     pub redis_url: String,
     pub tune: Box<dyn FnOnce(&mut Config) + Send>,
+    redis_db: Option<RedisDb>,
+}
+
+/// Redis logical databases tests may take for themselves (0 is shared, 15
+/// belongs to the DELETE /lab/data test).
+static FREE_REDIS_DBS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+static REDIS_DB_RETURNED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// A Redis logical database held by one test; returned when dropped.
+pub struct RedisDb(u8);
+
+impl RedisDb {
+    /// Waits for a free database and empties it.
+    async fn take() -> RedisDb {
+        loop {
+            let taken = {
+                let mut free = FREE_REDIS_DBS.lock().unwrap();
+                if free.is_empty() && !TAKEN_ANY.swap(true, Ordering::SeqCst) {
+                    free.extend(1..=14);
+                }
+                free.pop()
+            };
+            if let Some(db) = taken {
+                let mut redis = connect_redis(&format!("{REDIS}/{db}"))
+                    .await
+                    .expect("Redis answers");
+                let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
+                return RedisDb(db);
+            }
+            REDIS_DB_RETURNED.notified().await;
+        }
+    }
+}
+
+/// Whether the pool of free databases was filled yet.
+static TAKEN_ANY: AtomicBool = AtomicBool::new(false);
+
+impl Drop for RedisDb {
+    fn drop(&mut self) {
+        FREE_REDIS_DBS.lock().unwrap().push(self.0);
+        REDIS_DB_RETURNED.notify_waiters();
+    }
 }
 
 impl Setup {
@@ -68,7 +115,17 @@ impl Setup {
             components: components.to_vec(),
             redis_url: format!("{REDIS}/0"),
             tune: Box::new(|_| {}),
+            redis_db: None,
         }
+    }
+
+    /// A Redis logical database of this test's own, for what Redis keeps
+    /// under fixed names (streams, consumer groups).
+    pub async fn own_redis_db(mut self) -> Self {
+        let db = RedisDb::take().await;
+        self.redis_url = format!("{REDIS}/{}", db.0);
+        self.redis_db = Some(db);
+        self
     }
 
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
@@ -99,11 +156,11 @@ impl Setup {
         config.max_instances = 600;
         (self.tune)(&mut config);
 
-        let lab = Lab::start(config).await.expect("the server starts");
+        let lab = Lab::start(config.clone()).await.expect("the server starts");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(couponlab::serve(listener, lab, async move {
+        let server = tokio::spawn(couponlab::serve(listener, lab, async move {
             let _ = stopped.await;
         }));
 
@@ -134,8 +191,11 @@ impl Setup {
             db,
             redis,
             strategy_dir,
+            config,
             db_name,
             stop: Some(stop),
+            server: Some(server),
+            _redis_db: self.redis_db,
         }
     }
 }
@@ -278,6 +338,10 @@ impl TestLab {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        // Consumers finish what they hold before the database goes away.
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), server).await;
+        }
         let _ = self
             .db
             .execute(format!("DROP DATABASE IF EXISTS `{}`", self.db_name).as_str())
@@ -285,4 +349,25 @@ impl TestLab {
         self.db.close().await;
         let _ = std::fs::remove_dir_all(&self.strategy_dir);
     }
+}
+
+/// Waits until `check` holds, for at most `limit`; returns how long it took.
+pub async fn until<F, Fut>(
+    what: &str,
+    limit: std::time::Duration,
+    mut check: F,
+) -> std::time::Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    started.elapsed()
 }

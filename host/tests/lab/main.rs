@@ -4,6 +4,7 @@
 mod common;
 
 mod api_contract;
+mod async_methods;
 mod hot_reload;
 mod issue_concurrency;
 mod sandbox;
