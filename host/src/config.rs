@@ -37,6 +37,8 @@ pub enum Role {
     Pubsub,
     /// The stream consumers (and claimer) of stage 6.
     Stream,
+    /// The write-behind loader of stages 9-10.
+    WriteBehind,
 }
 
 impl Default for Command {

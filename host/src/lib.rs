@@ -71,6 +71,7 @@ pub async fn serve(
             jobs: true,
             pubsub: in_process,
             stream: in_process,
+            write_behind: in_process,
         },
     );
     let served = axum::serve(listener, http::router(lab))
@@ -92,11 +93,19 @@ pub async fn consume(
             jobs: false,
             pubsub: true,
             stream: false,
+            write_behind: false,
         },
         config::Role::Stream => consumers::Roles {
             jobs: false,
             pubsub: false,
             stream: true,
+            write_behind: false,
+        },
+        config::Role::WriteBehind => consumers::Roles {
+            jobs: false,
+            pubsub: false,
+            stream: false,
+            write_behind: true,
         },
     };
     tracing::info!(?role, "couponlab is consuming");

@@ -1,5 +1,6 @@
 //! The roles that confirm requests answered 202: the job workers (stage 4),
-//! the pub/sub subscriber (stage 5) and the stream consumers (stage 6).
+//! the pub/sub subscriber (stage 5), the stream consumers (stage 6) and the
+//! write-behind loader (stages 9-10).
 //!
 //! The host owns the mechanics — reading, claiming, acking, counting
 //! deliveries, dead-lettering, recording — and hands each job, message or
@@ -10,6 +11,7 @@
 pub mod jobs;
 pub mod pubsub;
 pub mod stream;
+pub mod write_behind;
 
 use std::time::Duration;
 
@@ -27,6 +29,7 @@ pub struct Roles {
     pub jobs: bool,
     pub pubsub: bool,
     pub stream: bool,
+    pub write_behind: bool,
 }
 
 /// The running roles of this process.
@@ -47,6 +50,9 @@ pub fn start(lab: &Lab, roles: Roles) -> Consumers {
     }
     if roles.stream {
         tasks.extend(stream::spawn(lab, cancel.clone()));
+    }
+    if roles.write_behind {
+        tasks.push(write_behind::spawn(lab, cancel.clone()));
     }
     Consumers { cancel, tasks }
 }

@@ -41,38 +41,54 @@ pub const DEAD_LETTERS: &str = "coupon:issue:stream:dead";
 /// Entries one XREADGROUP or XAUTOCLAIM takes at a time.
 const BATCH: usize = 16;
 /// How long XREADGROUP blocks waiting for new entries.
-const BLOCK_MS: usize = 1_000;
+pub(super) const BLOCK_MS: usize = 1_000;
+
+/// A stream and the consumer group that reads it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Group {
+    pub stream: &'static str,
+    pub name: &'static str,
+}
+
+const ISSUERS: Group = Group {
+    stream: STREAM,
+    name: GROUP,
+};
 
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
     let pid = std::process::id();
-    let mut tasks: Vec<JoinHandle<()>> = (0..lab.config.consumers.stream_consumers.max(1))
-        .map(|n| {
+    let mut names: Vec<String> = (0..lab.config.consumers.stream_consumers.max(1))
+        .map(|n| format!("consumer-{pid}-{n}"))
+        .collect();
+    names.push(format!("consumer-{pid}-claimer"));
+    names
+        .into_iter()
+        .map(|name| {
             let (lab, cancel) = (lab.clone(), cancel.clone());
             tokio::spawn(async move {
-                keep_running(&lab, &cancel, &format!("consumer-{pid}-{n}"), read_new).await
+                if name.ends_with("claimer") {
+                    keep_running(&lab, &cancel, ISSUERS, &name, claim_idle).await
+                } else {
+                    keep_running(&lab, &cancel, ISSUERS, &name, read_new).await
+                }
             })
         })
-        .collect();
-    let (lab, cancel) = (lab.clone(), cancel.clone());
-    tasks.push(tokio::spawn(async move {
-        keep_running(
-            &lab,
-            &cancel,
-            &format!("consumer-{pid}-claimer"),
-            claim_idle,
-        )
-        .await
-    }));
-    tasks
+        .collect()
 }
 
-/// Runs `role` until cancelled, reconnecting after a failure.
-async fn keep_running<F>(lab: &Lab, cancel: &CancellationToken, name: &str, role: F)
-where
+/// Runs `role` as consumer `name` of `group` until cancelled, reconnecting
+/// after a failure.
+pub(super) async fn keep_running<F>(
+    lab: &Lab,
+    cancel: &CancellationToken,
+    group: Group,
+    name: &str,
+    role: F,
+) where
     F: AsyncFn(&Lab, &CancellationToken, &str, &mut MultiplexedConnection) -> RedisResult<()>,
 {
     loop {
-        let outcome = match connect(lab, cancel).await {
+        let outcome = match connect(lab, cancel, group).await {
             Ok(Some(mut conn)) => role(lab, cancel, name, &mut conn).await,
             Ok(None) => Ok(()),
             Err(err) => Err(err),
@@ -80,7 +96,7 @@ where
         match outcome {
             Ok(()) => return,
             Err(err) => {
-                tracing::warn!(consumer = name, error = %err, "stream consumer failed; reconnecting")
+                tracing::warn!(consumer = name, stream = group.stream, error = %err, "consumer failed; reconnecting")
             }
         }
         if !pause_unless_cancelled(cancel, Duration::from_secs(1)).await {
@@ -90,10 +106,12 @@ where
 }
 
 /// A connection of its own: XREADGROUP BLOCK would stall a shared one.
-/// Returns once the consumer group exists, which needs the stream to.
+/// Returns once the consumer group exists, which needs the stream to;
+/// `None` when cancelled first.
 async fn connect(
     lab: &Lab,
     cancel: &CancellationToken,
+    group: Group,
 ) -> RedisResult<Option<MultiplexedConnection>> {
     let client = redis::Client::open(lab.config.redis_url.as_str())?;
     let config = AsyncConnectionConfig::new()
@@ -103,9 +121,9 @@ async fn connect(
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
     loop {
-        let exists: bool = conn.exists(STREAM).await?;
+        let exists: bool = conn.exists(group.stream).await?;
         if exists {
-            let created: RedisResult<()> = conn.xgroup_create(STREAM, GROUP, "0").await;
+            let created: RedisResult<()> = conn.xgroup_create(group.stream, group.name, "0").await;
             return match created {
                 Err(err) if err.code() != Some("BUSYGROUP") => Err(err),
                 _ => Ok(Some(conn)),
@@ -251,7 +269,7 @@ async fn dead_letter(
     Ok(())
 }
 
-fn to_wit(entry: StreamId, deliveries: u32) -> StreamEntry {
+pub(super) fn to_wit(entry: StreamId, deliveries: u32) -> StreamEntry {
     let fields = entry
         .map
         .into_iter()

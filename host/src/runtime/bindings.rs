@@ -20,5 +20,5 @@ wasmtime::component::bindgen!({
 
 pub use self::couponlab::strategy::{clock, jobs, log, permits, redis, sql, types};
 pub use self::exports::couponlab::strategy::{
-    job_runner, message_handler, strategy, stream_consumer,
+    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
 };

@@ -36,7 +36,9 @@ use wasmtime::{
 };
 
 use self::bindings::LabHost;
-use self::bindings::types::{Confirmation, Handled, IssueRequest, IssueResult, StreamEntry};
+use self::bindings::types::{
+    Confirmation, Handled, IssueRequest, IssueResult, ReconcileReport, SeedAnswer, StreamEntry,
+};
 use self::jobs::JobQueue;
 use self::permits::Permits;
 use self::redis::RedisPools;
@@ -199,7 +201,7 @@ impl Runtime {
             .await
             .map_err(|err| self.call_error(err, &store))
             .context("describe() failed")?;
-        let role = exports.role(component, &self.engine);
+        let role = exports.role();
         Ok(Prepared {
             pre,
             exports,
@@ -296,6 +298,110 @@ impl Runtime {
             indices
                 .load(&mut *store, instance)?
                 .call_dead_letter(store, entry)
+                .await
+        })
+        .await
+    }
+
+    /// Writes a batch of write-behind entries in one transaction (stage 9).
+    pub async fn load_batch(
+        &self,
+        strategy: &Arc<Strategy>,
+        entries: &[StreamEntry],
+    ) -> Result<Result<(), String>, CallError> {
+        let indices = strategy
+            .exports
+            .write_behind
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("write-behind"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_load_batch(store, entries)
+                .await
+        })
+        .await
+    }
+
+    /// Writes one write-behind entry alone (stage 9).
+    pub async fn load_entry(
+        &self,
+        strategy: &Arc<Strategy>,
+        entry: &StreamEntry,
+    ) -> Result<Result<(), String>, CallError> {
+        let indices = strategy
+            .exports
+            .write_behind
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("write-behind"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_load_entry(store, entry)
+                .await
+        })
+        .await
+    }
+
+    /// Reconciles one coupon's DB rows with its Redis set (stage 9).
+    pub async fn reconcile(
+        &self,
+        strategy: &Arc<Strategy>,
+        coupon_id: u64,
+    ) -> Result<Result<ReconcileReport, String>, CallError> {
+        let indices = strategy
+            .exports
+            .write_behind
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("write-behind"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_reconcile(store, coupon_id)
+                .await
+        })
+        .await
+    }
+
+    /// Cancels a limited-drop reservation (seed 000).
+    pub async fn cancel(
+        &self,
+        strategy: &Arc<Strategy>,
+        coupon_id: u64,
+        member_id: u64,
+        idempotency_key: &str,
+    ) -> Result<Result<bool, String>, CallError> {
+        let indices = strategy
+            .exports
+            .drop_gate
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("drop-gate"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_cancel(store, coupon_id, member_id, idempotency_key)
+                .await
+        })
+        .await
+    }
+
+    /// Seeds a limited drop's stock if it is not seeded yet (seed 000).
+    pub async fn seed(
+        &self,
+        strategy: &Arc<Strategy>,
+        coupon_id: u64,
+        quantity: u32,
+        ttl_seconds: u32,
+    ) -> Result<Result<SeedAnswer, String>, CallError> {
+        let indices = strategy
+            .exports
+            .drop_gate
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("drop-gate"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_seed(store, coupon_id, quantity, ttl_seconds)
                 .await
         })
         .await

@@ -14,11 +14,13 @@ use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use wasmtime::component::{Component, Instance, InstancePre};
-use wasmtime::{Engine, Store};
+use wasmtime::Store;
+use wasmtime::component::{Instance, InstancePre};
 
 use super::bindings::types::Descriptor;
-use super::bindings::{job_runner, message_handler, strategy, stream_consumer};
+use super::bindings::{
+    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
+};
 use super::store::HostState;
 use super::{CallError, Runtime};
 
@@ -57,7 +59,10 @@ pub enum Role {
     PubsubIssuer,
     /// Confirms as the stream consumer (REDIS_STREAM, REDIS_STREAM_ATOMIC).
     StreamIssuer,
-    /// Holds permits across requests (the limited-drop gate).
+    /// Is loaded into the DB by the write-behind loader, and reconciles
+    /// (REDIS_WRITE_BEHIND, REDIS_WRITE_BEHIND_NO_TX).
+    WriteBehindIssuer,
+    /// Holds permits across requests, cancels and seeds (the limited drop).
     GateIssuer,
 }
 
@@ -69,6 +74,7 @@ impl Role {
             Role::AsyncIssuer => "async-issuer",
             Role::PubsubIssuer => "pubsub-issuer",
             Role::StreamIssuer => "stream-issuer",
+            Role::WriteBehindIssuer => "write-behind-issuer",
             Role::GateIssuer => "gate-issuer",
         }
     }
@@ -80,6 +86,8 @@ pub(super) struct Exports {
     pub job_runner: Option<job_runner::GuestIndices>,
     pub message_handler: Option<message_handler::GuestIndices>,
     pub stream_consumer: Option<stream_consumer::GuestIndices>,
+    pub write_behind: Option<write_behind::GuestIndices>,
+    pub drop_gate: Option<drop_gate::GuestIndices>,
 }
 
 impl Exports {
@@ -92,6 +100,8 @@ impl Exports {
             job_runner: job_runner::GuestIndices::new(pre).ok(),
             message_handler: message_handler::GuestIndices::new(pre).ok(),
             stream_consumer: stream_consumer::GuestIndices::new(pre).ok(),
+            write_behind: write_behind::GuestIndices::new(pre).ok(),
+            drop_gate: drop_gate::GuestIndices::new(pre).ok(),
         })
     }
 
@@ -120,21 +130,30 @@ impl Exports {
                 .load(&mut *store, instance)
                 .map_err(wrong("stream-consumer"))?;
         }
+        if let Some(indices) = &self.write_behind {
+            indices
+                .load(&mut *store, instance)
+                .map_err(wrong("write-behind"))?;
+        }
+        if let Some(indices) = &self.drop_gate {
+            indices
+                .load(&mut *store, instance)
+                .map_err(wrong("drop-gate"))?;
+        }
         Ok(())
     }
 
-    pub fn role(&self, component: &Component, engine: &Engine) -> Role {
+    /// The role the exports give.
+    pub fn role(&self) -> Role {
         if self.job_runner.is_some() {
             Role::AsyncIssuer
         } else if self.message_handler.is_some() {
             Role::PubsubIssuer
         } else if self.stream_consumer.is_some() {
             Role::StreamIssuer
-        } else if component
-            .component_type()
-            .imports(engine)
-            .any(|(name, _)| name.starts_with("couponlab:strategy/permits"))
-        {
+        } else if self.write_behind.is_some() {
+            Role::WriteBehindIssuer
+        } else if self.drop_gate.is_some() {
             Role::GateIssuer
         } else {
             Role::Issuer
