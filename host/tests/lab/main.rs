@@ -7,5 +7,6 @@ mod api_contract;
 mod async_methods;
 mod hot_reload;
 mod issue_concurrency;
+mod result_endpoint;
 mod sandbox;
 mod wit_roundtrip;
