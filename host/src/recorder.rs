@@ -107,7 +107,12 @@ struct CouponRecord {
 
 impl Default for CouponRecord {
     fn default() -> Self {
-        Self { arrivals: 0, methods: BTreeMap::new(), latency_us: latency_histogram(), fairness: Fairness::default() }
+        Self {
+            arrivals: 0,
+            methods: BTreeMap::new(),
+            latency_us: latency_histogram(),
+            fairness: Fairness::default(),
+        }
     }
 }
 
@@ -189,7 +194,10 @@ impl Recorder {
         match ending.outcome {
             Outcome::Issued | Outcome::Accepted => record.fairness.served.push(arrival.sequence),
             Outcome::SoldOut | Outcome::SoldOutAtDb => {
-                let first = record.fairness.first_sold_out.get_or_insert(arrival.sequence);
+                let first = record
+                    .fairness
+                    .first_sold_out
+                    .get_or_insert(arrival.sequence);
                 *first = (*first).min(arrival.sequence);
             }
             _ => {}
@@ -218,7 +226,8 @@ impl Recorder {
         };
         let record = record.lock();
         let mut summary = RequestSummary {
-            latency_ms: (!record.latency_us.is_empty()).then(|| LatencySummary::of(&record.latency_us)),
+            latency_ms: (!record.latency_us.is_empty())
+                .then(|| LatencySummary::of(&record.latency_us)),
             fairness: record.fairness.summary(),
             ..RequestSummary::default()
         };
@@ -275,9 +284,9 @@ impl Fairness {
     fn summary(&self) -> FairnessSummary {
         FairnessSummary {
             first_sold_out_arrival: self.first_sold_out,
-            served_after_earlier_sold_out: self
-                .first_sold_out
-                .map_or(0, |first| self.served.iter().filter(|&&served| served > first).count() as u64),
+            served_after_earlier_sold_out: self.first_sold_out.map_or(0, |first| {
+                self.served.iter().filter(|&&served| served > first).count() as u64
+            }),
         }
     }
 }
@@ -322,7 +331,12 @@ mod tests {
     use super::*;
 
     fn ending(outcome: Outcome) -> Ending {
-        Ending { outcome, retries: 0, compensations: 0, labels: Vec::new() }
+        Ending {
+            outcome,
+            retries: 0,
+            compensations: 0,
+            labels: Vec::new(),
+        }
     }
 
     /// Requests arrive in order 1..=n; `script[i]` is how arrival i+1 ends,
@@ -333,7 +347,12 @@ mod tests {
         let arrivals: Vec<Arrival> = script.iter().map(|_| recorder.arrive(7)).collect();
         // Answers come back in reverse order: arrival order is what counts.
         for (arrival, (outcome, ms)) in arrivals.into_iter().zip(script).rev() {
-            Recorder::record(arrival, &method, ending(*outcome), Duration::from_millis(*ms));
+            Recorder::record(
+                arrival,
+                &method,
+                ending(*outcome),
+                Duration::from_millis(*ms),
+            );
         }
         recorder.summary(7)
     }
@@ -341,7 +360,14 @@ mod tests {
     #[test]
     fn a_member_served_after_an_earlier_sold_out_refusal_is_an_inversion() {
         use Outcome::*;
-        let summary = play(&[(Issued, 1), (SoldOut, 1), (Issued, 1), (Duplicate, 1), (Accepted, 1), (SoldOutAtDb, 1)]);
+        let summary = play(&[
+            (Issued, 1),
+            (SoldOut, 1),
+            (Issued, 1),
+            (Duplicate, 1),
+            (Accepted, 1),
+            (SoldOutAtDb, 1),
+        ]);
         assert_eq!(summary.fairness.first_sold_out_arrival, Some(2));
         // Arrivals 3 and 5 were served after arrival 2 was refused.
         assert_eq!(summary.fairness.served_after_earlier_sold_out, 2);
@@ -362,8 +388,16 @@ mod tests {
         let script: Vec<(Outcome, u64)> = (1..=100).map(|ms| (Outcome::SoldOut, ms)).collect();
         let summary = play(&script);
         let latency = summary.latency_ms.expect("requests were recorded");
-        for (got, want) in [(latency.p50, 50.0), (latency.p95, 95.0), (latency.p99, 99.0), (latency.max, 100.0)] {
-            assert!((got - want).abs() <= want * 0.001 + 0.001, "got {got}, want {want}");
+        for (got, want) in [
+            (latency.p50, 50.0),
+            (latency.p95, 95.0),
+            (latency.p99, 99.0),
+            (latency.max, 100.0),
+        ] {
+            assert!(
+                (got - want).abs() <= want * 0.001 + 0.001,
+                "got {got}, want {want}"
+            );
         }
         assert_eq!(summary.by_method["TEST"].total, 100);
         assert_eq!(summary.by_outcome["SOLD_OUT"], 100);
@@ -379,8 +413,17 @@ mod tests {
         let started = Instant::now();
         for n in 0..1_000_000u64 {
             let arrival = recorder.arrive(1);
-            let outcome = if n < 1_000 { Outcome::Issued } else { Outcome::SoldOut };
-            Recorder::record(arrival, &method, ending(outcome), Duration::from_micros(200 + n % 5_000));
+            let outcome = if n < 1_000 {
+                Outcome::Issued
+            } else {
+                Outcome::SoldOut
+            };
+            Recorder::record(
+                arrival,
+                &method,
+                ending(outcome),
+                Duration::from_micros(200 + n % 5_000),
+            );
         }
         let recorded = started.elapsed();
         let started = Instant::now();

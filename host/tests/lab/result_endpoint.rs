@@ -10,7 +10,13 @@ async fn the_result_reports_a_scripted_scenario_exactly() {
     let lab = Setup::with(&["test_script"]).start().await;
     let coupon = lab.coupon(10).await;
     // Arrival order, outcome, milliseconds the component takes.
-    let script = [("ISSUED", 10), ("SOLD_OUT", 20), ("ISSUED", 30), ("DUPLICATE", 40), ("ISSUED", 50)];
+    let script = [
+        ("ISSUED", 10),
+        ("SOLD_OUT", 20),
+        ("ISSUED", 30),
+        ("DUPLICATE", 40),
+        ("ISSUED", 50),
+    ];
     for (outcome, ms) in script {
         let reply = lab
             .post(
@@ -18,18 +24,32 @@ async fn the_result_reports_a_scripted_scenario_exactly() {
                 json!({ "memberId": 1, "method": "TEST_SCRIPT", "idempotencyKey": outcome, "quantity": ms }),
             )
             .await;
-        assert_eq!(reply.status.is_success(), outcome == "ISSUED", "{outcome}: {}", reply.body);
+        assert_eq!(
+            reply.status.is_success(),
+            outcome == "ISSUED",
+            "{outcome}: {}",
+            reply.body
+        );
     }
 
     let requests = &lab.result(coupon).await["requests"];
     assert_eq!(requests["total"], json!(5));
-    assert_eq!(requests["byOutcome"], json!({ "ISSUED": 3, "SOLD_OUT": 1, "DUPLICATE": 1 }));
+    assert_eq!(
+        requests["byOutcome"],
+        json!({ "ISSUED": 3, "SOLD_OUT": 1, "DUPLICATE": 1 })
+    );
     // Arrival 2 was refused as sold out; arrivals 3 and 5 were issued after it.
-    assert_eq!(requests["fairness"], json!({ "firstSoldOutArrival": 2, "servedAfterEarlierSoldOut": 2 }));
+    assert_eq!(
+        requests["fairness"],
+        json!({ "firstSoldOutArrival": 2, "servedAfterEarlierSoldOut": 2 })
+    );
     // Five requests of 10..50 ms: the median is the 30 ms one, the max the 50 ms
     // one; the server adds its own overhead (a few ms at most).
     let latency = &requests["latencyMs"];
-    let (p50, max) = (latency["p50"].as_f64().unwrap(), latency["max"].as_f64().unwrap());
+    let (p50, max) = (
+        latency["p50"].as_f64().unwrap(),
+        latency["max"].as_f64().unwrap(),
+    );
     assert!((30.0..40.0).contains(&p50), "{latency}");
     assert!((50.0..60.0).contains(&max), "{latency}");
     assert_eq!(requests["byMethod"]["TEST_SCRIPT"]["latencyMs"], *latency);

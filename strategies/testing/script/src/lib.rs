@@ -3,13 +3,16 @@
 //! `quantity` milliseconds — so a test knows every figure the result
 //! endpoint should report.
 
-use couponlab_sdk::{clock, Descriptor, IssueRequest, IssueResult, Outcome, Strategy};
+use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Outcome, Strategy, clock};
 
 struct Script;
 
 impl Strategy for Script {
     fn describe() -> Descriptor {
-        Descriptor { method: "TEST_SCRIPT".into(), summary: "answers as scripted (test fixture)".into() }
+        Descriptor {
+            method: "TEST_SCRIPT".into(),
+            summary: "answers as scripted (test fixture)".into(),
+        }
     }
 
     fn issue(request: IssueRequest) -> IssueResult {
@@ -19,7 +22,10 @@ impl Strategy for Script {
             Some("ACCEPTED") => Outcome::Accepted,
             Some("SOLD_OUT") => Outcome::SoldOut,
             Some("DUPLICATE") => Outcome::Duplicate,
-            other => return IssueResult::of(Outcome::Unavailable).detail(format!("no script for {other:?}")),
+            other => {
+                return IssueResult::of(Outcome::Unavailable)
+                    .detail(format!("no script for {other:?}"));
+            }
         };
         IssueResult::of(outcome)
     }
