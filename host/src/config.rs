@@ -19,8 +19,26 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the /lab API (the default).
+    /// Serve the /lab API (the default), with the consumer roles in-process.
     Serve(Config),
+    /// Run one consumer role alone, like the seed's consumer profiles.
+    Consume {
+        #[arg(value_enum)]
+        role: Role,
+        #[command(flatten)]
+        config: Config,
+    },
+}
+
+/// A role `couponlab consume` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// The pub/sub subscriber of stage 5.
+    Pubsub,
+    /// The stream consumers (and claimer) of stage 6.
+    Stream,
+    /// The write-behind loader of stages 9-10.
+    WriteBehind,
 }
 
 impl Default for Command {
@@ -85,6 +103,62 @@ pub struct Config {
     /// Dedicated Redis connections (for WATCH and MULTI/EXEC) open at once.
     #[arg(long, env = "COUPONLAB_REDIS_CONNECTIONS", default_value_t = 64)]
     pub redis_connections: usize,
+
+    /// Workers running queued jobs (stage 4; the seed's executor has 4).
+    #[arg(long, env = "COUPONLAB_JOB_WORKERS", default_value_t = 4)]
+    pub job_workers: usize,
+
+    /// Jobs the in-process queue holds before `submit` answers queue-full.
+    #[arg(long, env = "COUPONLAB_JOB_QUEUE", default_value_t = 50_000)]
+    pub job_queue: usize,
+
+    /// Permits of each gate (the limited drop's semaphore buffer).
+    #[arg(long, env = "COUPONLAB_PERMITS", default_value_t = 32)]
+    pub permits: usize,
+
+    /// How long a gate waits for a permit when the component does not say.
+    #[arg(long, env = "COUPONLAB_PERMIT_TIMEOUT_MS", default_value_t = 100)]
+    pub permit_timeout_ms: u64,
+
+    /// How long a permit may stay unreleased before the host drops it.
+    #[arg(long, env = "COUPONLAB_PERMIT_LEASE_MS", default_value_t = 30_000)]
+    pub permit_lease_ms: u64,
+
+    #[command(flatten)]
+    pub consumers: ConsumerConfig,
+}
+
+/// The confirmation roles: the pub/sub subscriber and the stream consumers.
+#[derive(Debug, Clone, Args)]
+pub struct ConsumerConfig {
+    /// Run the subscriber and the stream consumers inside `serve`; turn off
+    /// to run them with `couponlab consume` elsewhere.
+    #[arg(long = "consumers", env = "COUPONLAB_CONSUMERS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub in_process: bool,
+
+    /// Stream consumers in this process's group member set (the seed runs 4).
+    #[arg(long, env = "COUPONLAB_STREAM_CONSUMERS", default_value_t = 4)]
+    pub stream_consumers: usize,
+
+    /// A pending stream entry idle this long is claimed and delivered again.
+    #[arg(long, env = "COUPONLAB_STREAM_CLAIM_IDLE_MS", default_value_t = 5_000)]
+    pub claim_idle_ms: u64,
+
+    /// How often pending entries are looked at for claiming.
+    #[arg(
+        long,
+        env = "COUPONLAB_STREAM_CLAIM_INTERVAL_MS",
+        default_value_t = 1_000
+    )]
+    pub claim_interval_ms: u64,
+
+    /// Deliveries after which an entry goes to the dead-letter stream.
+    #[arg(long, env = "COUPONLAB_STREAM_MAX_DELIVERIES", default_value_t = 3)]
+    pub max_deliveries: u32,
+
+    /// Messages the subscriber confirms at once.
+    #[arg(long, env = "COUPONLAB_SUBSCRIBER_WORKERS", default_value_t = 4)]
+    pub subscriber_workers: usize,
 }
 
 impl Config {

@@ -2,6 +2,7 @@
 
 use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::MySqlPool;
@@ -9,6 +10,8 @@ use sqlx::MySqlPool;
 use crate::config::Config;
 use crate::db;
 use crate::recorder::Recorder;
+use crate::runtime::jobs::JobQueue;
+use crate::runtime::permits::{PermitSettings, Permits};
 use crate::runtime::redis::RedisPools;
 use crate::runtime::watcher::{self, DirectoryWatcher};
 use crate::runtime::{Capabilities, Limits, Registry, Runtime};
@@ -55,7 +58,19 @@ impl Lab {
                 .context("COUPONLAB_STRATEGY_MEMORY_MIB is too large")?,
             max_instances: config.max_instances,
         };
-        let runtime = Runtime::new(Arc::new(Capabilities { db, redis }), limits)?;
+        let jobs = JobQueue::new(config.job_queue);
+        let permits = Permits::new(PermitSettings {
+            per_gate: config.permits.max(1),
+            acquire_timeout: Duration::from_millis(config.permit_timeout_ms),
+            lease: Duration::from_millis(config.permit_lease_ms),
+        });
+        let caps = Capabilities {
+            db,
+            redis,
+            jobs,
+            permits,
+        };
+        let runtime = Runtime::new(Arc::new(caps), limits)?;
         let dir = config.strategy_dir.clone();
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the strategy directory {}", dir.display()))?;

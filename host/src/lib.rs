@@ -14,9 +14,15 @@
 //!   envelope every route answers with.
 //! - [`recorder`]: what each issue request asked and got, per coupon, for the
 //!   result endpoint.
+//! - [`consumers`]: the roles that confirm requests answered 202 — job
+//!   workers, the pub/sub subscriber, the stream consumers.
+//! - [`confirmations`]: what became of each 202, recorded in Redis so every
+//!   process sees it.
 //! - [`telemetry`]: tracing set-up.
 
 pub mod config;
+pub mod confirmations;
+pub mod consumers;
 pub mod db;
 pub mod http;
 pub mod lab;
@@ -42,19 +48,71 @@ pub async fn run(cli: config::Cli) -> anyhow::Result<()> {
             tracing::info!(address = %listener.local_addr()?, "couponlab is serving /lab");
             serve(listener, lab, shutdown_signal()).await
         }
+        config::Command::Consume { role, config } => {
+            let lab = Lab::start(config).await?;
+            consume(lab, role, shutdown_signal()).await
+        }
     }
 }
 
-/// Serves the `/lab` API on `listener` until `shutdown` completes.
+/// Serves the `/lab` API on `listener` until `shutdown` completes, with the
+/// job workers and, unless configured off, the subscriber and the stream
+/// consumers. On shutdown the HTTP server stops first, then the consumers
+/// finish what they hold.
 pub async fn serve(
     listener: TcpListener,
     lab: Lab,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, http::router(lab))
+    let in_process = lab.config.consumers.in_process;
+    let consumers = consumers::start(
+        &lab,
+        consumers::Roles {
+            jobs: true,
+            pubsub: in_process,
+            stream: in_process,
+            write_behind: in_process,
+        },
+    );
+    let served = axum::serve(listener, http::router(lab))
         .with_graceful_shutdown(shutdown)
         .await
-        .context("the HTTP server failed")
+        .context("the HTTP server failed");
+    consumers.stop().await;
+    served
+}
+
+/// Runs one consumer role alone until `shutdown` completes.
+pub async fn consume(
+    lab: Lab,
+    role: config::Role,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let roles = match role {
+        config::Role::Pubsub => consumers::Roles {
+            jobs: false,
+            pubsub: true,
+            stream: false,
+            write_behind: false,
+        },
+        config::Role::Stream => consumers::Roles {
+            jobs: false,
+            pubsub: false,
+            stream: true,
+            write_behind: false,
+        },
+        config::Role::WriteBehind => consumers::Roles {
+            jobs: false,
+            pubsub: false,
+            stream: false,
+            write_behind: true,
+        },
+    };
+    tracing::info!(?role, "couponlab is consuming");
+    let consumers = consumers::start(&lab, roles);
+    shutdown.await;
+    consumers.stop().await;
+    Ok(())
 }
 
 /// Completes on ctrl-c or SIGTERM.

@@ -7,7 +7,10 @@
 //! - `cargo xtask test [-- <cargo test args>]`: the same preparation, then
 //!   the whole test suite.
 //! - `cargo xtask services`: only make sure Redis and MySQL/MariaDB answer.
+//! - `cargo xtask loadtest <compare | spike | capacity> [options]`: k6 runs
+//!   and a report (see `loadtest/mod.rs`).
 
+mod loadtest;
 mod services;
 mod strategies;
 
@@ -38,10 +41,20 @@ fn main() -> anyhow::Result<()> {
             strategies::build_and_install(&strategy_dir())?;
             let mut test = vec!["test", "--release", "--workspace"];
             test.extend(rest.iter().map(String::as_str));
-            cargo(&test)
+            cargo(&test)?;
+            // The whole suite ends with the load test runner on a short run;
+            // a filtered run is someone iterating on a few tests.
+            if rest.is_empty() {
+                loadtest::smoke()
+            } else {
+                Ok(())
+            }
         }
+        "loadtest" => loadtest::main(&rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <strategies | run | test | services> [-- args]");
+            println!(
+                "usage: cargo xtask <strategies | run | test | services | loadtest> [-- args]"
+            );
             Ok(())
         }
         other => bail!("unknown task {other:?}; try `cargo xtask help`"),

@@ -12,6 +12,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::runtime::CallError;
+
 #[derive(Debug, Serialize)]
 pub struct Envelope<T> {
     pub success: bool,
@@ -100,6 +102,22 @@ impl From<redis::RedisError> for ApiError {
     fn from(err: redis::RedisError) -> Self {
         tracing::warn!(error = %err, "Redis call failed");
         Self::unavailable(format!("Redis is unavailable: {err}"))
+    }
+}
+
+/// A component call that produced no answer: its trap is the server's fault
+/// (500), its deadline a timeout (504), no free instance a 503.
+impl From<CallError> for ApiError {
+    fn from(err: CallError) -> Self {
+        tracing::error!(error = %err, "strategy call failed");
+        let status = match err {
+            CallError::Trapped(_) | CallError::Unsupported { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            CallError::DeadlineExceeded(_) => StatusCode::GATEWAY_TIMEOUT,
+            CallError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        Self::new(status, err.to_string())
     }
 }
 

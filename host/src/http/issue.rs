@@ -11,6 +11,7 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive};
+use crate::confirmations;
 use crate::lab::Lab;
 use crate::recorder::{Ending, Outcome};
 use crate::runtime::CallError;
@@ -101,13 +102,14 @@ async fn issue(
                 outcome: result.outcome.into(),
                 retries: result.retries,
                 compensations: result.compensations,
+                labels: result.labels,
             },
             result.detail,
         ),
         Err(err) => {
             tracing::error!(method = %strategy.method, error = %err, "strategy call failed");
             let outcome = match err {
-                CallError::Trapped(_) => Outcome::Failed,
+                CallError::Trapped(_) | CallError::Unsupported { .. } => Outcome::Failed,
                 CallError::DeadlineExceeded(_) => Outcome::TimedOut,
                 CallError::Busy(_) => Outcome::Busy,
             };
@@ -116,6 +118,7 @@ async fn issue(
                     outcome,
                     retries: 0,
                     compensations: 0,
+                    labels: Vec::new(),
                 },
                 Some(err.to_string()),
             )
@@ -124,6 +127,19 @@ async fn issue(
     let outcome = ending.outcome;
     let retries = ending.retries;
     lab.recorder.finish(arrival, &strategy.method, ending);
+    if outcome == Outcome::Accepted {
+        // Recorded off the response path: the 202 does not wait for it. The
+        // record lives in Redis so a consumer in another process can pair its
+        // confirmation with it.
+        let lab = lab.clone();
+        tokio::spawn(async move {
+            if let Err(err) =
+                confirmations::record_accepted(lab.redis(), coupon_id, member_id).await
+            {
+                tracing::warn!(coupon = coupon_id, member = member_id, error = %err, "could not record an acceptance");
+            }
+        });
+    }
 
     match status_of(outcome) {
         Ok(status) => Ok(Answer(

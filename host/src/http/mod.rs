@@ -3,15 +3,20 @@
 
 mod coupons;
 mod data;
+mod drop;
 mod envelope;
 mod issue;
 mod members;
 mod results;
 mod strategies;
+mod write_behind;
+
+use std::sync::Arc;
 
 use axum::Router;
 
 use crate::lab::Lab;
+use crate::runtime::{Role, Strategy};
 
 pub use envelope::{ApiError, Envelope};
 
@@ -23,7 +28,35 @@ pub fn router(lab: Lab) -> Router {
         .merge(results::router())
         .merge(data::router())
         .merge(strategies::router())
+        .merge(write_behind::router())
+        .merge(drop::router())
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(lab)
+}
+
+/// 404 unless the coupon exists.
+async fn coupon_exists(lab: &Lab, coupon_id: u64) -> Result<(), ApiError> {
+    let found: Option<i64> = sqlx::query_scalar("SELECT id FROM coupons WHERE id = ?")
+        .bind(coupon_id)
+        .fetch_optional(lab.db())
+        .await?;
+    found
+        .map(drop)
+        .ok_or_else(|| ApiError::not_found(format!("coupon {coupon_id} does not exist")))
+}
+
+/// The loaded component of `role` (the first by method name), or 503.
+fn serving(lab: &Lab, role: Role) -> Result<Arc<Strategy>, ApiError> {
+    lab.registry
+        .strategies()
+        .values()
+        .find(|s| s.role == role)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::unavailable(format!(
+                "no component of the {} world is loaded; run `cargo xtask strategies`",
+                role.world()
+            ))
+        })
 }

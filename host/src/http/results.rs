@@ -2,11 +2,11 @@
 //! whether the two invariants held.
 //!
 //! The Redis section compares the reservation set `coupon:issued:{id}` with
-//! the issue rows. The rows are read first, then the set: a reservation whose
+//! the issue rows; it is left out for a coupon no method reserved in Redis. The rows are read first, then the set: a reservation whose
 //! confirm is still running shows up as Redis-only, but a committed issue
 //! never shows up as DB-only for having committed between the two reads.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::Router;
 use axum::extract::State;
@@ -16,8 +16,11 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::envelope::{Answer, ApiError, AppPath, positive};
+use crate::confirmations::{self, AsyncSummary};
+use crate::consumers::stream::{self, StreamSummary};
 use crate::lab::Lab;
 use crate::recorder::RequestSummary;
+use crate::runtime::Role;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/coupons/{coupon_id}/result", get(result))
@@ -44,7 +47,17 @@ struct CouponResult {
     /// Requests this server answered for this coupon.
     requests: RequestSummary,
     /// The Redis reservation set against the issue rows.
-    redis: RedisFigures,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis: Option<RedisFigures>,
+    /// Requests answered 202 and what became of them (every process's).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    confirmations: Option<AsyncSummary>,
+    /// REDIS_PUBSUB: requests by how many subscribers received the message.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    publish_receivers: BTreeMap<String, u64>,
+    /// The confirmation stream, when a stream method served this coupon.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<StreamSummary>,
 }
 
 /// How many member ids each list of differences shows.
@@ -134,7 +147,35 @@ async fn result(
             .into_iter()
             .map(|member| member as u64)
             .collect();
-    let redis = redis_figures(&lab, coupon_id, &issued_members).await;
+    let requests = lab.recorder.summary(coupon_id);
+    let publish_receivers = requests
+        .by_method
+        .values()
+        .filter_map(|method| method.labels.get("receivers"))
+        .flatten()
+        .fold(BTreeMap::new(), |mut all, (receivers, count)| {
+            *all.entry(receivers.clone()).or_default() += count;
+            all
+        });
+    // A coupon served by methods that never touch Redis has no Redis section.
+    let used_redis = requests
+        .by_method
+        .keys()
+        .any(|method| lab.registry.get(method).is_some_and(|s| s.uses_redis));
+    let mut redis = redis_figures(&lab, coupon_id, &issued_members, used_redis).await;
+    let confirmations = noting_failure(
+        confirmations::summary(lab.redis(), coupon_id).await,
+        &mut redis,
+    );
+    let served_by_stream = requests.by_method.keys().any(|method| {
+        lab.registry
+            .get(method)
+            .is_some_and(|s| s.role == Role::StreamIssuer)
+    });
+    let stream = match served_by_stream {
+        true => noting_failure(stream::summary(lab.redis()).await, &mut redis),
+        false => None,
+    };
     Ok(Answer(
         StatusCode::OK,
         CouponResult {
@@ -152,21 +193,53 @@ async fn result(
                 one_per_member: issue_rows == distinct_members,
                 count_matches_rows: issued_count == issue_rows,
             },
-            requests: lab.recorder.summary(coupon_id),
+            requests,
             redis,
+            confirmations,
+            publish_receivers,
+            stream,
         },
     ))
 }
 
-/// Reads the reservation set and compares it with the issued members. Redis
-/// being down is a figure of the result, not a failure of it.
-async fn redis_figures(lab: &Lab, coupon_id: u64, issued_members: &BTreeSet<u64>) -> RedisFigures {
+/// A figure read from Redis, or `None` with the failure noted in the Redis
+/// section.
+fn noting_failure<T>(
+    read: Result<Option<T>, redis::RedisError>,
+    redis: &mut Option<RedisFigures>,
+) -> Option<T> {
+    read.unwrap_or_else(|err| {
+        *redis = Some(RedisFigures::unreadable(err));
+        None
+    })
+}
+
+impl RedisFigures {
+    fn unreadable(err: redis::RedisError) -> Self {
+        RedisFigures {
+            readable: false,
+            error: Some(format!("Redis could not be read: {err}")),
+            comparison: None,
+        }
+    }
+}
+
+/// Reads the reservation set and compares it with the issued members; `None`
+/// when there is no set and no method that uses Redis served the coupon.
+/// Redis being down is a figure of the result, not a failure of it.
+async fn redis_figures(
+    lab: &Lab,
+    coupon_id: u64,
+    issued_members: &BTreeSet<u64>,
+    used_redis: bool,
+) -> Option<RedisFigures> {
     let reserved: Result<BTreeSet<u64>, _> = redis::cmd("SMEMBERS")
         .arg(format!("coupon:issued:{coupon_id}"))
         .query_async(&mut lab.redis().shared())
         .await;
     match reserved {
-        Ok(reserved) => RedisFigures {
+        Ok(reserved) if reserved.is_empty() && !used_redis => None,
+        Ok(reserved) => Some(RedisFigures {
             readable: true,
             error: None,
             comparison: Some(SetComparison {
@@ -174,11 +247,7 @@ async fn redis_figures(lab: &Lab, coupon_id: u64, issued_members: &BTreeSet<u64>
                 redis_only_members: Difference::between(&reserved, issued_members),
                 db_only_members: Difference::between(issued_members, &reserved),
             }),
-        },
-        Err(err) => RedisFigures {
-            readable: false,
-            error: Some(format!("Redis could not be read: {err}")),
-            comparison: None,
-        },
+        }),
+        Err(err) => Some(RedisFigures::unreadable(err)),
     }
 }

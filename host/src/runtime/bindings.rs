@@ -1,11 +1,14 @@
-//! The host side of the `couponlab:strategy` WIT package, generated once.
+//! The host side of the `couponlab:strategy` WIT package, generated once
+//! from the `lab-host` world: every import the host provides and every
+//! export it can call. Components target narrower worlds; the host finds
+//! their exports one interface at a time (see `registry::Exports`).
 //!
 //! Every import is async (host calls await pools without blocking a thread)
 //! and trappable (a broken resource handle traps the guest instead of being
 //! a WIT-level error it could mistake for a Redis or SQL failure).
 
 wasmtime::component::bindgen!({
-    world: "issuer",
+    world: "lab-host",
     path: "../wit",
     imports: { default: async | trappable },
     exports: { default: async },
@@ -15,4 +18,7 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub use self::couponlab::strategy::{clock, log, redis, sql, types};
+pub use self::couponlab::strategy::{clock, jobs, log, permits, redis, sql, types};
+pub use self::exports::couponlab::strategy::{
+    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
+};

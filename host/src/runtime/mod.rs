@@ -6,13 +6,16 @@
 //! component's `InstancePre`, with a wall-clock deadline and a memory limit,
 //! so a looping or greedy component fails its own call and nothing else.
 //!
-//! Capabilities, one module each: [`redis`], [`sql`], [`clock`], [`log`].
+//! Capabilities, one module each: [`redis`], [`sql`], [`jobs`], [`permits`],
+//! `clock`, `log`.
 //! [`registry`] maps method names to loaded components; [`watcher`] reloads
 //! them when the strategy directory changes.
 
 pub mod bindings;
 mod clock;
+pub mod jobs;
 mod log;
+pub mod permits;
 pub mod redis;
 pub mod registry;
 pub mod sql;
@@ -26,23 +29,30 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use parking_lot::Mutex;
 use sqlx::MySqlPool;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, Instance, InstancePre, Linker};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolConcurrencyLimitError, PoolingAllocationConfig,
     Store, UpdateDeadline,
 };
 
-use self::bindings::types::{Descriptor, IssueRequest, IssueResult};
-use self::bindings::{Issuer, IssuerPre};
+use self::bindings::LabHost;
+use self::bindings::types::{
+    Confirmation, Handled, IssueRequest, IssueResult, ReconcileReport, SeedAnswer, StreamEntry,
+};
+use self::jobs::JobQueue;
+use self::permits::Permits;
 use self::redis::RedisPools;
+use self::registry::{Exports, Prepared};
 use self::store::HostState;
 
-pub use self::registry::{Registry, Strategy};
+pub use self::registry::{Registry, Role, Strategy};
 
-/// What every capability works through: the server's pools.
+/// What every capability works through: the server's pools and queues.
 pub struct Capabilities {
     pub db: MySqlPool,
     pub redis: RedisPools,
+    pub jobs: JobQueue,
+    pub permits: Permits,
 }
 
 /// The sandbox every call runs in.
@@ -89,6 +99,12 @@ pub enum CallError {
     DeadlineExceeded(Duration),
     #[error("all {0} strategy instances are busy")]
     Busy(u32),
+    #[error("{method} is a {role} and exports no {export}")]
+    Unsupported {
+        method: String,
+        role: &'static str,
+        export: &'static str,
+    },
 }
 
 /// The error an expired epoch deadline raises inside the guest.
@@ -123,7 +139,7 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(anyhow::Error::from)
             .context("cannot link WASI")?;
-        Issuer::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+        LabHost::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
             .map_err(anyhow::Error::from)
             .context("cannot link the couponlab capabilities")?;
         Ok(Self {
@@ -164,43 +180,249 @@ impl Runtime {
         Ok(component)
     }
 
-    /// Checks a compiled component against the `issuer` world (every import
-    /// provided by the host, the right exports) and asks it what it is.
-    pub async fn prepare(
-        &self,
-        component: &Component,
-    ) -> anyhow::Result<(IssuerPre<HostState>, Descriptor)> {
+    /// Checks a compiled component against the worlds the host knows: every
+    /// import provided by the host, the `strategy` export, and the right
+    /// types for whichever role exports it has. Then asks it what it is.
+    async fn prepare(&self, component: &Component) -> anyhow::Result<Prepared> {
         let pre = self
             .linker
             .instantiate_pre(component)
             .map_err(anyhow::Error::from)
             .context("it imports something the host does not provide")?;
-        let pre = IssuerPre::new(pre)
-            .map_err(anyhow::Error::from)
-            .context("it does not export the couponlab:strategy/strategy interface")?;
-        let mut store = self.new_store(Arc::from("(loading)"));
-        let issuer = self.instantiate(&pre, &mut store).await?;
-        let descriptor = issuer
-            .couponlab_strategy_strategy()
+        let exports = Exports::find(&pre)?;
+        let mut store = self.new_store(None, Arc::from("(loading)"));
+        let instance = self.instantiate(&pre, &mut store).await?;
+        // Loading every export type-checks it now rather than at first use.
+        exports.check(&mut store, &instance)?;
+        let descriptor = exports
+            .strategy
+            .load(&mut store, &instance)?
             .call_describe(&mut store)
             .await
             .map_err(|err| self.call_error(err, &store))
             .context("describe() failed")?;
-        Ok((pre, descriptor))
+        let role = exports.role();
+        let uses_redis = component
+            .component_type()
+            .imports(&self.engine)
+            .any(|(name, _)| name.starts_with("couponlab:strategy/redis"));
+        Ok(Prepared {
+            pre,
+            exports,
+            role,
+            uses_redis,
+            descriptor,
+        })
     }
 
     /// Runs one issue request on a fresh instance of `strategy`.
     pub async fn issue(
         &self,
-        strategy: &Strategy,
+        strategy: &Arc<Strategy>,
         request: &IssueRequest,
     ) -> Result<IssueResult, CallError> {
-        let mut store = self.new_store(strategy.method.clone());
+        self.call(strategy, async |store, instance| {
+            let guest = strategy.exports.strategy.load(&mut *store, instance)?;
+            guest.call_issue(store, request).await
+        })
+        .await
+    }
+
+    /// Runs a job `strategy` submitted (stage 4).
+    pub async fn run_job(
+        &self,
+        strategy: &Arc<Strategy>,
+        payload: &str,
+    ) -> Result<Confirmation, CallError> {
+        let indices = strategy
+            .exports
+            .job_runner
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("job-runner"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_run_job(store, payload)
+                .await
+        })
+        .await
+    }
+
+    /// Hands one pub/sub message to `strategy` (stage 5).
+    pub async fn handle_message(
+        &self,
+        strategy: &Arc<Strategy>,
+        payload: &str,
+    ) -> Result<Option<Confirmation>, CallError> {
+        let indices = strategy
+            .exports
+            .message_handler
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("message-handler"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_handle_message(store, payload)
+                .await
+        })
+        .await
+    }
+
+    /// Hands one stream entry to `strategy` (stage 6).
+    pub async fn handle_entry(
+        &self,
+        strategy: &Arc<Strategy>,
+        entry: &StreamEntry,
+    ) -> Result<Handled, CallError> {
+        let indices = strategy
+            .exports
+            .stream_consumer
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("stream-consumer"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_handle_entry(store, entry)
+                .await
+        })
+        .await
+    }
+
+    /// Asks `strategy` to undo a dead-lettered entry (stage 6).
+    pub async fn dead_letter(
+        &self,
+        strategy: &Arc<Strategy>,
+        entry: &StreamEntry,
+    ) -> Result<Confirmation, CallError> {
+        let indices = strategy
+            .exports
+            .stream_consumer
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("stream-consumer"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_dead_letter(store, entry)
+                .await
+        })
+        .await
+    }
+
+    /// Writes a batch of write-behind entries in one transaction (stage 9).
+    pub async fn load_batch(
+        &self,
+        strategy: &Arc<Strategy>,
+        entries: &[StreamEntry],
+    ) -> Result<Result<(), String>, CallError> {
+        let indices = strategy
+            .exports
+            .write_behind
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("write-behind"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_load_batch(store, entries)
+                .await
+        })
+        .await
+    }
+
+    /// Writes one write-behind entry alone (stage 9).
+    pub async fn load_entry(
+        &self,
+        strategy: &Arc<Strategy>,
+        entry: &StreamEntry,
+    ) -> Result<Result<(), String>, CallError> {
+        let indices = strategy
+            .exports
+            .write_behind
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("write-behind"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_load_entry(store, entry)
+                .await
+        })
+        .await
+    }
+
+    /// Reconciles one coupon's DB rows with its Redis set (stage 9).
+    pub async fn reconcile(
+        &self,
+        strategy: &Arc<Strategy>,
+        coupon_id: u64,
+    ) -> Result<Result<ReconcileReport, String>, CallError> {
+        let indices = strategy
+            .exports
+            .write_behind
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("write-behind"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_reconcile(store, coupon_id)
+                .await
+        })
+        .await
+    }
+
+    /// Cancels a limited-drop reservation (seed 000).
+    pub async fn cancel(
+        &self,
+        strategy: &Arc<Strategy>,
+        coupon_id: u64,
+        member_id: u64,
+        idempotency_key: &str,
+    ) -> Result<Result<bool, String>, CallError> {
+        let indices = strategy
+            .exports
+            .drop_gate
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("drop-gate"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_cancel(store, coupon_id, member_id, idempotency_key)
+                .await
+        })
+        .await
+    }
+
+    /// Seeds a limited drop's stock if it is not seeded yet (seed 000).
+    pub async fn seed(
+        &self,
+        strategy: &Arc<Strategy>,
+        coupon_id: u64,
+        quantity: u32,
+        ttl_seconds: u32,
+    ) -> Result<Result<SeedAnswer, String>, CallError> {
+        let indices = strategy
+            .exports
+            .drop_gate
+            .as_ref()
+            .ok_or_else(|| strategy.unsupported("drop-gate"))?;
+        self.call(strategy, async |store, instance| {
+            indices
+                .load(&mut *store, instance)?
+                .call_seed(store, coupon_id, quantity, ttl_seconds)
+                .await
+        })
+        .await
+    }
+
+    /// Instantiates `strategy` in a fresh store and runs `body` on it, within
+    /// the deadline.
+    async fn call<R>(
+        &self,
+        strategy: &Arc<Strategy>,
+        body: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let mut store = self.new_store(Some(strategy.clone()), strategy.method.clone());
         let call = async {
-            let issuer = self.instantiate(&strategy.pre, &mut store).await?;
-            issuer
-                .couponlab_strategy_strategy()
-                .call_issue(&mut store, request)
+            let instance = self.instantiate(&strategy.pre, &mut store).await?;
+            body(&mut store, &instance)
                 .await
                 .map_err(|err| self.call_error(err, &store))
         };
@@ -214,9 +436,9 @@ impl Runtime {
 
     async fn instantiate(
         &self,
-        pre: &IssuerPre<HostState>,
+        pre: &InstancePre<HostState>,
         store: &mut Store<HostState>,
-    ) -> Result<Issuer, CallError> {
+    ) -> Result<Instance, CallError> {
         pre.instantiate_async(&mut *store).await.map_err(|err| {
             if err.is::<PoolConcurrencyLimitError>() {
                 CallError::Busy(self.limits.max_instances)
@@ -226,10 +448,11 @@ impl Runtime {
         })
     }
 
-    fn new_store(&self, method: Arc<str>) -> Store<HostState> {
+    fn new_store(&self, strategy: Option<Arc<Strategy>>, method: Arc<str>) -> Store<HostState> {
         let deadline = Instant::now() + self.limits.timeout;
         let state = HostState::new(
             self.caps.clone(),
+            strategy,
             method,
             deadline,
             self.limits.memory_bytes,

@@ -14,20 +14,163 @@ use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use super::Runtime;
-use super::bindings::IssuerPre;
+use wasmtime::Store;
+use wasmtime::component::{Instance, InstancePre};
+
+use super::bindings::types::Descriptor;
+use super::bindings::{
+    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
+};
 use super::store::HostState;
+use super::{CallError, Runtime};
 
 /// A loaded, checked component, ready to instantiate per call.
 pub struct Strategy {
     pub method: Arc<str>,
     pub summary: String,
-    /// The WIT world the component implements, which decides its role.
-    pub world: &'static str,
+    /// What the component does besides answering issue requests, told by
+    /// the world it implements.
+    pub role: Role,
+    /// Whether it imports the `redis` capability (the result endpoint's
+    /// Redis section means nothing for a method that does not).
+    pub uses_redis: bool,
     pub file: PathBuf,
     pub sha256: String,
     pub loaded_at: DateTime<Utc>,
-    pub(super) pre: IssuerPre<HostState>,
+    pub(super) pre: InstancePre<HostState>,
+    pub(super) exports: Exports,
+}
+
+impl Strategy {
+    pub(super) fn unsupported(&self, export: &'static str) -> CallError {
+        CallError::Unsupported {
+            method: self.method.to_string(),
+            role: self.role.world(),
+            export,
+        }
+    }
+}
+
+/// The worlds of `wit/strategy.wit` a component can implement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Answers each issue request itself.
+    Issuer,
+    /// Confirms later on the host's job workers (REDIS_ASYNC).
+    AsyncIssuer,
+    /// Confirms as the pub/sub subscriber (REDIS_PUBSUB).
+    PubsubIssuer,
+    /// Confirms as the stream consumer (REDIS_STREAM, REDIS_STREAM_ATOMIC).
+    StreamIssuer,
+    /// Is loaded into the DB by the write-behind loader, and reconciles
+    /// (REDIS_WRITE_BEHIND, REDIS_WRITE_BEHIND_NO_TX).
+    WriteBehindIssuer,
+    /// Holds permits across requests, cancels and seeds (the limited drop).
+    GateIssuer,
+}
+
+impl Role {
+    /// The WIT world's name.
+    pub fn world(self) -> &'static str {
+        match self {
+            Role::Issuer => "issuer",
+            Role::AsyncIssuer => "async-issuer",
+            Role::PubsubIssuer => "pubsub-issuer",
+            Role::StreamIssuer => "stream-issuer",
+            Role::WriteBehindIssuer => "write-behind-issuer",
+            Role::GateIssuer => "gate-issuer",
+        }
+    }
+}
+
+/// Where a component's exports are, found once at load time.
+pub(super) struct Exports {
+    pub strategy: strategy::GuestIndices,
+    pub job_runner: Option<job_runner::GuestIndices>,
+    pub message_handler: Option<message_handler::GuestIndices>,
+    pub stream_consumer: Option<stream_consumer::GuestIndices>,
+    pub write_behind: Option<write_behind::GuestIndices>,
+    pub drop_gate: Option<drop_gate::GuestIndices>,
+}
+
+impl Exports {
+    pub fn find(pre: &InstancePre<HostState>) -> anyhow::Result<Self> {
+        let strategy = strategy::GuestIndices::new(pre).map_err(|err| {
+            anyhow::anyhow!("it does not export the couponlab:strategy/strategy interface ({err})")
+        })?;
+        Ok(Exports {
+            strategy,
+            job_runner: job_runner::GuestIndices::new(pre).ok(),
+            message_handler: message_handler::GuestIndices::new(pre).ok(),
+            stream_consumer: stream_consumer::GuestIndices::new(pre).ok(),
+            write_behind: write_behind::GuestIndices::new(pre).ok(),
+            drop_gate: drop_gate::GuestIndices::new(pre).ok(),
+        })
+    }
+
+    /// Loads every export found, which checks its types.
+    pub fn check(&self, store: &mut Store<HostState>, instance: &Instance) -> anyhow::Result<()> {
+        let wrong = |name: &'static str| {
+            move |err: wasmtime::Error| {
+                anyhow::anyhow!("its {name} export has the wrong type: {err}")
+            }
+        };
+        self.strategy
+            .load(&mut *store, instance)
+            .map_err(wrong("strategy"))?;
+        if let Some(indices) = &self.job_runner {
+            indices
+                .load(&mut *store, instance)
+                .map_err(wrong("job-runner"))?;
+        }
+        if let Some(indices) = &self.message_handler {
+            indices
+                .load(&mut *store, instance)
+                .map_err(wrong("message-handler"))?;
+        }
+        if let Some(indices) = &self.stream_consumer {
+            indices
+                .load(&mut *store, instance)
+                .map_err(wrong("stream-consumer"))?;
+        }
+        if let Some(indices) = &self.write_behind {
+            indices
+                .load(&mut *store, instance)
+                .map_err(wrong("write-behind"))?;
+        }
+        if let Some(indices) = &self.drop_gate {
+            indices
+                .load(&mut *store, instance)
+                .map_err(wrong("drop-gate"))?;
+        }
+        Ok(())
+    }
+
+    /// The role the exports give.
+    pub fn role(&self) -> Role {
+        if self.job_runner.is_some() {
+            Role::AsyncIssuer
+        } else if self.message_handler.is_some() {
+            Role::PubsubIssuer
+        } else if self.stream_consumer.is_some() {
+            Role::StreamIssuer
+        } else if self.write_behind.is_some() {
+            Role::WriteBehindIssuer
+        } else if self.drop_gate.is_some() {
+            Role::GateIssuer
+        } else {
+            Role::Issuer
+        }
+    }
+}
+
+/// A component that passed every check.
+pub(super) struct Prepared {
+    pub pre: InstancePre<HostState>,
+    pub exports: Exports,
+    pub role: Role,
+    pub uses_redis: bool,
+    pub descriptor: Descriptor,
 }
 
 /// A file that could not be loaded, and why.
@@ -204,7 +347,13 @@ async fn load(
         .compile(bytes, sha256)
         .await
         .map_err(|err| format!("not a valid WebAssembly component: {err:#}"))?;
-    let (pre, descriptor) = runtime
+    let Prepared {
+        pre,
+        exports,
+        role,
+        uses_redis,
+        descriptor,
+    } = runtime
         .prepare(&component)
         .await
         .map_err(|err| format!("{err:#}"))?;
@@ -215,10 +364,12 @@ async fn load(
     Ok(Strategy {
         method: Arc::from(method),
         summary: descriptor.summary,
-        world: "issuer",
+        role,
+        uses_redis,
         file: file.to_path_buf(),
         sha256: sha256.to_string(),
         loaded_at: Utc::now(),
         pre,
+        exports,
     })
 }

@@ -10,6 +10,13 @@ use wasmtime::component::Resource;
 use super::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
 use super::store::HostState;
 
+/// Whether a transaction may write.
+#[derive(Debug, Clone, Copy)]
+pub enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
 /// The host side of the WIT `transaction` resource: one pooled connection
 /// inside BEGIN ... COMMIT/ROLLBACK.
 pub struct SqlTransaction {
@@ -21,7 +28,11 @@ impl SqlTransaction {
     /// Starts a transaction: `SET TRANSACTION ISOLATION LEVEL` applies to the
     /// next transaction of the session only, so both statements travel
     /// together in one round trip on the same connection.
-    pub async fn begin(pool: &MySqlPool, level: IsolationLevel) -> Result<Self, SqlError> {
+    pub async fn begin(
+        pool: &MySqlPool,
+        level: IsolationLevel,
+        access: Access,
+    ) -> Result<Self, SqlError> {
         let mut conn = pool.acquire().await.map_err(to_wit_error)?;
         let level = match level {
             IsolationLevel::ReadUncommitted => "READ UNCOMMITTED",
@@ -29,7 +40,11 @@ impl SqlTransaction {
             IsolationLevel::RepeatableRead => "REPEATABLE READ",
             IsolationLevel::Serializable => "SERIALIZABLE",
         };
-        let begin = format!("SET TRANSACTION ISOLATION LEVEL {level}; BEGIN");
+        let access = match access {
+            Access::ReadWrite => "READ WRITE",
+            Access::ReadOnly => "READ ONLY",
+        };
+        let begin = format!("SET TRANSACTION ISOLATION LEVEL {level}, {access}; BEGIN");
         conn.execute(begin.as_str()).await.map_err(to_wit_error)?;
         Ok(Self { conn: Some(conn) })
     }
@@ -205,15 +220,32 @@ pub fn to_wit_error(err: sqlx::Error) -> SqlError {
     }
 }
 
+impl HostState {
+    async fn begin_transaction(
+        &mut self,
+        isolation: IsolationLevel,
+        access: Access,
+    ) -> wasmtime::Result<Result<Resource<SqlTransaction>, SqlError>> {
+        match SqlTransaction::begin(&self.caps.db, isolation, access).await {
+            Ok(tx) => Ok(Ok(self.table.push(tx)?)),
+            Err(err) => Ok(Err(err)),
+        }
+    }
+}
+
 impl wit::Host for HostState {
     async fn begin(
         &mut self,
         isolation: IsolationLevel,
     ) -> wasmtime::Result<Result<Resource<SqlTransaction>, SqlError>> {
-        match SqlTransaction::begin(&self.caps.db, isolation).await {
-            Ok(tx) => Ok(Ok(self.table.push(tx)?)),
-            Err(err) => Ok(Err(err)),
-        }
+        self.begin_transaction(isolation, Access::ReadWrite).await
+    }
+
+    async fn begin_read_only(
+        &mut self,
+        isolation: IsolationLevel,
+    ) -> wasmtime::Result<Result<Resource<SqlTransaction>, SqlError>> {
+        self.begin_transaction(isolation, Access::ReadOnly).await
     }
 
     async fn query(

@@ -8,7 +8,7 @@ use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::Capabilities;
+use super::{Capabilities, Strategy};
 
 /// Bytes of a guest's stderr kept for the error message of a trap (a Rust
 /// panic message lands there).
@@ -17,6 +17,9 @@ const STDERR_CAPACITY: usize = 4096;
 pub struct HostState {
     /// The pools every capability works through.
     pub(super) caps: Arc<Capabilities>,
+    /// The component being run (none while it is being loaded): a job it
+    /// submits runs on this same version.
+    pub(super) strategy: Option<Arc<Strategy>>,
     /// The method being run, for log lines.
     pub(super) method: Arc<str>,
     /// When this call's budget ends; `clock.sleep` never sleeps past it.
@@ -33,6 +36,7 @@ pub struct HostState {
 impl HostState {
     pub(super) fn new(
         caps: Arc<Capabilities>,
+        strategy: Option<Arc<Strategy>>,
         method: Arc<str>,
         deadline: Instant,
         memory_bytes: usize,
@@ -46,6 +50,7 @@ impl HostState {
             .build();
         Self {
             caps,
+            strategy,
             method,
             deadline,
             table: ResourceTable::new(),

@@ -3,7 +3,8 @@
 //! components it asks for.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use couponlab::Lab;
@@ -51,8 +52,14 @@ pub struct TestLab {
     pub db: MySqlPool,
     pub redis: redis::aio::MultiplexedConnection,
     pub strategy_dir: PathBuf,
+    /// The server's configuration, for starting more processes like it.
+    pub config: Config,
     db_name: String,
     stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    _redis_db: Option<RedisDb>,
+    /// The test's hold on [`REDIS_LOAD`], released with the test.
+    _load: Box<dyn Send + Sync>,
 }
 
 /// How a test wants its server.
@@ -60,6 +67,54 @@ pub struct Setup {
     pub components: Vec<&'static str>,
     pub redis_url: String,
     pub tune: Box<dyn FnOnce(&mut Config) + Send>,
+    redis_db: Option<RedisDb>,
+    alone: bool,
+}
+
+/// Every test server holds this shared; a test that floods Redis for
+/// everyone (MONITOR, a command storm) holds it exclusively, so other tests'
+/// timings never run under its load.
+static REDIS_LOAD: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Redis logical databases tests may take for themselves (0 is shared, 15
+/// belongs to the DELETE /lab/data test).
+static FREE_REDIS_DBS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+static REDIS_DB_RETURNED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// A Redis logical database held by one test; returned when dropped.
+pub struct RedisDb(u8);
+
+impl RedisDb {
+    /// Waits for a free database and empties it.
+    async fn take() -> RedisDb {
+        loop {
+            let taken = {
+                let mut free = FREE_REDIS_DBS.lock().unwrap();
+                if free.is_empty() && !TAKEN_ANY.swap(true, Ordering::SeqCst) {
+                    free.extend(1..=14);
+                }
+                free.pop()
+            };
+            if let Some(db) = taken {
+                let mut redis = connect_redis(&format!("{REDIS}/{db}"))
+                    .await
+                    .expect("Redis answers");
+                let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
+                return RedisDb(db);
+            }
+            REDIS_DB_RETURNED.notified().await;
+        }
+    }
+}
+
+/// Whether the pool of free databases was filled yet.
+static TAKEN_ANY: AtomicBool = AtomicBool::new(false);
+
+impl Drop for RedisDb {
+    fn drop(&mut self) {
+        FREE_REDIS_DBS.lock().unwrap().push(self.0);
+        REDIS_DB_RETURNED.notify_waiters();
+    }
 }
 
 impl Setup {
@@ -68,7 +123,25 @@ impl Setup {
             components: components.to_vec(),
             redis_url: format!("{REDIS}/0"),
             tune: Box::new(|_| {}),
+            redis_db: None,
+            alone: false,
         }
+    }
+
+    /// Runs with no other test at the same time: the test loads Redis for
+    /// every client.
+    pub fn alone(mut self) -> Self {
+        self.alone = true;
+        self
+    }
+
+    /// A Redis logical database of this test's own, for what Redis keeps
+    /// under fixed names (streams, consumer groups).
+    pub async fn own_redis_db(mut self) -> Self {
+        let db = RedisDb::take().await;
+        self.redis_url = format!("{REDIS}/{}", db.0);
+        self.redis_db = Some(db);
+        self
     }
 
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
@@ -82,6 +155,14 @@ impl Setup {
     }
 
     pub async fn start(self) -> TestLab {
+        let load: Box<dyn Send + Sync> = if self.alone {
+            Box::new(REDIS_LOAD.write().await)
+        } else {
+            Box::new(REDIS_LOAD.read().await)
+        };
+        STALE_DATABASES_DROPPED
+            .get_or_init(drop_stale_databases)
+            .await;
         let id = unique();
         let db_name = format!("couponlab_test_{id}");
         let strategy_dir = std::env::temp_dir().join(format!("couponlab-test-{id}"));
@@ -99,11 +180,11 @@ impl Setup {
         config.max_instances = 600;
         (self.tune)(&mut config);
 
-        let lab = Lab::start(config).await.expect("the server starts");
+        let lab = Lab::start(config.clone()).await.expect("the server starts");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(couponlab::serve(listener, lab, async move {
+        let server = tokio::spawn(couponlab::serve(listener, lab, async move {
             let _ = stopped.await;
         }));
 
@@ -134,8 +215,12 @@ impl Setup {
             db,
             redis,
             strategy_dir,
+            config,
             db_name,
             stop: Some(stop),
+            server: Some(server),
+            _redis_db: self.redis_db,
+            _load: load,
         }
     }
 }
@@ -148,6 +233,40 @@ async fn connect_redis(url: &str) -> Option<redis::aio::MultiplexedConnection> {
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .ok()
+}
+
+static STALE_DATABASES_DROPPED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Drops the databases of test runs that ended an hour ago or more without
+/// cleaning up (a test that panics never reaches `finish`). Test database
+/// names carry their creation time, so runs going on now are left alone.
+async fn drop_stale_databases() {
+    let Ok(pool) = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(MYSQL)
+        .await
+    else {
+        return;
+    };
+    let names: Vec<String> = sqlx::query_scalar("SHOW DATABASES LIKE 'couponlab\\_test\\_%'")
+        .fetch_all(&pool)
+        .await
+        .unwrap_or_default();
+    let hour_ago = (SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+        - 3_600_000_000)
+        * 100;
+    for name in names {
+        let created = name.trim_start_matches("couponlab_test_").parse::<u64>();
+        if created.is_ok_and(|created| created < hour_ago) {
+            let _ = pool
+                .execute(format!("DROP DATABASE IF EXISTS `{name}`").as_str())
+                .await;
+        }
+    }
+    pool.close().await;
 }
 
 /// A response: its status and its JSON body.
@@ -278,6 +397,10 @@ impl TestLab {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        // Consumers finish what they hold before the database goes away.
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(30), server).await;
+        }
         let _ = self
             .db
             .execute(format!("DROP DATABASE IF EXISTS `{}`", self.db_name).as_str())
@@ -285,4 +408,25 @@ impl TestLab {
         self.db.close().await;
         let _ = std::fs::remove_dir_all(&self.strategy_dir);
     }
+}
+
+/// Waits until `check` holds, for at most `limit`; returns how long it took.
+pub async fn until<F, Fut>(
+    what: &str,
+    limit: std::time::Duration,
+    mut check: F,
+) -> std::time::Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    started.elapsed()
 }

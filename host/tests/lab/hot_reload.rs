@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Setup, TestLab, component};
+use crate::common::{Setup, TestLab, component, until};
+
+/// How long a test waits for a reload.
+const WAIT: Duration = Duration::from_secs(5);
 
 const SERVED: &str = "test_build.wasm";
 
@@ -37,23 +40,6 @@ async fn served_build(lab: &TestLab) -> Result<String, u16> {
     }
 }
 
-/// Waits until `check` holds, for at most five seconds; returns how long it took.
-async fn until<F, Fut>(what: &str, mut check: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !check().await {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    started.elapsed()
-}
-
 async fn strategies(lab: &TestLab) -> Value {
     lab.get("/lab/strategies").await.ok().clone()
 }
@@ -67,7 +53,7 @@ fn entry<'a>(listing: &'a Value, method: &str) -> Option<&'a Value> {
 
 async fn serving(lab: &TestLab, which: &str) -> Duration {
     let expected = format!("build {which}");
-    until(&format!("build {which} serves"), || async {
+    until(&format!("build {which} serves"), WAIT, || async {
         served_build(lab).await.as_deref() == Ok(&*expected)
     })
     .await
@@ -162,7 +148,7 @@ async fn a_broken_file_leaves_the_previous_version_serving() {
     ];
     for (case, bytes, reason) in broken {
         install(&lab.strategy_dir, SERVED, &bytes);
-        until(&format!("the {case} file is rejected"), || async {
+        until(&format!("the {case} file is rejected"), WAIT, || async {
             let listing = strategies(&lab).await;
             entry(&listing, "TEST_BUILD")
                 .and_then(|e| e["lastError"].as_str())
@@ -195,7 +181,7 @@ async fn a_second_file_claiming_a_served_method_is_rejected() {
     serving(&lab, "a").await;
 
     install(&lab.strategy_dir, "impostor.wasm", &build("b"));
-    until("the impostor is rejected", || async {
+    until("the impostor is rejected", WAIT, || async {
         let listing = strategies(&lab).await;
         listing["rejected"].as_array().unwrap().iter().any(|r| {
             r["file"].as_str().unwrap().ends_with("impostor.wasm")
@@ -217,7 +203,7 @@ async fn deleting_a_component_unloads_its_method_until_it_is_back() {
     serving(&lab, "a").await;
 
     std::fs::remove_file(lab.strategy_dir.join(SERVED)).unwrap();
-    until("TEST_BUILD is unknown", || async {
+    until("TEST_BUILD is unknown", WAIT, || async {
         served_build(&lab).await == Err(400)
     })
     .await;
@@ -248,7 +234,7 @@ async fn an_unchanged_file_is_not_reloaded() {
         lab.strategy_dir.join("pessimistic.wasm"),
     )
     .unwrap();
-    until("the marker loads", || async {
+    until("the marker loads", WAIT, || async {
         entry(&strategies(&lab).await, "PESSIMISTIC").is_some()
     })
     .await;

@@ -4,9 +4,11 @@
 mod common;
 
 mod api_contract;
+mod async_methods;
 mod hot_reload;
 mod issue_concurrency;
 mod mysql_methods;
 mod redis_methods;
+mod result_endpoint;
 mod sandbox;
 mod wit_roundtrip;

@@ -330,7 +330,7 @@ impl WatchCounter {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_watch_retries_when_the_set_changes_between_watch_and_exec() {
-    let lab = Setup::with(&["redis_watch"]).start().await;
+    let lab = Setup::with(&["redis_watch"]).alone().start().await;
     let members = lab.members(1).await;
     let coupon = lab.coupon(10).await;
     let key = format!("coupon:issued:{coupon}");
@@ -363,7 +363,7 @@ async fn redis_watch_retries_when_the_set_changes_between_watch_and_exec() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_watch_gives_up_with_503_after_10_retries() {
-    let lab = Setup::with(&["redis_watch"]).start().await;
+    let lab = Setup::with(&["redis_watch"]).alone().start().await;
     let members = lab.members(1).await;
     let coupon = lab.coupon(10).await;
     let key = format!("coupon:issued:{coupon}");

@@ -7,13 +7,13 @@
 //! database has no stock left: SOLD_OUT_AT_DB. The database guard is what
 //! keeps the total when a Redis method reserved too many.
 
-use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome};
+use crate::bindings::couponlab::strategy::types::{Confirmation, IssueResult, Outcome};
 use crate::sql::{self, IsolationLevel, SqlError};
 use crate::{args, keys, params, redis};
 
 /// How a confirm ended.
 #[derive(Debug)]
-pub enum Confirmation {
+pub enum Confirmed {
     Issued,
     SoldOutAtDb,
     /// The member already has the coupon (UNIQUE violation).
@@ -24,16 +24,16 @@ pub enum Confirmation {
 }
 
 /// Writes the issue in the database.
-pub fn confirm(coupon_id: u64, member_id: u64) -> Confirmation {
+pub fn confirm(coupon_id: u64, member_id: u64) -> Confirmed {
     match try_confirm(coupon_id, member_id) {
         Ok(confirmation) => confirmation,
-        Err(SqlError::DuplicateKey(_)) => Confirmation::Duplicate,
-        Err(SqlError::ForeignKey(_)) => Confirmation::UnknownMember,
-        Err(err) => Confirmation::Failed(err),
+        Err(SqlError::DuplicateKey(_)) => Confirmed::Duplicate,
+        Err(SqlError::ForeignKey(_)) => Confirmed::UnknownMember,
+        Err(err) => Confirmed::Failed(err),
     }
 }
 
-fn try_confirm(coupon_id: u64, member_id: u64) -> Result<Confirmation, SqlError> {
+fn try_confirm(coupon_id: u64, member_id: u64) -> Result<Confirmed, SqlError> {
     let tx = sql::begin(IsolationLevel::RepeatableRead)?;
     tx.execute(
         "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
@@ -45,22 +45,31 @@ fn try_confirm(coupon_id: u64, member_id: u64) -> Result<Confirmation, SqlError>
     )?;
     if updated.rows_affected == 0 {
         tx.rollback()?;
-        return Ok(Confirmation::SoldOutAtDb);
+        return Ok(Confirmed::SoldOutAtDb);
     }
     tx.commit()?;
-    Ok(Confirmation::Issued)
+    Ok(Confirmed::Issued)
 }
 
 /// Confirms a reservation; when the confirm fails, removes the reservation
 /// with SREM, except on a duplicate key (the member really has the coupon,
 /// so the reservation is right).
 pub fn confirm_or_release(coupon_id: u64, member_id: u64) -> IssueResult {
+    settle_reservation(coupon_id, member_id)
+}
+
+/// The same, for a request already answered 202: what became of it.
+pub fn confirm_later(coupon_id: u64, member_id: u64) -> Confirmation {
+    settle_reservation(coupon_id, member_id).confirmation(coupon_id, member_id)
+}
+
+fn settle_reservation(coupon_id: u64, member_id: u64) -> IssueResult {
     let result = match confirm(coupon_id, member_id) {
-        Confirmation::Issued => return IssueResult::issued(),
-        Confirmation::Duplicate => return IssueResult::of(Outcome::Duplicate),
-        Confirmation::SoldOutAtDb => IssueResult::of(Outcome::SoldOutAtDb),
-        Confirmation::UnknownMember => IssueResult::of(Outcome::UnknownMember),
-        Confirmation::Failed(err) => IssueResult::from(err),
+        Confirmed::Issued => return IssueResult::issued(),
+        Confirmed::Duplicate => return IssueResult::of(Outcome::Duplicate),
+        Confirmed::SoldOutAtDb => IssueResult::of(Outcome::SoldOutAtDb),
+        Confirmed::UnknownMember => IssueResult::of(Outcome::UnknownMember),
+        Confirmed::Failed(err) => IssueResult::from(err),
     };
     release(coupon_id, member_id, result)
 }

@@ -18,7 +18,15 @@
 //!   database when missing;
 //! - [`reserve`]: the one-EVALSHA Lua reservation;
 //! - [`confirm`]: the DB confirm step and its compensation, shared by every
-//!   Redis method.
+//!   Redis method;
+//! - [`message`]: the `memberId:couponId` payload of jobs and pub/sub
+//!   messages;
+//! - [`stream`]: what a stream consumer does with one entry.
+//!
+//! A strategy of another world (async, pub/sub, stream, gate) calls
+//! [`world!`] with the world's name: that generates the world's own imports
+//! and export traits in the strategy crate and reuses the sdk's bindings for
+//! everything the worlds share, so every helper here works in every world.
 
 pub mod bindings {
     wit_bindgen::generate!({
@@ -35,6 +43,7 @@ pub mod confirm;
 pub mod coupon;
 pub mod keys;
 pub mod log;
+pub mod message;
 pub mod optimistic;
 pub mod outcome;
 pub mod plain_reads;
@@ -42,12 +51,41 @@ pub mod redis;
 pub mod reply;
 pub mod reserve;
 pub mod sql;
+pub mod stream;
 
-pub use bindings::couponlab::strategy::types::{Descriptor, IssueRequest, IssueResult, Outcome};
+pub use bindings::couponlab::strategy::types::{
+    Confirmation, Descriptor, Disposition, Handled, IssueRequest, IssueResult, Outcome, StreamEntry,
+};
 pub use bindings::export_issuer;
 pub use bindings::exports::couponlab::strategy::strategy::Guest as Strategy;
 pub use outcome::{Step, settle};
 pub use reply::Reply;
+
+/// Re-exported for [`world!`], so strategy crates need no dependency of their own.
+pub use wit_bindgen;
+
+/// Generates, in the calling strategy crate, the bindings of one world
+/// besides `issuer`: `couponlab_sdk::world!("stream-issuer");` gives the
+/// `exports::couponlab::strategy::...::Guest` traits to implement, any
+/// import the world adds (`couponlab::strategy::jobs`, `...::permits`) and a
+/// local `export!` macro. The imports every world shares map to the sdk's.
+#[macro_export]
+macro_rules! world {
+    ($world:literal) => {
+        $crate::wit_bindgen::generate!({
+            world: $world,
+            path: "../../wit",
+            runtime_path: "::couponlab_sdk::wit_bindgen::rt",
+            with: {
+                "couponlab:strategy/redis@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::redis,
+                "couponlab:strategy/sql@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::sql,
+                "couponlab:strategy/clock@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::clock,
+                "couponlab:strategy/log@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::log,
+                "couponlab:strategy/types@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::types,
+            },
+        });
+    };
+}
 
 /// Builds a list of command arguments from anything printable:
 /// `args![key, member_id]`.

@@ -3,7 +3,7 @@
 //! Strategies are written as functions returning [`Step`]: `?` on a Redis or
 //! SQL call ends the request with the outcome the contract gives that error.
 
-use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome};
+use crate::bindings::couponlab::strategy::types::{Confirmation, IssueResult, Outcome};
 use crate::redis::RedisError;
 use crate::sql::SqlError;
 
@@ -22,6 +22,7 @@ impl IssueResult {
             detail: None,
             retries: 0,
             compensations: 0,
+            labels: Vec::new(),
         }
     }
 
@@ -43,6 +44,23 @@ impl IssueResult {
     pub fn compensated(mut self, count: u32) -> Self {
         self.compensations += count;
         self
+    }
+
+    /// A fact the host counts per method (`receivers = 1`).
+    pub fn label(mut self, name: &str, value: impl ToString) -> Self {
+        self.labels.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// The same outcome as the confirmation of an accepted request.
+    pub fn confirmation(self, coupon_id: u64, member_id: u64) -> Confirmation {
+        Confirmation {
+            coupon_id,
+            member_id,
+            outcome: self.outcome,
+            detail: self.detail,
+            compensations: self.compensations,
+        }
     }
 }
 

@@ -9,6 +9,12 @@ pub fn begin(level: IsolationLevel) -> Result<Transaction, SqlError> {
     wit::begin(level)
 }
 
+/// Starts a read-only transaction: what a read-only `@Transactional` costs
+/// in round trips, with writes refused.
+pub fn begin_read_only(level: IsolationLevel) -> Result<Transaction, SqlError> {
+    wit::begin_read_only(level)
+}
+
 /// One autocommit query outside any transaction.
 pub fn query(statement: &str, params: &[Value]) -> Result<Rows, SqlError> {
     wit::query(statement, params)

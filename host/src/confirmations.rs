@@ -1,0 +1,123 @@
+//! What became of the requests answered 202, kept in Redis: the process that
+//! accepted a request and the process that confirmed it may differ (the
+//! seed's publisher and consumer profiles), and the result endpoint of any
+//! of them must see the whole record.
+//!
+//! - `coupon:accepted:{couponId}`: hash, member → accepted at (Unix ms);
+//! - `coupon:confirmed:{couponId}`: hash, member → `OUTCOME confirmedAtMs`,
+//!   the first outcome recorded.
+//!
+//! Both sit under `coupon:*`, so `DELETE /lab/data` clears them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use hdrhistogram::Histogram;
+use redis::RedisError;
+use serde::Serialize;
+
+use crate::recorder::{LatencySummary, Outcome};
+use crate::runtime::bindings::types::Confirmation;
+use crate::runtime::redis::RedisPools;
+
+fn accepted_key(coupon_id: u64) -> String {
+    format!("coupon:accepted:{coupon_id}")
+}
+
+fn confirmed_key(coupon_id: u64) -> String {
+    format!("coupon:confirmed:{coupon_id}")
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Notes that `member_id` got a 202 for `coupon_id` now.
+pub async fn record_accepted(
+    redis: &RedisPools,
+    coupon_id: u64,
+    member_id: u64,
+) -> Result<(), RedisError> {
+    let args = [
+        accepted_key(coupon_id),
+        member_id.to_string(),
+        now_ms().to_string(),
+    ];
+    redis.execute("HSET", &args).await.map(drop)
+}
+
+/// Notes the outcome of an accepted request's confirmation. The first
+/// outcome stays: a redelivery that finds the coupon already issued (a
+/// duplicate) does not change what became of the request.
+pub async fn record_confirmed(
+    redis: &RedisPools,
+    confirmation: &Confirmation,
+) -> Result<(), RedisError> {
+    let outcome = Outcome::from(confirmation.outcome).name();
+    let args = [
+        confirmed_key(confirmation.coupon_id),
+        confirmation.member_id.to_string(),
+        format!("{outcome} {}", now_ms()),
+    ];
+    redis.execute("HSETNX", &args).await.map(drop)
+}
+
+/// The async part of a coupon's result.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AsyncSummary {
+    /// Requests answered 202.
+    pub accepted: u64,
+    /// The real outcome of each confirmed 202 (the seed's `asyncResults`).
+    pub async_results: BTreeMap<String, u64>,
+    /// Answered 202, no outcome yet.
+    pub pending: u64,
+    /// Accepted → committed, for the issued ones, in milliseconds.
+    pub confirmation_lag_ms: Option<LatencySummary>,
+}
+
+/// Reads the record of `coupon_id`; `None` when nothing was ever accepted.
+pub async fn summary(
+    redis: &RedisPools,
+    coupon_id: u64,
+) -> Result<Option<AsyncSummary>, RedisError> {
+    let accepted: HashMap<u64, i64> = hash(redis, &accepted_key(coupon_id)).await?;
+    let confirmed: HashMap<u64, String> = hash(redis, &confirmed_key(coupon_id)).await?;
+    if accepted.is_empty() && confirmed.is_empty() {
+        return Ok(None);
+    }
+    let mut async_results = BTreeMap::new();
+    let mut lag =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
+    for (member, value) in &confirmed {
+        let (outcome, at) = value.split_once(' ').unwrap_or((value, ""));
+        *async_results.entry(outcome.to_string()).or_default() += 1;
+        if let (Some(accepted_at), Ok(confirmed_at), "ISSUED") =
+            (accepted.get(member), at.parse::<i64>(), outcome)
+        {
+            let micros = (confirmed_at - accepted_at).max(0) as u64 * 1000;
+            lag.saturating_record(micros.max(1));
+        }
+    }
+    let pending = accepted
+        .keys()
+        .filter(|member| !confirmed.contains_key(member))
+        .count() as u64;
+    Ok(Some(AsyncSummary {
+        accepted: accepted.len() as u64,
+        async_results,
+        pending,
+        confirmation_lag_ms: (!lag.is_empty()).then(|| LatencySummary::of(&lag)),
+    }))
+}
+
+async fn hash<V: redis::FromRedisValue>(
+    redis: &RedisPools,
+    key: &str,
+) -> Result<HashMap<u64, V>, RedisError> {
+    let value = redis.execute("HGETALL", &[key.to_string()]).await?;
+    let entries: HashMap<String, V> = redis::from_redis_value(value)?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|(member, v)| Some((member.parse().ok()?, v)))
+        .collect())
+}

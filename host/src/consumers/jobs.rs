@@ -1,0 +1,55 @@
+//! The job workers (stage 4): a fixed number of tasks draining the in-process
+//! queue, each running the job on the component version that submitted it.
+//! On shutdown they finish every job already queued: each one was answered
+//! 202.
+
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::confirmations;
+use crate::lab::Lab;
+use crate::runtime::jobs::Job;
+
+pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
+    let Some(receiver) = lab.runtime.capabilities().jobs.take_receiver() else {
+        return Vec::new();
+    };
+    let receiver = Arc::new(Mutex::new(receiver));
+    (0..lab.config.job_workers.max(1))
+        .map(|_| tokio::spawn(work(lab.clone(), receiver.clone(), cancel.clone())))
+        .collect()
+}
+
+async fn work(lab: Lab, receiver: Arc<Mutex<mpsc::Receiver<Job>>>, cancel: CancellationToken) {
+    loop {
+        let job = {
+            let mut receiver = receiver.lock().await;
+            tokio::select! {
+                biased;
+                job = receiver.recv() => job,
+                // Stopping: take what is left without waiting for more.
+                () = cancel.cancelled() => receiver.try_recv().ok(),
+            }
+        };
+        let Some(job) = job else { return };
+        run(&lab, job).await;
+    }
+}
+
+async fn run(lab: &Lab, job: Job) {
+    match lab.runtime.run_job(&job.strategy, &job.payload).await {
+        Ok(confirmation) => {
+            if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
+                tracing::warn!(error = %err, "could not record a job's confirmation");
+            }
+        }
+        // The reservation stays and the request stays pending in the result:
+        // visible, not silently lost.
+        Err(err) => {
+            tracing::error!(method = %job.strategy.method, error = %err, payload = %job.payload, "job failed")
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The pub/sub subscriber (stage 5): SUBSCRIBE `coupon:issue:requests` and
+//! hand each message to the component of the pub/sub role. It listens only
+//! while such a component is loaded: a subscriber that could only drop
+//! messages would count as a receiver and hide their loss. A message
+//! published while no subscriber listens is gone — that is the lesson of the
+//! stage, and the result shows those members as reserved in Redis only.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::pause_unless_cancelled;
+use crate::confirmations;
+use crate::lab::Lab;
+use crate::runtime::{Role, Strategy};
+
+pub const CHANNEL: &str = "coupon:issue:requests";
+
+/// How often the subscriber looks for (or re-checks) a component to serve.
+const HANDLER_CHECK: Duration = Duration::from_secs(1);
+
+pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
+    let lab = lab.clone();
+    tokio::spawn(async move {
+        loop {
+            if handler(&lab).is_some() {
+                match subscribe(&lab, &cancel).await {
+                    Ok(()) if cancel.is_cancelled() => return,
+                    Ok(()) => tracing::info!("no pubsub-issuer component is loaded; unsubscribed"),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "pub/sub subscriber lost its connection; resubscribing")
+                    }
+                }
+            }
+            if !pause_unless_cancelled(&cancel, HANDLER_CHECK).await {
+                return;
+            }
+        }
+    })
+}
+
+/// Listens until cancelled or until no component handles the messages
+/// (`Ok`), or until the connection fails (`Err`).
+async fn subscribe(lab: &Lab, cancel: &CancellationToken) -> anyhow::Result<()> {
+    let client = redis::Client::open(lab.config.redis_url.as_str())?;
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(CHANNEL).await?;
+    tracing::info!(channel = CHANNEL, "pub/sub subscriber listening");
+    let mut messages = pubsub.on_message();
+    // The seed hands messages to a bounded executor; so do we.
+    let workers = Arc::new(Semaphore::new(
+        lab.config.consumers.subscriber_workers.max(1),
+    ));
+    let mut in_flight = JoinSet::new();
+    let mut check = tokio::time::interval(HANDLER_CHECK);
+    let result = loop {
+        tokio::select! {
+            () = cancel.cancelled() => break Ok(()),
+            _ = check.tick() => if handler(lab).is_none() { break Ok(()) },
+            message = messages.next() => {
+                let Some(message) = message else { break Err(anyhow::anyhow!("the subscription closed")) };
+                let payload: String = match message.get_payload() {
+                    Ok(payload) => payload,
+                    Err(err) => { tracing::warn!(error = %err, "unreadable pub/sub message"); continue; }
+                };
+                let worker = workers.clone().acquire_owned().await?;
+                let lab = lab.clone();
+                in_flight.spawn(async move {
+                    handle(&lab, &payload).await;
+                    drop(worker);
+                });
+            }
+        }
+    };
+    // Messages in hand are finished, whether stopping or reconnecting.
+    while in_flight.join_next().await.is_some() {}
+    result
+}
+
+async fn handle(lab: &Lab, payload: &str) {
+    let Some(strategy) = handler(lab) else {
+        tracing::warn!(
+            payload,
+            "no component of the pubsub-issuer world is loaded; message dropped"
+        );
+        return;
+    };
+    match lab.runtime.handle_message(&strategy, payload).await {
+        Ok(Some(confirmation)) => {
+            if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
+                tracing::warn!(error = %err, "could not record a confirmation");
+            }
+        }
+        Ok(None) => tracing::warn!(method = %strategy.method, payload, "message not understood"),
+        Err(err) => {
+            tracing::error!(method = %strategy.method, payload, error = %err, "message handler failed")
+        }
+    }
+}
+
+/// The loaded component of the pub/sub role (the first by method name).
+fn handler(lab: &Lab) -> Option<Arc<Strategy>> {
+    lab.registry
+        .strategies()
+        .values()
+        .find(|s| s.role == Role::PubsubIssuer)
+        .cloned()
+}

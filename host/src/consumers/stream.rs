@@ -1,0 +1,336 @@
+//! The stream consumers (stage 6): group `coupon-issuers` on
+//! `coupon:issue:stream`, as the seed runs them.
+//!
+//! - Several consumers XREADGROUP new entries and hand each one to the
+//!   component its `method` field names; the component confirms and says
+//!   ack (XACK after the commit) or retry (leave it pending).
+//! - A claimer, every second, XAUTOCLAIMs entries idle for 5 s — including
+//!   those of a consumer that died — and delivers them again.
+//! - An entry delivered more than 3 times is copied to
+//!   `coupon:issue:stream:dead`, its component removes the reservation, and
+//!   it is acked.
+//!
+//! Entries are never deleted or trimmed. The consumer group is created when
+//! the stream first exists (nothing is created in a Redis no stream method
+//! uses), starting at the stream's first entry, so entries added before any
+//! consumer ran are read too.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::streams::{
+    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamPendingCountReply,
+    StreamReadOptions, StreamReadReply,
+};
+use redis::{AsyncCommands, AsyncConnectionConfig, RedisResult};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::pause_unless_cancelled;
+use crate::confirmations;
+use crate::lab::Lab;
+use crate::runtime::bindings::types::{Disposition, StreamEntry};
+use crate::runtime::{Role, Strategy};
+
+pub const STREAM: &str = "coupon:issue:stream";
+pub const GROUP: &str = "coupon-issuers";
+pub const DEAD_LETTERS: &str = "coupon:issue:stream:dead";
+
+/// Entries one XREADGROUP or XAUTOCLAIM takes at a time.
+const BATCH: usize = 16;
+/// How long XREADGROUP blocks waiting for new entries.
+pub(super) const BLOCK_MS: usize = 1_000;
+
+/// A stream and the consumer group that reads it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Group {
+    pub stream: &'static str,
+    pub name: &'static str,
+}
+
+const ISSUERS: Group = Group {
+    stream: STREAM,
+    name: GROUP,
+};
+
+pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
+    let pid = std::process::id();
+    let mut names: Vec<String> = (0..lab.config.consumers.stream_consumers.max(1))
+        .map(|n| format!("consumer-{pid}-{n}"))
+        .collect();
+    names.push(format!("consumer-{pid}-claimer"));
+    names
+        .into_iter()
+        .map(|name| {
+            let (lab, cancel) = (lab.clone(), cancel.clone());
+            tokio::spawn(async move {
+                if name.ends_with("claimer") {
+                    keep_running(&lab, &cancel, ISSUERS, &name, claim_idle).await
+                } else {
+                    keep_running(&lab, &cancel, ISSUERS, &name, read_new).await
+                }
+            })
+        })
+        .collect()
+}
+
+/// Runs `role` as consumer `name` of `group` until cancelled, reconnecting
+/// after a failure.
+pub(super) async fn keep_running<F>(
+    lab: &Lab,
+    cancel: &CancellationToken,
+    group: Group,
+    name: &str,
+    role: F,
+) where
+    F: AsyncFn(&Lab, &CancellationToken, &str, &mut MultiplexedConnection) -> RedisResult<()>,
+{
+    loop {
+        let outcome = match connect(lab, cancel, group).await {
+            Ok(Some(mut conn)) => role(lab, cancel, name, &mut conn).await,
+            Ok(None) => Ok(()),
+            Err(err) => Err(err),
+        };
+        match outcome {
+            Ok(()) => return,
+            Err(err) => {
+                tracing::warn!(consumer = name, stream = group.stream, error = %err, "consumer failed; reconnecting")
+            }
+        }
+        if !pause_unless_cancelled(cancel, Duration::from_secs(1)).await {
+            return;
+        }
+    }
+}
+
+/// A connection of its own: XREADGROUP BLOCK would stall a shared one.
+/// Returns once the consumer group exists, which needs the stream to;
+/// `None` when cancelled first.
+async fn connect(
+    lab: &Lab,
+    cancel: &CancellationToken,
+    group: Group,
+) -> RedisResult<Option<MultiplexedConnection>> {
+    let client = redis::Client::open(lab.config.redis_url.as_str())?;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(Duration::from_millis(BLOCK_MS as u64 + 5_000)));
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    loop {
+        let exists: bool = conn.exists(group.stream).await?;
+        if exists {
+            let created: RedisResult<()> = conn.xgroup_create(group.stream, group.name, "0").await;
+            return match created {
+                Err(err) if err.code() != Some("BUSYGROUP") => Err(err),
+                _ => Ok(Some(conn)),
+            };
+        }
+        if !pause_unless_cancelled(cancel, Duration::from_millis(BLOCK_MS as u64)).await {
+            return Ok(None);
+        }
+    }
+}
+
+/// A consumer: new entries, one batch at a time, until cancelled. A batch
+/// in hand is finished before stopping.
+async fn read_new(
+    lab: &Lab,
+    cancel: &CancellationToken,
+    name: &str,
+    conn: &mut MultiplexedConnection,
+) -> RedisResult<()> {
+    let options = StreamReadOptions::default()
+        .group(GROUP, name)
+        .count(BATCH)
+        .block(BLOCK_MS);
+    while !cancel.is_cancelled() {
+        let reply: Option<StreamReadReply> =
+            conn.xread_options(&[STREAM], &[">"], &options).await?;
+        for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
+            deliver(lab, conn, entry, 1).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The claimer: every interval, entries idle past the limit are claimed and
+/// delivered again, or dead-lettered once delivered too often.
+async fn claim_idle(
+    lab: &Lab,
+    cancel: &CancellationToken,
+    name: &str,
+    conn: &mut MultiplexedConnection,
+) -> RedisResult<()> {
+    let settings = &lab.config.consumers;
+    let every = Duration::from_millis(settings.claim_interval_ms.max(10));
+    while pause_unless_cancelled(cancel, every).await {
+        let mut cursor = "0-0".to_string();
+        loop {
+            let options = StreamAutoClaimOptions::default().count(BATCH);
+            let reply: StreamAutoClaimReply = conn
+                .xautoclaim_options(
+                    STREAM,
+                    GROUP,
+                    name,
+                    settings.claim_idle_ms,
+                    &cursor,
+                    options,
+                )
+                .await?;
+            if !reply.claimed.is_empty() {
+                // XAUTOCLAIM counted this claim as a delivery; read the counts.
+                let pending: StreamPendingCountReply = conn
+                    .xpending_consumer_count(STREAM, GROUP, "-", "+", BATCH * 4, name)
+                    .await?;
+                let deliveries: HashMap<String, usize> = pending
+                    .ids
+                    .into_iter()
+                    .map(|p| (p.id, p.times_delivered))
+                    .collect();
+                for entry in reply.claimed {
+                    let delivered = deliveries.get(&entry.id).copied().unwrap_or(1) as u32;
+                    if delivered > settings.max_deliveries {
+                        // This claim is not a delivery to the component.
+                        dead_letter(lab, conn, entry, delivered - 1).await?;
+                    } else {
+                        deliver(lab, conn, entry, delivered).await?;
+                    }
+                }
+            }
+            if reply.next_stream_id == "0-0" || cancel.is_cancelled() {
+                break;
+            }
+            cursor = reply.next_stream_id;
+        }
+    }
+    Ok(())
+}
+
+/// Hands one entry to its component; acks it when the component says so.
+async fn deliver(
+    lab: &Lab,
+    conn: &mut MultiplexedConnection,
+    entry: StreamId,
+    deliveries: u32,
+) -> RedisResult<()> {
+    let entry = to_wit(entry, deliveries);
+    let Some(strategy) = owner(lab, &entry) else {
+        // Left pending: it is delivered again once its component is loaded.
+        tracing::warn!(id = %entry.id, "no stream-issuer component for this entry's method; left pending");
+        return Ok(());
+    };
+    match lab.runtime.handle_entry(&strategy, &entry).await {
+        Ok(handled) => {
+            if handled.disposition == Disposition::Ack {
+                let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+                record(lab, &handled.confirmation).await;
+            }
+        }
+        Err(err) => {
+            tracing::error!(id = %entry.id, method = %strategy.method, error = %err, "stream entry failed; left pending")
+        }
+    }
+    Ok(())
+}
+
+/// Copies the entry to the dead-letter stream, lets its component remove
+/// the reservation, then acks it.
+async fn dead_letter(
+    lab: &Lab,
+    conn: &mut MultiplexedConnection,
+    entry: StreamId,
+    deliveries: u32,
+) -> RedisResult<()> {
+    let entry = to_wit(entry, deliveries);
+    let Some(strategy) = owner(lab, &entry) else {
+        tracing::warn!(id = %entry.id, "no component to compensate a dead entry; left pending");
+        return Ok(());
+    };
+    let mut fields = entry.fields.clone();
+    fields.push(("originalId".into(), entry.id.clone()));
+    fields.push(("deliveries".into(), deliveries.to_string()));
+    let _: String = conn.xadd(DEAD_LETTERS, "*", &fields).await?;
+    match lab.runtime.dead_letter(&strategy, &entry).await {
+        Ok(confirmation) => {
+            let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+            tracing::warn!(id = %entry.id, deliveries, "stream entry dead-lettered");
+            record(lab, &confirmation).await;
+        }
+        // Not acked: the next claim copies it again and retries the
+        // compensation; a duplicate dead letter beats a lost reservation.
+        Err(err) => {
+            tracing::error!(id = %entry.id, error = %err, "dead-letter compensation failed; left pending")
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn to_wit(entry: StreamId, deliveries: u32) -> StreamEntry {
+    let fields = entry
+        .map
+        .into_iter()
+        .filter_map(|(field, value)| Some((field, redis::from_redis_value::<String>(value).ok()?)))
+        .collect();
+    StreamEntry {
+        id: entry.id,
+        fields,
+        deliveries,
+    }
+}
+
+/// The component the entry's `method` field names, if it is a stream issuer.
+fn owner(lab: &Lab, entry: &StreamEntry) -> Option<Arc<Strategy>> {
+    let method = &entry.fields.iter().find(|(field, _)| field == "method")?.1;
+    lab.registry
+        .get(method)
+        .filter(|s| s.role == Role::StreamIssuer)
+}
+
+async fn record(lab: &Lab, confirmation: &crate::runtime::bindings::types::Confirmation) {
+    if let Err(err) = confirmations::record_confirmed(lab.redis(), confirmation).await {
+        tracing::warn!(error = %err, "could not record a confirmation");
+    }
+}
+
+/// The confirmation stream as a whole, for the result endpoint.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamSummary {
+    /// Entries ever added (acked entries stay; the stream is not trimmed).
+    pub length: u64,
+    /// Delivered to a consumer, not acked yet.
+    pub pending: u64,
+    /// Entries in `coupon:issue:stream:dead`.
+    pub dead_letters: u64,
+}
+
+/// Reads the stream's figures; `None` when it does not exist yet.
+pub async fn summary(
+    redis: &crate::runtime::redis::RedisPools,
+) -> RedisResult<Option<StreamSummary>> {
+    let count = |reply: redis::Value| redis::from_redis_value::<u64>(reply).unwrap_or(0);
+    let length = count(redis.execute("XLEN", &[STREAM.to_string()]).await?);
+    if length == 0 {
+        return Ok(None);
+    }
+    let pending = match redis
+        .execute("XPENDING", &[STREAM.to_string(), GROUP.to_string()])
+        .await
+    {
+        Ok(redis::Value::Array(summary)) => summary.into_iter().next().map_or(0, count),
+        Ok(_) => 0,
+        // No consumer has created the group yet: everything is unread, nothing pending.
+        Err(err) if err.code() == Some("NOGROUP") => 0,
+        Err(err) => return Err(err),
+    };
+    let dead_letters = count(redis.execute("XLEN", &[DEAD_LETTERS.to_string()]).await?);
+    Ok(Some(StreamSummary {
+        length,
+        pending,
+        dead_letters,
+    }))
+}

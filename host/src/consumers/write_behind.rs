@@ -1,0 +1,209 @@
+//! The write-behind loader (stages 9-10): group `coupon-wb-loaders` on
+//! `coupon:wb:stream`, one consumer named `loader`, as in the seed. Redis
+//! decided and answered 202; this writes the database after it.
+//!
+//! Each round reads the loader's own pending entries first (a restarted
+//! loader finishes what its predecessor held), then new ones, up to 100. The
+//! entries go to the component their `method` field names, which writes them
+//! in one transaction of `INSERT ... ON DUPLICATE KEY UPDATE`; XACK follows
+//! the commit. A failed batch is retried one entry at a time. An entry
+//! delivered more than 3 times is copied to `coupon:wb:stream:dead` and
+//! acked: its reservation stays in Redis and reconcile writes it later.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::streams::{StreamPendingCountReply, StreamReadOptions, StreamReadReply};
+use redis::{AsyncCommands, RedisResult};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::pause_unless_cancelled;
+use super::stream::{BLOCK_MS, Group, keep_running, to_wit};
+use crate::lab::Lab;
+use crate::runtime::bindings::types::StreamEntry;
+use crate::runtime::{Role, Strategy};
+
+pub const STREAM: &str = "coupon:wb:stream";
+pub const GROUP: &str = "coupon-wb-loaders";
+pub const DEAD_LETTERS: &str = "coupon:wb:stream:dead";
+const LOADER: &str = "loader";
+/// Entries one round loads.
+const BATCH: usize = 100;
+/// The pause after a round in which something failed, so a failing entry
+/// spends its deliveries over seconds, not microseconds.
+const AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+const LOADERS: Group = Group {
+    stream: STREAM,
+    name: GROUP,
+};
+
+pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
+    let lab = lab.clone();
+    tokio::spawn(async move { keep_running(&lab, &cancel, LOADERS, LOADER, load).await })
+}
+
+async fn load(
+    lab: &Lab,
+    cancel: &CancellationToken,
+    name: &str,
+    conn: &mut MultiplexedConnection,
+) -> RedisResult<()> {
+    let mut own_pending_first = true;
+    while !cancel.is_cancelled() {
+        let entries = if own_pending_first {
+            let options = StreamReadOptions::default().group(GROUP, name).count(BATCH);
+            let pending = read(conn, "0", &options).await?;
+            own_pending_first = !pending.is_empty();
+            if pending.is_empty() {
+                continue;
+            }
+            // Reading pending entries again counted a delivery; read the counts.
+            let counts: StreamPendingCountReply = conn
+                .xpending_consumer_count(STREAM, GROUP, "-", "+", BATCH * 4, name)
+                .await?;
+            let counts: HashMap<String, usize> = counts
+                .ids
+                .into_iter()
+                .map(|p| (p.id, p.times_delivered))
+                .collect();
+            pending
+                .into_iter()
+                .map(|entry| {
+                    let deliveries = counts.get(&entry.id).copied().unwrap_or(1) as u32;
+                    to_wit(entry, deliveries)
+                })
+                .collect()
+        } else {
+            let options = StreamReadOptions::default()
+                .group(GROUP, name)
+                .count(BATCH)
+                .block(BLOCK_MS);
+            read(conn, ">", &options)
+                .await?
+                .into_iter()
+                .map(|entry| to_wit(entry, 1))
+                .collect::<Vec<_>>()
+        };
+        if entries.is_empty() {
+            continue;
+        }
+        let all_loaded = load_round(lab, conn, entries).await?;
+        // Whatever failed is pending now; the next round starts with it.
+        own_pending_first = true;
+        if !all_loaded && !pause_unless_cancelled(cancel, AFTER_FAILURE).await {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+async fn read(
+    conn: &mut MultiplexedConnection,
+    from: &str,
+    options: &StreamReadOptions,
+) -> RedisResult<Vec<redis::streams::StreamId>> {
+    let reply: Option<StreamReadReply> = conn.xread_options(&[STREAM], &[from], options).await?;
+    Ok(reply
+        .into_iter()
+        .flat_map(|r| r.keys)
+        .flat_map(|k| k.ids)
+        .collect())
+}
+
+/// Loads one round; true when every entry was written (or dead-lettered).
+async fn load_round(
+    lab: &Lab,
+    conn: &mut MultiplexedConnection,
+    entries: Vec<StreamEntry>,
+) -> RedisResult<bool> {
+    let max = lab.config.consumers.max_deliveries;
+    let mut by_method: BTreeMap<String, Vec<StreamEntry>> = BTreeMap::new();
+    for entry in entries {
+        if entry.fields.is_empty() {
+            // Deleted from the stream since: nothing left to load.
+            let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+        } else if entry.deliveries > max {
+            dead_letter(conn, entry).await?;
+        } else {
+            let method = field(&entry, "method").unwrap_or_default().to_string();
+            by_method.entry(method).or_default().push(entry);
+        }
+    }
+    let mut all_loaded = true;
+    for (method, entries) in by_method {
+        let Some(strategy) = lab
+            .registry
+            .get(&method)
+            .filter(|s| s.role == Role::WriteBehindIssuer)
+        else {
+            tracing::warn!(%method, entries = entries.len(), "no write-behind component for these entries; left pending");
+            all_loaded = false;
+            continue;
+        };
+        all_loaded &= load_batch(lab, conn, &strategy, &entries).await?;
+    }
+    Ok(all_loaded)
+}
+
+/// One transaction for the batch; when it fails, one per entry.
+async fn load_batch(
+    lab: &Lab,
+    conn: &mut MultiplexedConnection,
+    strategy: &Arc<Strategy>,
+    entries: &[StreamEntry],
+) -> RedisResult<bool> {
+    match lab.runtime.load_batch(strategy, entries).await {
+        Ok(Ok(())) => {
+            let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+            let _: u64 = conn.xack(STREAM, GROUP, &ids).await?;
+            return Ok(true);
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(method = %strategy.method, entries = entries.len(), error = %err, "batch failed; loading one by one")
+        }
+        Err(err) => {
+            tracing::error!(method = %strategy.method, error = %err, "batch call failed; loading one by one")
+        }
+    }
+    let mut all_loaded = true;
+    for entry in entries {
+        match lab.runtime.load_entry(strategy, entry).await {
+            Ok(Ok(())) => {
+                let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(id = %entry.id, deliveries = entry.deliveries, error = %err, "entry failed; left pending");
+                all_loaded = false;
+            }
+            Err(err) => {
+                tracing::error!(id = %entry.id, error = %err, "entry call failed; left pending");
+                all_loaded = false;
+            }
+        }
+    }
+    Ok(all_loaded)
+}
+
+/// Copies the entry to the dead-letter stream and acks it. The reservation
+/// stays in Redis, the source of truth here; reconcile writes its row.
+async fn dead_letter(conn: &mut MultiplexedConnection, entry: StreamEntry) -> RedisResult<()> {
+    let mut fields = entry.fields.clone();
+    fields.push(("originalId".into(), entry.id.clone()));
+    fields.push(("deliveries".into(), (entry.deliveries - 1).to_string()));
+    let _: String = conn.xadd(DEAD_LETTERS, "*", &fields).await?;
+    let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+    tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
+    Ok(())
+}
+
+fn field<'a>(entry: &'a StreamEntry, name: &str) -> Option<&'a str> {
+    entry
+        .fields
+        .iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.as_str())
+}

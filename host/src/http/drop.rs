@@ -1,0 +1,126 @@
+//! The limited drop's store contract besides issuing (seed 000), answered by
+//! the gate component: seed the stock idempotently, cancel a reservation.
+//!
+//! - `POST /lab/drop/coupons/{couponId}/seed` `{"quantity": 100, "ttlSeconds": 86400}`
+//! - `POST /lab/drop/coupons/{couponId}/cancel` `{"memberId": 1, "idempotencyKey": "k"}`
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde::{Deserialize, Serialize};
+
+use super::envelope::{Answer, ApiError, AppJson, AppPath, positive};
+use super::{coupon_exists, serving};
+use crate::lab::Lab;
+use crate::runtime::Role;
+
+const MAX_QUANTITY: u64 = 100_000_000;
+const DEFAULT_TTL_SECONDS: u64 = 24 * 60 * 60;
+const MAX_TTL_SECONDS: u64 = 30 * 24 * 60 * 60;
+const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+pub fn router() -> Router<Lab> {
+    Router::new()
+        .route("/lab/drop/coupons/{coupon_id}/seed", post(seed))
+        .route("/lab/drop/coupons/{coupon_id}/cancel", post(cancel))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SeedBody {
+    quantity: i64,
+    ttl_seconds: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Seeded {
+    coupon_id: u64,
+    /// False when the stock was already seeded and kept (SET NX).
+    seeded: bool,
+    remaining: i64,
+}
+
+async fn seed(
+    State(lab): State<Lab>,
+    AppPath(coupon_id): AppPath<i64>,
+    AppJson(body): AppJson<SeedBody>,
+) -> Result<Answer<Seeded>, ApiError> {
+    let coupon_id = positive("couponId", coupon_id)?;
+    let quantity = positive("quantity", body.quantity)?;
+    if quantity > MAX_QUANTITY {
+        return Err(ApiError::bad_request(format!(
+            "quantity must be at most {MAX_QUANTITY}, got {quantity}"
+        )));
+    }
+    let ttl = positive(
+        "ttlSeconds",
+        body.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS as i64),
+    )?;
+    if ttl > MAX_TTL_SECONDS {
+        return Err(ApiError::bad_request(format!(
+            "ttlSeconds must be at most {MAX_TTL_SECONDS}, got {ttl}"
+        )));
+    }
+    coupon_exists(&lab, coupon_id).await?;
+    let strategy = serving(&lab, Role::GateIssuer)?;
+    let answer = lab
+        .runtime
+        .seed(&strategy, coupon_id, quantity as u32, ttl as u32)
+        .await?
+        .map_err(|err| ApiError::unavailable(format!("seeding failed: {err}")))?;
+    Ok(Answer(
+        StatusCode::OK,
+        Seeded {
+            coupon_id,
+            seeded: answer.seeded,
+            remaining: answer.remaining,
+        },
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CancelBody {
+    member_id: i64,
+    idempotency_key: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Cancelled {
+    coupon_id: u64,
+    member_id: u64,
+    /// False when there was nothing to cancel (a second cancel included).
+    cancelled: bool,
+}
+
+async fn cancel(
+    State(lab): State<Lab>,
+    AppPath(coupon_id): AppPath<i64>,
+    AppJson(body): AppJson<CancelBody>,
+) -> Result<Answer<Cancelled>, ApiError> {
+    let coupon_id = positive("couponId", coupon_id)?;
+    let member_id = positive("memberId", body.member_id)?;
+    if body.idempotency_key.is_empty() || body.idempotency_key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(ApiError::bad_request(format!(
+            "idempotencyKey must be 1 to {MAX_IDEMPOTENCY_KEY} bytes"
+        )));
+    }
+    coupon_exists(&lab, coupon_id).await?;
+    let strategy = serving(&lab, Role::GateIssuer)?;
+    let cancelled = lab
+        .runtime
+        .cancel(&strategy, coupon_id, member_id, &body.idempotency_key)
+        .await?
+        .map_err(|err| ApiError::unavailable(format!("cancel failed: {err}")))?;
+    Ok(Answer(
+        StatusCode::OK,
+        Cancelled {
+            coupon_id,
+            member_id,
+            cancelled,
+        },
+    ))
+}

@@ -1,0 +1,62 @@
+//! `POST /lab/write-behind/coupons/{couponId}/reconcile` (stage 9): the
+//! write-behind component compares the database with the Redis set, writes
+//! the members only Redis has, and sets `issued_count` to the row count.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use serde::Serialize;
+
+use super::envelope::{Answer, ApiError, AppPath, positive};
+use super::{coupon_exists, serving};
+use crate::lab::Lab;
+use crate::runtime::Role;
+
+pub fn router() -> Router<Lab> {
+    Router::new().route(
+        "/lab/write-behind/coupons/{coupon_id}/reconcile",
+        post(reconcile),
+    )
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Reconciled {
+    coupon_id: u64,
+    method: String,
+    /// Members reserved in Redis without a row, now written.
+    inserted: Vec<u64>,
+    /// Members with a row but no reservation in Redis (reported, not changed).
+    only_in_db: Vec<u64>,
+    issued_count: u64,
+    total_count: u64,
+    /// Rows beyond the total: what Redis losing its record cost.
+    stock_excess: u64,
+}
+
+async fn reconcile(
+    State(lab): State<Lab>,
+    AppPath(coupon_id): AppPath<i64>,
+) -> Result<Answer<Reconciled>, ApiError> {
+    let coupon_id = positive("couponId", coupon_id)?;
+    coupon_exists(&lab, coupon_id).await?;
+    let strategy = serving(&lab, Role::WriteBehindIssuer)?;
+    let report = lab
+        .runtime
+        .reconcile(&strategy, coupon_id)
+        .await?
+        .map_err(|err| ApiError::unavailable(format!("reconcile failed: {err}")))?;
+    Ok(Answer(
+        StatusCode::OK,
+        Reconciled {
+            coupon_id,
+            method: strategy.method.to_string(),
+            inserted: report.inserted,
+            only_in_db: report.only_in_db,
+            issued_count: report.issued_count,
+            total_count: report.total,
+            stock_excess: report.stock_excess,
+        },
+    ))
+}

@@ -1,0 +1,83 @@
+//! The `jobs` capability (stage 4): a bounded in-process queue. A component
+//! submits a payload; one of the host's workers later runs the same
+//! component version's `job-runner.run-job` with it (see `consumers::jobs`).
+//! Like the seed's `@Async` executor, the queue lives in this process's
+//! memory: what is queued when the process dies is lost, and shows up in the
+//! result as reservations without an issue row.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+
+use super::Strategy;
+use super::bindings::jobs::{self, SubmitError};
+use super::store::HostState;
+
+/// A queued job: the payload and the component version that will run it.
+pub struct Job {
+    pub strategy: Arc<Strategy>,
+    pub payload: String,
+    pub queued_at: Instant,
+}
+
+pub struct JobQueue {
+    sender: mpsc::Sender<Job>,
+    /// Taken once, by the workers that drain the queue.
+    receiver: Mutex<Option<mpsc::Receiver<Job>>>,
+    capacity: usize,
+}
+
+impl JobQueue {
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        let (sender, receiver) = mpsc::channel(capacity);
+        Self {
+            sender,
+            receiver: Mutex::new(Some(receiver)),
+            capacity,
+        }
+    }
+
+    /// Queues `job` unless the queue is full; never waits.
+    pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
+        self.sender
+            .try_send(job)
+            .map_err(|_| SubmitError::QueueFull)
+    }
+
+    /// The receiving end, for the workers; `None` once taken.
+    pub fn take_receiver(&self) -> Option<mpsc::Receiver<Job>> {
+        self.receiver.lock().take()
+    }
+
+    /// Jobs waiting for a worker.
+    pub fn queued(&self) -> usize {
+        self.capacity - self.sender.capacity()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+impl jobs::Host for HostState {
+    async fn submit(&mut self, payload: String) -> wasmtime::Result<Result<(), SubmitError>> {
+        let Some(strategy) = self.strategy.clone() else {
+            wasmtime::bail!("jobs.submit is not available while a component is being loaded");
+        };
+        if strategy.exports.job_runner.is_none() {
+            // Accepting the job would strand it: nothing could ever run it.
+            wasmtime::bail!(
+                "{} submitted a job but exports no job-runner",
+                strategy.method
+            );
+        }
+        Ok(self.caps.jobs.submit(Job {
+            strategy,
+            payload,
+            queued_at: Instant::now(),
+        }))
+    }
+}

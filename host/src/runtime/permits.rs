@@ -1,0 +1,151 @@
+//! The `permits` capability (seed 000): named in-process semaphores whose
+//! permits outlive a request. A permit is held under a token (the
+//! reservation) from `try-acquire` until `release`, which may come from a
+//! later request. A permit never released is dropped when its lease runs
+//! out, so a gate cannot leak shut.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::bindings::permits;
+use super::store::HostState;
+
+/// Gates one server may hold: a component cannot grow the map without bound.
+const MAX_GATES: usize = 1024;
+
+#[derive(Debug, Clone, Copy)]
+pub struct PermitSettings {
+    /// Permits of each gate.
+    pub per_gate: usize,
+    /// How long `try-acquire` waits when the component does not say.
+    pub acquire_timeout: Duration,
+    /// How long a permit may be held without being released.
+    pub lease: Duration,
+}
+
+pub struct Permits {
+    settings: PermitSettings,
+    gates: Arc<Mutex<HashMap<String, Arc<Gate>>>>,
+}
+
+struct Gate {
+    semaphore: Arc<Semaphore>,
+    held: Mutex<HashMap<String, Lease>>,
+}
+
+struct Lease {
+    _permit: OwnedSemaphorePermit,
+    expires: Instant,
+}
+
+impl Permits {
+    /// Creates the gates' map and a task that drops expired leases; the task
+    /// ends when the `Permits` is dropped.
+    pub fn new(settings: PermitSettings) -> Self {
+        let gates: Arc<Mutex<HashMap<String, Arc<Gate>>>> = Arc::default();
+        let weak = Arc::downgrade(&gates);
+        let every = (settings.lease / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        tokio::spawn(reap_expired(weak, every));
+        Self { settings, gates }
+    }
+
+    pub fn settings(&self) -> PermitSettings {
+        self.settings
+    }
+
+    /// Takes a permit of `gate` for `token`, waiting at most `timeout`.
+    pub async fn try_acquire(&self, gate: &str, token: &str, timeout: Duration) -> bool {
+        let Some(gate) = self.gate(gate) else {
+            return false;
+        };
+        if gate.held.lock().contains_key(token) {
+            return true;
+        }
+        let Ok(Ok(permit)) =
+            tokio::time::timeout(timeout, gate.semaphore.clone().acquire_owned()).await
+        else {
+            return false;
+        };
+        // Should the same token have won a permit meanwhile, this one drops
+        // here and goes back to the gate.
+        gate.held.lock().entry(token.to_string()).or_insert(Lease {
+            _permit: permit,
+            expires: Instant::now() + self.settings.lease,
+        });
+        true
+    }
+
+    /// Gives back the permit `token` holds.
+    pub fn release(&self, gate: &str, token: &str) -> bool {
+        let gate = self.gates.lock().get(gate).cloned();
+        gate.is_some_and(|gate| gate.held.lock().remove(token).is_some())
+    }
+
+    /// Permits of `gate` free now.
+    pub fn available(&self, gate: &str) -> usize {
+        self.gates
+            .lock()
+            .get(gate)
+            .map_or(self.settings.per_gate, |gate| {
+                gate.semaphore.available_permits()
+            })
+    }
+
+    fn gate(&self, name: &str) -> Option<Arc<Gate>> {
+        let mut gates = self.gates.lock();
+        if let Some(gate) = gates.get(name) {
+            return Some(gate.clone());
+        }
+        if gates.len() >= MAX_GATES {
+            tracing::warn!(gate = name, "too many permit gates; refusing a new one");
+            return None;
+        }
+        let gate = Arc::new(Gate {
+            semaphore: Arc::new(Semaphore::new(self.settings.per_gate)),
+            held: Mutex::new(HashMap::new()),
+        });
+        gates.insert(name.to_string(), gate.clone());
+        Some(gate)
+    }
+}
+
+async fn reap_expired(gates: Weak<Mutex<HashMap<String, Arc<Gate>>>>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    loop {
+        ticks.tick().await;
+        let Some(gates) = gates.upgrade() else { return };
+        let gates: Vec<Arc<Gate>> = gates.lock().values().cloned().collect();
+        let now = Instant::now();
+        for gate in gates {
+            gate.held.lock().retain(|_, lease| lease.expires > now);
+        }
+    }
+}
+
+impl permits::Host for HostState {
+    /// Waits no longer than the call's own deadline.
+    async fn try_acquire(
+        &mut self,
+        gate: String,
+        token: String,
+        timeout_ms: Option<u32>,
+    ) -> wasmtime::Result<bool> {
+        let permits = &self.caps.permits;
+        let wanted = timeout_ms.map_or(permits.settings().acquire_timeout, |ms| {
+            Duration::from_millis(ms.into())
+        });
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        Ok(permits.try_acquire(&gate, &token, wanted.min(left)).await)
+    }
+
+    async fn release(&mut self, gate: String, token: String) -> wasmtime::Result<bool> {
+        Ok(self.caps.permits.release(&gate, &token))
+    }
+}

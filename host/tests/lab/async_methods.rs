@@ -1,0 +1,358 @@
+//! Stages 4-6: requests answered 202 before the DB write, confirmed later by
+//! the job workers, the pub/sub subscriber or the stream consumers — and
+//! where each can lose work.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+
+use crate::common::{Setup, TestLab, until};
+
+const ASYNC_COMPONENTS: [&str; 4] = [
+    "redis_async",
+    "redis_pubsub",
+    "redis_stream",
+    "redis_stream_atomic",
+];
+const DRAIN: Duration = Duration::from_secs(60);
+
+/// Pub/sub channels span every Redis database: tests that publish take turns.
+static PUBSUB: Mutex<()> = Mutex::const_new(());
+
+/// Waits until every 202 of `coupon` has its outcome; returns the result.
+async fn drained(lab: &TestLab, coupon: u64, accepted: u64) -> Value {
+    until("every accepted request is confirmed", DRAIN, || async {
+        let result = lab.result(coupon).await;
+        result["accepted"] == json!(accepted) && result["pending"] == json!(0)
+    })
+    .await;
+    lab.result(coupon).await
+}
+
+fn statuses(replies: &[crate::common::Reply]) -> BTreeMap<u16, usize> {
+    let mut statuses = BTreeMap::new();
+    for reply in replies {
+        *statuses.entry(reply.status.as_u16()).or_insert(0) += 1;
+    }
+    statuses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_async_method_accepts_exactly_the_total_and_confirms_it() {
+    let _turn = PUBSUB.lock().await;
+    let lab = Setup::with(&ASYNC_COMPONENTS)
+        .own_redis_db()
+        .await
+        .start()
+        .await;
+    for method in [
+        "REDIS_ASYNC",
+        "REDIS_PUBSUB",
+        "REDIS_STREAM",
+        "REDIS_STREAM_ATOMIC",
+    ] {
+        let members = lab.members(400).await;
+        let coupon = lab.coupon(80).await;
+        let replies = join_all(members.iter().map(|&m| lab.issue(coupon, m, method))).await;
+        assert_eq!(
+            statuses(&replies),
+            BTreeMap::from([(202, 80), (409, 320)]),
+            "{method}"
+        );
+        for reply in replies.iter().filter(|r| r.status == 202) {
+            assert_eq!(reply.ok()["outcome"], json!("ACCEPTED"));
+        }
+
+        let result = drained(&lab, coupon, 80).await;
+        assert_eq!(
+            result["asyncResults"],
+            json!({ "ISSUED": 80 }),
+            "{method}: {result}"
+        );
+        assert_eq!(result["issueRows"], json!(80), "{method}");
+        assert_eq!(result["distinctMembers"], json!(80), "{method}");
+        assert_eq!(result["issuedCount"], json!(80), "{method}");
+        assert!(result["confirmationLagMs"]["p99"].as_f64().unwrap() >= 0.0);
+        let in_db = lab.issued_members(coupon).await;
+        assert_eq!(lab.reserved_members(coupon).await, in_db, "{method}");
+        if method == "REDIS_PUBSUB" {
+            assert_eq!(
+                result["publishReceivers"],
+                json!({ "1": 80 }),
+                "{method}: {result}"
+            );
+        }
+        if method.starts_with("REDIS_STREAM") {
+            assert_eq!(result["stream"]["pending"], json!(0), "{method}: {result}");
+        }
+    }
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_job_queue_answers_503_and_leaves_no_reservation_behind() {
+    let lab = Setup::with(&["redis_async"])
+        .tune(|c| {
+            c.job_queue = 1;
+            c.job_workers = 1;
+        })
+        .start()
+        .await;
+    let members = lab.members(300).await;
+    let coupon = lab.coupon(300).await;
+    let replies = join_all(members.iter().map(|&m| lab.issue(coupon, m, "REDIS_ASYNC"))).await;
+    let statuses = statuses(&replies);
+    let (accepted, refused) = (
+        statuses.get(&202).copied().unwrap_or(0),
+        statuses.get(&503).copied().unwrap_or(0),
+    );
+    assert_eq!(accepted + refused, 300, "{statuses:?}");
+    assert!(refused > 0, "the queue of one never filled: {statuses:?}");
+    for reply in replies.iter().filter(|r| r.status == 503) {
+        assert!(
+            reply.fails_with(503).starts_with("QUEUE_FULL"),
+            "{}",
+            reply.body
+        );
+    }
+
+    drained(&lab, coupon, accepted as u64).await;
+    // Every 202 became a row; every 503 took its reservation back.
+    let in_db = lab.issued_members(coupon).await;
+    assert_eq!(in_db.len(), accepted);
+    assert_eq!(lab.reserved_members(coupon).await, in_db);
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_without_a_subscriber_loses_the_messages_and_the_result_shows_it() {
+    let _turn = PUBSUB.lock().await;
+    let lab = Setup::with(&["redis_pubsub"])
+        .tune(|c| c.consumers.in_process = false)
+        .own_redis_db()
+        .await
+        .start()
+        .await;
+    let members = lab.members(20).await;
+    let coupon = lab.coupon(20).await;
+    for &member in &members {
+        lab.issue(coupon, member, "REDIS_PUBSUB").await.ok();
+    }
+    until("the acceptances are recorded", DRAIN, || async {
+        lab.result(coupon).await["accepted"] == json!(20)
+    })
+    .await;
+    // Nobody received anything; nothing was issued; the reservations remain.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let result = lab.result(coupon).await;
+    assert_eq!(result["publishReceivers"], json!({ "0": 20 }), "{result}");
+    assert_eq!(result["pending"], json!(20), "{result}");
+    assert_eq!(result["issueRows"], json!(0));
+    assert_eq!(
+        result["redis"]["redisOnlyMembers"]["count"],
+        json!(20),
+        "{result}"
+    );
+    assert_eq!(lab.reserved_members(coupon).await, members);
+    lab.finish().await;
+}
+
+/// `couponlab consume stream` as a process of its own, like the test
+/// server but with no HTTP.
+fn stream_consumer_process(lab: &TestLab) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_couponlab"))
+        .args(["consume", "stream"])
+        .env("DATABASE_URL", &lab.config.database_url)
+        .env("REDIS_URL", &lab.config.redis_url)
+        .env("COUPONLAB_STRATEGY_DIR", &lab.config.strategy_dir)
+        .env("COUPONLAB_STREAM_CLAIM_IDLE_MS", "500")
+        .env("COUPONLAB_STREAM_CLAIM_INTERVAL_MS", "200")
+        .env("COUPONLAB_MAX_INSTANCES", "100")
+        .env("COUPONLAB_DB_POOL_SIZE", "8")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the couponlab binary starts")
+}
+
+async fn rows(lab: &TestLab, coupon: u64) -> usize {
+    lab.issued_members(coupon).await.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_consumer_killed_mid_drain_loses_nothing_and_writes_nothing_twice() {
+    let lab = Setup::with(&["redis_stream"])
+        .tune(|c| c.consumers.in_process = false)
+        .own_redis_db()
+        .await
+        .start()
+        .await;
+    const TOTAL: u64 = 2_000;
+    let members = lab.members(TOTAL).await;
+    let coupon = lab.coupon(TOTAL).await;
+    for chunk in members.chunks(200) {
+        let replies = join_all(chunk.iter().map(|&m| lab.issue(coupon, m, "REDIS_STREAM"))).await;
+        assert!(replies.iter().all(|r| r.status == 202));
+    }
+
+    let mut consumer = stream_consumer_process(&lab);
+    until("the consumer has confirmed some", DRAIN, || async {
+        rows(&lab, coupon).await >= 50
+    })
+    .await;
+    consumer.start_kill().unwrap();
+    consumer.wait().await.unwrap();
+    let at_kill = rows(&lab, coupon).await;
+    assert!(
+        at_kill < TOTAL as usize,
+        "the drain finished before the kill; nothing was tested"
+    );
+
+    let mut consumer = stream_consumer_process(&lab);
+    let result = drained(&lab, coupon, TOTAL).await;
+    assert_eq!(result["issueRows"], json!(TOTAL), "{result}");
+    assert_eq!(result["distinctMembers"], json!(TOTAL));
+    assert_eq!(result["issuedCount"], json!(TOTAL));
+    assert_eq!(lab.issued_members(coupon).await, members);
+    assert_eq!(result["stream"]["pending"], json!(0), "{result}");
+
+    // SIGTERM: it stops reading, finishes what it holds, and exits cleanly.
+    let pid = consumer.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(Duration::from_secs(10), consumer.wait())
+        .await
+        .expect("it stops")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_that_always_fails_is_dead_lettered_after_three_deliveries() {
+    let lab = Setup::with(&["redis_stream"])
+        .tune(|c| {
+            c.lock_wait_timeout_s = 1;
+            c.consumers.claim_idle_ms = 300;
+            c.consumers.claim_interval_ms = 100;
+        })
+        .own_redis_db()
+        .await
+        .start()
+        .await;
+    let members = lab.members(1).await;
+    let coupon = lab.coupon(5).await;
+
+    // Hold the coupon row: every confirm waits out the lock and fails.
+    let mut blocker = lab.db.begin().await.unwrap();
+    sqlx::query("SELECT id FROM coupons WHERE id = ? FOR UPDATE")
+        .bind(coupon)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
+
+    let mut redis = lab.redis.clone();
+    until("the entry is dead-lettered", DRAIN, || async {
+        let dead: u64 = redis::cmd("XLEN")
+            .arg("coupon:issue:stream:dead")
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        dead > 0
+    })
+    .await;
+    blocker.rollback().await.unwrap();
+
+    let dead: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("coupon:issue:stream:dead")
+        .arg("-")
+        .arg("+")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    let fields: BTreeMap<String, String> = dead[0].1.iter().cloned().collect();
+    assert_eq!(fields["memberId"], members[0].to_string());
+    assert_eq!(fields["deliveries"], "3", "{fields:?}");
+    // The reservation is gone, nothing was issued, and the outcome is recorded.
+    until("the outcome is recorded", DRAIN, || async {
+        lab.result(coupon).await["pending"] == json!(0)
+    })
+    .await;
+    assert!(lab.reserved_members(coupon).await.is_empty());
+    assert!(lab.issued_members(coupon).await.is_empty());
+    let result = lab.result(coupon).await;
+    assert_eq!(
+        result["asyncResults"],
+        json!({ "UNAVAILABLE": 1 }),
+        "{result}"
+    );
+    assert_eq!(result["stream"]["deadLetters"], json!(1), "{result}");
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_delivery_is_acked_without_a_second_row() {
+    let lab = Setup::with(&["redis_stream"])
+        .own_redis_db()
+        .await
+        .start()
+        .await;
+    let members = lab.members(1).await;
+    let coupon = lab.coupon(5).await;
+    lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
+    drained(&lab, coupon, 1).await;
+
+    // The same request delivered again, as after a crash between commit and XACK.
+    let mut redis = lab.redis.clone();
+    let again: String = redis::cmd("XADD")
+        .arg("coupon:issue:stream")
+        .arg("*")
+        .arg(&[
+            "memberId",
+            &members[0].to_string(),
+            "couponId",
+            &coupon.to_string(),
+            "method",
+            "REDIS_STREAM",
+        ])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    until("the redelivery is read and acked", DRAIN, || async {
+        let groups: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg("coupon:issue:stream")
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        let last_delivered = groups[0]
+            .iter()
+            .skip_while(|v| **v != redis::Value::BulkString(b"last-delivered-id".to_vec()))
+            .nth(1);
+        let read = last_delivered == Some(&redis::Value::BulkString(again.clone().into_bytes()));
+        read && lab.result(coupon).await["stream"]["pending"] == json!(0)
+    })
+    .await;
+    // The first outcome stands; the redelivery added no row.
+    assert_eq!(
+        lab.result(coupon).await["asyncResults"],
+        json!({ "ISSUED": 1 })
+    );
+    assert_eq!(lab.issued_members(coupon).await, members);
+    assert_eq!(lab.reserved_members(coupon).await, members);
+    lab.finish().await;
+}

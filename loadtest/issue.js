@@ -1,0 +1,89 @@
+// One method on one coupon: the k6 half of `cargo xtask loadtest`, which
+// creates the members and the coupon first, waits for asynchronous methods
+// to drain afterwards, reads the coupon's result and writes the report.
+// It also runs alone against members and a coupon that exist:
+//
+//   loadtest/run.sh issue.js -e METHOD=REDIS_LUA -e COUPON_ID=1 -e FIRST_MEMBER=1 -e MEMBERS=3000 -e RATE=300 -e DURATION=10s
+//
+// Every request comes from a distinct member (FIRST_MEMBER, FIRST_MEMBER+1, ...).
+// Environment:
+//   BASE_URL      http://127.0.0.1:8080
+//   METHOD        the method to drive            COUPON_ID   its coupon
+//   FIRST_MEMBER  the first member id            MEMBERS     members available
+//   MODE          rate: constant arrival rate; spike: MEMBERS requests at second zero
+//   RATE          requests per second (rate)     DURATION    e.g. 10s (rate)
+//   VUS           virtual users (rate: pre-allocated, 10x at most; spike: all at once)
+//   SUMMARY       where handleSummary writes the figures as JSON
+import http from 'k6/http';
+import exec from 'k6/execution';
+import { Counter } from 'k6/metrics';
+
+const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:8080';
+const METHOD = __ENV.METHOD || 'REDIS_LUA';
+const COUPON_ID = __ENV.COUPON_ID;
+const FIRST_MEMBER = parseInt(__ENV.FIRST_MEMBER || '1', 10);
+const MEMBERS = parseInt(__ENV.MEMBERS || '1000', 10);
+const MODE = __ENV.MODE || 'rate';
+const RATE = parseInt(__ENV.RATE || '200', 10);
+const DURATION = __ENV.DURATION || '10s';
+const VUS = parseInt(__ENV.VUS || (MODE === 'spike' ? '300' : '50'), 10);
+const SUMMARY = __ENV.SUMMARY || 'summary.json';
+
+if (!COUPON_ID) throw new Error('COUPON_ID is required (cargo xtask loadtest creates one)');
+
+// The statuses a client can see; "0" is no answer at all.
+const STATUSES = ['200', '202', '400', '404', '409', '500', '503', '504', '0'];
+const answers = new Counter('issue_answers');
+
+const scenario =
+  MODE === 'spike'
+    ? { executor: 'shared-iterations', vus: Math.min(VUS, MEMBERS), iterations: MEMBERS, maxDuration: '5m' }
+    : {
+        executor: 'constant-arrival-rate',
+        rate: RATE,
+        timeUnit: '1s',
+        duration: DURATION,
+        preAllocatedVUs: VUS,
+        maxVUs: VUS * 10,
+      };
+
+// A threshold that always passes makes k6 keep each sub-metric in the summary.
+const thresholds = { dropped_iterations: ['count>=0'] };
+for (const status of STATUSES) thresholds[`issue_answers{status:${status}}`] = ['count>=0'];
+
+export const options = {
+  scenarios: { issue: scenario },
+  thresholds,
+  summaryTrendStats: ['med', 'p(95)', 'p(99)', 'max'],
+};
+
+export default function () {
+  const n = exec.scenario.iterationInTest;
+  const memberId = FIRST_MEMBER + (n % MEMBERS);
+  const res = http.post(
+    `${BASE_URL}/lab/coupons/${COUPON_ID}/issue`,
+    JSON.stringify({ memberId, method: METHOD }),
+    { headers: { 'Content-Type': 'application/json' }, tags: { name: 'issue' } },
+  );
+  answers.add(1, { status: STATUSES.includes(String(res.status)) ? String(res.status) : '0' });
+}
+
+export function handleSummary(data) {
+  const metric = (name) => (data.metrics[name] ? data.metrics[name].values : {});
+  const duration = metric('http_req_duration');
+  const statuses = {};
+  for (const status of STATUSES) {
+    const count = metric(`issue_answers{status:${status}}`).count || 0;
+    if (count > 0) statuses[status] = count;
+  }
+  const figures = {
+    method: METHOD,
+    mode: MODE,
+    requests: metric('http_reqs').count || 0,
+    requestsPerSecond: metric('http_reqs').rate || 0,
+    latencyMs: { p50: duration.med, p95: duration['p(95)'], p99: duration['p(99)'], max: duration.max },
+    statuses,
+    dropped: metric('dropped_iterations').count || 0,
+  };
+  return { [SUMMARY]: JSON.stringify(figures, null, 2), stdout: '' };
+}

@@ -1,0 +1,56 @@
+//! REDIS_ASYNC (stage 4): the Lua reservation, then a job on the host's
+//! in-process queue, and 202 at once. A worker later runs the confirm step
+//! (SREM on failure). A full queue answers 503 and removes the reservation.
+//! Like the seed's `@Async` executor, queued jobs live in the server's
+//! memory: a crash loses them, leaving reservations without issue rows.
+
+use couponlab_sdk::{
+    Confirmation, Descriptor, IssueRequest, IssueResult, Outcome, Step, confirm, message, reserve,
+    settle,
+};
+
+couponlab_sdk::world!("async-issuer");
+
+use couponlab::strategy::jobs;
+use exports::couponlab::strategy::{job_runner, strategy};
+
+struct RedisAsync;
+
+impl strategy::Guest for RedisAsync {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: "REDIS_ASYNC".into(),
+            summary: "Lua reservation, 202, then the DB confirm step on the host's job workers"
+                .into(),
+        }
+    }
+
+    fn issue(request: IssueRequest) -> IssueResult {
+        settle(issue(request.coupon_id, request.member_id))
+    }
+}
+
+fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
+    reserve::with_lua(coupon_id, member_id)?;
+    match jobs::submit(&message::format(coupon_id, member_id)) {
+        Ok(()) => Ok(IssueResult::of(Outcome::Accepted)),
+        Err(jobs::SubmitError::QueueFull) => Ok(confirm::release(
+            coupon_id,
+            member_id,
+            IssueResult::of(Outcome::QueueFull),
+        )),
+    }
+}
+
+impl job_runner::Guest for RedisAsync {
+    fn run_job(payload: String) -> Confirmation {
+        match message::parse(&payload) {
+            Some((coupon_id, member_id)) => confirm::confirm_later(coupon_id, member_id),
+            None => IssueResult::of(Outcome::Unavailable)
+                .detail(format!("unreadable job payload {payload:?}"))
+                .confirmation(0, 0),
+        }
+    }
+}
+
+export!(RedisAsync);

@@ -1,0 +1,68 @@
+//! REDIS_STREAM (stage 6): the Lua reservation, then XADD to
+//! `coupon:issue:stream`, and 202. Two commands: a crash between them leaves
+//! the reservation without its entry (REDIS_STREAM_ATOMIC closes that gap).
+//! The host's stream consumers hand each entry back to this component, which
+//! confirms it and says whether it may be acked.
+
+use couponlab_sdk::{
+    Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step, StreamEntry, args,
+    clock, confirm, keys, redis, reserve, settle, stream,
+};
+
+couponlab_sdk::world!("stream-issuer");
+
+use exports::couponlab::strategy::{strategy, stream_consumer};
+
+const METHOD: &str = "REDIS_STREAM";
+
+struct RedisStream;
+
+impl strategy::Guest for RedisStream {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: METHOD.into(),
+            summary: "Lua reservation, then XADD, 202; stream consumers run the DB confirm step"
+                .into(),
+        }
+    }
+
+    fn issue(request: IssueRequest) -> IssueResult {
+        settle(issue(request.coupon_id, request.member_id))
+    }
+}
+
+fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
+    reserve::with_lua(coupon_id, member_id)?;
+    let entry = args![
+        keys::ISSUE_STREAM,
+        "*",
+        "memberId",
+        member_id,
+        "couponId",
+        coupon_id,
+        "method",
+        METHOD,
+        "acceptedAt",
+        clock::now_millis()
+    ];
+    match redis::execute("XADD", &entry) {
+        Ok(_) => Ok(IssueResult::of(Outcome::Accepted)),
+        Err(err) => Ok(confirm::release(
+            coupon_id,
+            member_id,
+            IssueResult::from(err),
+        )),
+    }
+}
+
+impl stream_consumer::Guest for RedisStream {
+    fn handle_entry(entry: StreamEntry) -> Handled {
+        stream::handle(&entry)
+    }
+
+    fn dead_letter(entry: StreamEntry) -> Confirmation {
+        stream::dead_letter(&entry)
+    }
+}
+
+export!(RedisStream);

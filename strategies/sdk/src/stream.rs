@@ -1,0 +1,79 @@
+//! What a stream consumer does with one entry of `coupon:issue:stream`
+//! (stage 6). The host reads, claims, acks and dead-letters; this decides.
+//!
+//! - issued, or a duplicate key (already issued, a redelivery included): ack;
+//! - sold out at the DB or an unknown member: remove the reservation, ack;
+//! - any other failure: leave it pending, to be delivered again;
+//! - an entry that cannot be read at all is left pending too, so after its
+//!   last delivery it lands in the dead-letter stream for someone to look at.
+
+use crate::bindings::couponlab::strategy::types::{
+    Confirmation, Disposition, Handled, IssueResult, Outcome, StreamEntry,
+};
+use crate::confirm::{self, Confirmed};
+
+/// The `couponId` and `memberId` fields of an entry.
+pub fn ids(entry: &StreamEntry) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        entry
+            .fields
+            .iter()
+            .find(|(key, _)| key == name)?
+            .1
+            .parse::<u64>()
+            .ok()
+    };
+    Some((field("couponId")?, field("memberId")?))
+}
+
+/// Confirms the entry's reservation and says whether the host may ack it.
+pub fn handle(entry: &StreamEntry) -> Handled {
+    let Some((coupon_id, member_id)) = ids(entry) else {
+        let detail = format!("entry {} has no couponId/memberId", entry.id);
+        return Handled {
+            confirmation: unreadable(detail),
+            disposition: Disposition::Retry,
+        };
+    };
+    let (result, disposition) = match confirm::confirm(coupon_id, member_id) {
+        Confirmed::Issued => (IssueResult::issued(), Disposition::Ack),
+        Confirmed::Duplicate => (IssueResult::of(Outcome::Duplicate), Disposition::Ack),
+        Confirmed::SoldOutAtDb => (
+            confirm::release(coupon_id, member_id, IssueResult::of(Outcome::SoldOutAtDb)),
+            Disposition::Ack,
+        ),
+        Confirmed::UnknownMember => (
+            confirm::release(
+                coupon_id,
+                member_id,
+                IssueResult::of(Outcome::UnknownMember),
+            ),
+            Disposition::Ack,
+        ),
+        Confirmed::Failed(err) => (IssueResult::from(err), Disposition::Retry),
+    };
+    Handled {
+        confirmation: result.confirmation(coupon_id, member_id),
+        disposition,
+    }
+}
+
+/// The entry was delivered too often: remove its reservation.
+pub fn dead_letter(entry: &StreamEntry) -> Confirmation {
+    let detail = format!("dead-lettered after {} deliveries", entry.deliveries);
+    match ids(entry) {
+        Some((coupon_id, member_id)) => confirm::release(
+            coupon_id,
+            member_id,
+            IssueResult::of(Outcome::Unavailable).detail(detail),
+        )
+        .confirmation(coupon_id, member_id),
+        None => unreadable(detail),
+    }
+}
+
+fn unreadable(detail: String) -> Confirmation {
+    IssueResult::of(Outcome::Unavailable)
+        .detail(detail)
+        .confirmation(0, 0)
+}

@@ -1,0 +1,249 @@
+//! The report of a run: a Markdown table, an SVG chart of the figures that
+//! matter side by side, and the raw results.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::Value;
+
+/// One method's figures in one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub method: String,
+    /// Requests k6 sent and got an answer for.
+    pub requests: u64,
+    pub requests_per_second: f64,
+    /// Client-side latency of the issue requests, milliseconds.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub accepted: u64,
+    pub conflicts: u64,
+    pub unavailable: u64,
+    /// 404, 500, 504 and no answer.
+    pub errors: u64,
+    /// k6 could not start these on time (the server or k6 fell behind).
+    pub dropped: u64,
+    pub total: u64,
+    pub issue_rows: u64,
+    pub over_issued: u64,
+    pub duplicates: u64,
+    /// Members served after an earlier arrival was refused as sold out.
+    pub out_of_turn: u64,
+    /// From the end of the load to the last confirmation (asynchronous methods).
+    pub drain_ms: Option<f64>,
+}
+
+impl Row {
+    /// Combines k6's figures with the server's result for the method's coupon.
+    pub fn from(method: &str, k6: &Value, result: &Value, drain_ms: Option<f64>) -> Row {
+        let status = |code: &str| k6["statuses"][code].as_u64().unwrap_or(0);
+        let number = |value: &Value| value.as_u64().unwrap_or(0);
+        let requests = number(&k6["requests"]);
+        let (accepted, conflicts, unavailable) =
+            (status("200") + status("202"), status("409"), status("503"));
+        Row {
+            method: method.to_string(),
+            requests,
+            requests_per_second: k6["requestsPerSecond"].as_f64().unwrap_or(0.0),
+            p50_ms: k6["latencyMs"]["p50"].as_f64().unwrap_or(0.0),
+            p99_ms: k6["latencyMs"]["p99"].as_f64().unwrap_or(0.0),
+            accepted,
+            conflicts,
+            unavailable,
+            errors: requests.saturating_sub(accepted + conflicts + unavailable),
+            dropped: number(&k6["dropped"]),
+            total: number(&result["totalCount"]),
+            issue_rows: number(&result["issueRows"]),
+            over_issued: number(&result["overIssued"]),
+            duplicates: number(&result["duplicateMembers"]),
+            out_of_turn: number(&result["requests"]["fairness"]["servedAfterEarlierSoldOut"]),
+            drain_ms,
+        }
+    }
+
+    /// The share of requests that got 503 or an error.
+    pub fn failure_rate(&self) -> f64 {
+        if self.requests == 0 {
+            return 1.0;
+        }
+        (self.unavailable + self.errors) as f64 / self.requests as f64
+    }
+}
+
+pub fn markdown(title: &str, description: &str, rows: &[Row]) -> String {
+    let mut out = format!("# {title}\n\n{description}\n\n![chart](chart.svg)\n\n");
+    out.push_str(
+        "| method | requests | req/s | p50 ms | p99 ms | 2xx | 409 | 503 | errors | dropped | total | rows | over-issued | duplicates | out of turn | drain ms |\n",
+    );
+    out.push_str(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let drain = r.drain_ms.map_or("—".to_string(), |ms| format!("{ms:.0}"));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.method,
+            r.requests,
+            r.requests_per_second,
+            r.p50_ms,
+            r.p99_ms,
+            r.accepted,
+            r.conflicts,
+            r.unavailable,
+            r.errors,
+            r.dropped,
+            r.total,
+            r.issue_rows,
+            r.over_issued,
+            r.duplicates,
+            r.out_of_turn,
+            drain
+        );
+    }
+    out.push_str(
+        "\n2xx: issued (200) or accepted (202). Latencies are k6's, client side. *Out of turn*: \
+         members served after an earlier arrival was refused as sold out. *Drain*: from the end \
+         of the load until every accepted request had its outcome.\n",
+    );
+    out
+}
+
+/// Small multiples: one horizontal bar chart per figure, methods side by side.
+pub fn svg(rows: &[Row]) -> String {
+    // A figure a method does not have (drain time of a synchronous one) is
+    // drawn as a dash, not as a zero.
+    type Figure = (&'static str, fn(&Row) -> Option<f64>);
+    let panels: [Figure; 6] = [
+        ("throughput (req/s)", |r| Some(r.requests_per_second)),
+        ("p99 latency (ms)", |r| Some(r.p99_ms)),
+        ("over-issued", |r| Some(r.over_issued as f64)),
+        ("duplicate members", |r| Some(r.duplicates as f64)),
+        ("served out of turn", |r| Some(r.out_of_turn as f64)),
+        ("drain time (ms)", |r| r.drain_ms),
+    ];
+    let (label_w, bar_w, row_h, top) = (170.0, 230.0, 20.0, 30.0);
+    let panel_w = label_w + bar_w + 60.0;
+    let panel_h = top + row_h * rows.len() as f64 + 15.0;
+    let (columns, width) = (2.0, 2.0 * (label_w + bar_w + 60.0));
+    let height = (panels.len() as f64 / columns).ceil() * panel_h;
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    for (i, (title, value)) in panels.iter().enumerate() {
+        let x0 = (i as f64 % columns) * panel_w;
+        let y0 = (i as f64 / columns).floor() * panel_h;
+        let max = rows.iter().filter_map(value).fold(0.0_f64, f64::max);
+        let _ = writeln!(
+            out,
+            "<text x=\"{}\" y=\"{}\" font-weight=\"bold\">{title}</text>",
+            x0 + 10.0,
+            y0 + 18.0
+        );
+        for (j, row) in rows.iter().enumerate() {
+            let y = y0 + top + j as f64 * row_h;
+            let v = value(row);
+            let w = match v {
+                Some(v) if max > 0.0 => v / max * bar_w,
+                _ => 0.0,
+            };
+            let text = match v {
+                None => "—".to_string(),
+                Some(v) if v.fract() == 0.0 => format!("{v:.0}"),
+                Some(v) => format!("{v:.1}"),
+            };
+            let _ = writeln!(
+                out,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><rect x=\"{}\" y=\"{}\" width=\"{w:.1}\" height=\"{}\" fill=\"#4a7ab8\"/><text x=\"{:.1}\" y=\"{}\">{text}</text>",
+                x0 + label_w,
+                y + 13.0,
+                escape(&row.method),
+                x0 + label_w + 5.0,
+                y + 3.0,
+                row_h - 6.0,
+                x0 + label_w + 10.0 + w,
+                y + 13.0,
+            );
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Writes `report.md`, `chart.svg` and `results.json` into `dir`.
+pub fn write(
+    dir: &Path,
+    title: &str,
+    description: &str,
+    rows: &[Row],
+    raw: &Value,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("report.md"), markdown(title, description, rows))?;
+    std::fs::write(dir.join("chart.svg"), svg(rows))?;
+    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(raw)?)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn row(method: &str) -> Row {
+        let k6 = json!({
+            "requests": 500, "requestsPerSecond": 250.0,
+            "latencyMs": { "p50": 2.0, "p99": 9.5, "max": 20.0 },
+            "statuses": { "200": 100, "409": 390, "503": 7, "0": 3 }, "dropped": 1,
+        });
+        let result = json!({
+            "totalCount": 100, "issueRows": 103, "overIssued": 3, "duplicateMembers": 0,
+            "requests": { "fairness": { "servedAfterEarlierSoldOut": 4 } },
+        });
+        Row::from(method, &k6, &result, Some(120.0))
+    }
+
+    #[test]
+    fn a_row_combines_k6_and_the_server_result() {
+        let r = row("READ_COMMITTED");
+        assert_eq!(
+            (r.accepted, r.conflicts, r.unavailable, r.errors),
+            (100, 390, 7, 3)
+        );
+        assert_eq!(
+            (r.issue_rows, r.over_issued, r.out_of_turn, r.dropped),
+            (103, 3, 4, 1)
+        );
+        assert!((r.failure_rate() - 0.02).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_report_has_a_row_per_method_and_a_chart() {
+        let rows = [row("PESSIMISTIC"), row("REDIS_LUA")];
+        let dir = std::env::temp_dir().join(format!("couponlab-report-{}", std::process::id()));
+        write(&dir, "test", "a test run", &rows, &json!({})).unwrap();
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        for method in ["PESSIMISTIC", "REDIS_LUA"] {
+            let line = report
+                .lines()
+                .find(|l| l.starts_with(&format!("| {method} |")))
+                .expect("a row");
+            assert!(line.contains("| 500 | 250 | 2.0 | 9.5 | 100 | 390 | 7 | 3 | 1 | 100 | 103 | 3 | 0 | 4 | 120 |"), "{line}");
+        }
+        let chart = std::fs::read_to_string(dir.join("chart.svg")).unwrap();
+        assert!(chart.starts_with("<svg"));
+        assert_eq!(
+            chart.matches(">REDIS_LUA</text>").count(),
+            6,
+            "one bar per panel"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,79 @@
+//! `--serve`: a server of the runner's own, on a free port, with a database
+//! (`couponlab_loadtest`) and a Redis database (10) nobody else uses. It is
+//! emptied at start and stopped with SIGTERM when the run ends.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use super::http::Api;
+use crate::{root, run, services, strategies};
+
+const DATABASE_URL: &str = "mysql://root@127.0.0.1:3306/couponlab_loadtest";
+const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
+
+pub struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    /// Starts the server; `build` first builds the components and the
+    /// release binary (`cargo xtask test` has just done both).
+    pub fn start(build: bool) -> anyhow::Result<Server> {
+        services::ensure()?;
+        let dist = root().join("strategies").join("dist");
+        if build {
+            strategies::build_and_install(&dist)?;
+            run(
+                Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                    .args(["build", "--release", "--package", "couponlab"])
+                    .current_dir(root()),
+            )?;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new(root().join("target").join("release").join("couponlab"))
+            .arg("serve")
+            .env("COUPONLAB_BIND", format!("127.0.0.1:{port}"))
+            .env("DATABASE_URL", DATABASE_URL)
+            .env("REDIS_URL", REDIS_URL)
+            .env("COUPONLAB_STRATEGY_DIR", &dist)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .context("cannot start target/release/couponlab")?;
+        let mut server = Server { child, port };
+        let api = Api::new(&server.base_url())?;
+        let started = Instant::now();
+        while api.get("/lab/strategies").is_err() {
+            if let Some(status) = server.child.try_wait()? {
+                bail!("the server exited at start with {status}");
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!("the server did not answer within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        api.delete_data()?;
+        println!(
+            "serving on {} (database couponlab_loadtest, Redis db 10)",
+            server.base_url()
+        );
+        Ok(server)
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
