@@ -10,3 +10,4 @@ mod issue_concurrency;
 mod result_endpoint;
 mod sandbox;
 mod wit_roundtrip;
+mod write_behind;
