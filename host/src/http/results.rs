@@ -110,10 +110,12 @@ async fn result(
             .is_some_and(|s| s.role == Role::StreamIssuer)
     });
     let stream = if served_by_stream {
-        stream::summary(lab.redis()).await.unwrap_or_else(|err| {
-            redis_error = Some(err.to_string());
-            None
-        })
+        stream::summary(lab.redis(), stream::ISSUERS)
+            .await
+            .unwrap_or_else(|err| {
+                redis_error = Some(err.to_string());
+                None
+            })
     } else {
         None
     };

@@ -167,6 +167,15 @@ async fn both_methods_accept_exactly_the_total_and_the_loader_writes_it() {
         );
         // The loader writes rows only; the counter is reconcile's to set.
         assert_eq!(result["issuedCount"], json!(0), "{method}: {result}");
+        // Every 202 has its outcome: the loader records each load.
+        until("every load is recorded", DRAIN, || async {
+            lab.result(coupon).await["pending"] == json!(0)
+        })
+        .await;
+        assert_eq!(
+            lab.result(coupon).await["asyncResults"],
+            json!({ "ISSUED": 100 })
+        );
 
         // An unknown member is refused before Redis is asked anything.
         let coupon = lab.coupon(100).await;
