@@ -5,6 +5,7 @@ mod common;
 
 mod api_contract;
 mod async_methods;
+mod drop_gate;
 mod hot_reload;
 mod issue_concurrency;
 mod result_endpoint;
