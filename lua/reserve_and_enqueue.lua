@@ -1,10 +1,11 @@
--- REDIS_STREAM_ATOMIC (stage 6): the reservation and the stream entry in one
--- script, so no crash can leave a reservation without its entry.
+-- REDIS_STREAM_ATOMIC (stage 6) and the write-behind methods (stages 9-10):
+-- the reservation and the stream entry in one script, so no crash can leave
+-- a reservation without its entry.
 -- Checks in the seed's order: already reserved -> sold out -> XADD -> SADD.
 --
 -- KEYS[1] coupon:issued:{couponId}  SET of reserved members
 -- KEYS[2] coupon:total:{couponId}   the coupon's total
--- KEYS[3] coupon:issue:stream       the confirmation stream
+-- KEYS[3] coupon:issue:stream (stage 6) or coupon:wb:stream (stages 9-10)
 -- ARGV[1] memberId  ARGV[2] couponId  ARGV[3] method  ARGV[4] acceptedAt (ms)
 --
 -- Returns 1 reserved and queued, 0 sold out, 2 already reserved,

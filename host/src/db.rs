@@ -25,6 +25,10 @@ pub async fn connect(url: &str, settings: PoolSettings) -> anyhow::Result<MySqlP
     let pool = MySqlPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(Duration::from_secs(5))
+        // No ping before each use: it would add a round trip to every
+        // transaction on the request path, and a broken connection already
+        // surfaces as a typed connection error (503) on first use.
+        .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 conn.execute(

@@ -43,6 +43,14 @@ impl Lab {
     /// Connects the pools (MySQL is migrated; Redis connects lazily, so a
     /// server starts while Redis is down) and loads the strategy directory.
     pub async fn start(config: Config) -> anyhow::Result<Lab> {
+        // A lease that ran out under a confirm still in progress would hand
+        // its permit to another request: the gate would admit one too many.
+        anyhow::ensure!(
+            config.permit_lease_ms > config.request_timeout_ms,
+            "COUPONLAB_PERMIT_LEASE_MS ({}) must be longer than COUPONLAB_REQUEST_TIMEOUT_MS ({})",
+            config.permit_lease_ms,
+            config.request_timeout_ms
+        );
         let db = db::connect(
             &config.database_url,
             db::PoolSettings {

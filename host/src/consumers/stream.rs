@@ -45,14 +45,17 @@ pub(super) const BLOCK_MS: usize = 1_000;
 
 /// A stream and the consumer group that reads it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Group {
+pub struct Group {
     pub stream: &'static str,
     pub name: &'static str,
+    /// Where entries delivered too often are copied.
+    pub dead_letters: &'static str,
 }
 
-const ISSUERS: Group = Group {
+pub const ISSUERS: Group = Group {
     stream: STREAM,
     name: GROUP,
+    dead_letters: DEAD_LETTERS,
 };
 
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
@@ -296,7 +299,7 @@ async fn record(lab: &Lab, confirmation: &crate::runtime::bindings::types::Confi
     }
 }
 
-/// The confirmation stream as a whole, for the result endpoint.
+/// A stream as a whole, for the result endpoint.
 #[derive(Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamSummary {
@@ -304,21 +307,25 @@ pub struct StreamSummary {
     pub length: u64,
     /// Delivered to a consumer, not acked yet.
     pub pending: u64,
-    /// Entries in `coupon:issue:stream:dead`.
+    /// Entries in its dead-letter stream.
     pub dead_letters: u64,
 }
 
 /// Reads the stream's figures; `None` when it does not exist yet.
 pub async fn summary(
     redis: &crate::runtime::redis::RedisPools,
+    group: Group,
 ) -> RedisResult<Option<StreamSummary>> {
     let count = |reply: redis::Value| redis::from_redis_value::<u64>(reply).unwrap_or(0);
-    let length = count(redis.execute("XLEN", &[STREAM.to_string()]).await?);
+    let length = count(redis.execute("XLEN", &[group.stream.to_string()]).await?);
     if length == 0 {
         return Ok(None);
     }
     let pending = match redis
-        .execute("XPENDING", &[STREAM.to_string(), GROUP.to_string()])
+        .execute(
+            "XPENDING",
+            &[group.stream.to_string(), group.name.to_string()],
+        )
         .await
     {
         Ok(redis::Value::Array(summary)) => summary.into_iter().next().map_or(0, count),
@@ -327,7 +334,11 @@ pub async fn summary(
         Err(err) if err.code() == Some("NOGROUP") => 0,
         Err(err) => return Err(err),
     };
-    let dead_letters = count(redis.execute("XLEN", &[DEAD_LETTERS.to_string()]).await?);
+    let dead_letters = count(
+        redis
+            .execute("XLEN", &[group.dead_letters.to_string()])
+            .await?,
+    );
     Ok(Some(StreamSummary {
         length,
         pending,

@@ -22,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::pause_unless_cancelled;
 use super::stream::{BLOCK_MS, Group, keep_running, to_wit};
+use crate::confirmations;
 use crate::lab::Lab;
-use crate::runtime::bindings::types::StreamEntry;
+use crate::runtime::bindings::types::{Confirmation, Outcome, StreamEntry};
 use crate::runtime::{Role, Strategy};
 
 pub const STREAM: &str = "coupon:wb:stream";
@@ -36,9 +37,10 @@ const BATCH: usize = 100;
 /// spends its deliveries over seconds, not microseconds.
 const AFTER_FAILURE: Duration = Duration::from_secs(1);
 
-const LOADERS: Group = Group {
+pub const LOADERS: Group = Group {
     stream: STREAM,
     name: GROUP,
+    dead_letters: DEAD_LETTERS,
 };
 
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
@@ -127,7 +129,7 @@ async fn load_round(
             // Deleted from the stream since: nothing left to load.
             let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
         } else if entry.deliveries > max {
-            dead_letter(conn, entry).await?;
+            dead_letter(lab, conn, entry).await?;
         } else {
             let method = field(&entry, "method").unwrap_or_default().to_string();
             by_method.entry(method).or_default().push(entry);
@@ -160,6 +162,9 @@ async fn load_batch(
         Ok(Ok(())) => {
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
             let _: u64 = conn.xack(STREAM, GROUP, &ids).await?;
+            for entry in entries {
+                record(lab, entry, Outcome::Issued).await;
+            }
             return Ok(true);
         }
         Ok(Err(err)) => {
@@ -174,6 +179,7 @@ async fn load_batch(
         match lab.runtime.load_entry(strategy, entry).await {
             Ok(Ok(())) => {
                 let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+                record(lab, entry, Outcome::Issued).await;
             }
             Ok(Err(err)) => {
                 tracing::warn!(id = %entry.id, deliveries = entry.deliveries, error = %err, "entry failed; left pending");
@@ -190,14 +196,40 @@ async fn load_batch(
 
 /// Copies the entry to the dead-letter stream and acks it. The reservation
 /// stays in Redis, the source of truth here; reconcile writes its row.
-async fn dead_letter(conn: &mut MultiplexedConnection, entry: StreamEntry) -> RedisResult<()> {
+async fn dead_letter(
+    lab: &Lab,
+    conn: &mut MultiplexedConnection,
+    entry: StreamEntry,
+) -> RedisResult<()> {
     let mut fields = entry.fields.clone();
     fields.push(("originalId".into(), entry.id.clone()));
     fields.push(("deliveries".into(), (entry.deliveries - 1).to_string()));
     let _: String = conn.xadd(DEAD_LETTERS, "*", &fields).await?;
     let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
     tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
+    record(lab, &entry, Outcome::Unavailable).await;
     Ok(())
+}
+
+/// Notes what became of the accepted request an entry carries, so the
+/// result's `pending` and `asyncResults` cover write-behind too. Recording is
+/// the host's bookkeeping: it reads the ids the entry carries and decides
+/// nothing.
+async fn record(lab: &Lab, entry: &StreamEntry, outcome: Outcome) {
+    let id = |name| field(entry, name).and_then(|value| value.parse::<u64>().ok());
+    let (Some(coupon_id), Some(member_id)) = (id("couponId"), id("memberId")) else {
+        return;
+    };
+    let confirmation = Confirmation {
+        coupon_id,
+        member_id,
+        outcome,
+        detail: None,
+        compensations: 0,
+    };
+    if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
+        tracing::warn!(error = %err, "could not record a load");
+    }
 }
 
 fn field<'a>(entry: &'a StreamEntry, name: &str) -> Option<&'a str> {

@@ -1,4 +1,7 @@
 //! `POST /lab/coupons`: create a coupon and warm `coupon:total:{id}`.
+//!
+//! `perMemberLimit` (default 1) is how many coupons one member may hold in a
+//! limited drop; REDIS_LUA_GATE enforces it in Redis.
 
 use axum::Router;
 use axum::extract::State;
@@ -21,6 +24,7 @@ pub fn router() -> Router<Lab> {
 struct CreateCoupon {
     name: String,
     total_count: i64,
+    per_member_limit: Option<i64>,
 }
 
 #[derive(Serialize)]
@@ -29,6 +33,7 @@ struct Created {
     id: u64,
     name: String,
     total_count: u64,
+    per_member_limit: u64,
     /// Whether `coupon:total:{id}` was set. When Redis is down the coupon is
     /// still created: Redis methods re-read the total from the database.
     warmed: bool,
@@ -50,12 +55,20 @@ async fn create(
             "totalCount must be at most {MAX_TOTAL}, got {total_count}"
         )));
     }
-    let id = sqlx::query("INSERT INTO coupons (name, total_count) VALUES (?, ?)")
-        .bind(&name)
-        .bind(total_count)
-        .execute(lab.db())
-        .await?
-        .last_insert_id();
+    let per_member_limit = positive("perMemberLimit", body.per_member_limit.unwrap_or(1))?;
+    if per_member_limit > MAX_TOTAL {
+        return Err(ApiError::bad_request(format!(
+            "perMemberLimit must be at most {MAX_TOTAL}, got {per_member_limit}"
+        )));
+    }
+    let id =
+        sqlx::query("INSERT INTO coupons (name, total_count, per_member_limit) VALUES (?, ?, ?)")
+            .bind(&name)
+            .bind(total_count)
+            .bind(per_member_limit)
+            .execute(lab.db())
+            .await?
+            .last_insert_id();
     let warmed = match redis::cmd("SET")
         .arg(format!("coupon:total:{id}"))
         .arg(total_count)
@@ -74,6 +87,7 @@ async fn create(
             id,
             name,
             total_count,
+            per_member_limit,
             warmed,
         },
     ))

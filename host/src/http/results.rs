@@ -18,6 +18,7 @@ use sqlx::Row;
 use super::envelope::{Answer, ApiError, AppPath, positive};
 use crate::confirmations::{self, AsyncSummary};
 use crate::consumers::stream::{self, StreamSummary};
+use crate::consumers::write_behind;
 use crate::lab::Lab;
 use crate::recorder::RequestSummary;
 use crate::runtime::Role;
@@ -55,7 +56,7 @@ struct CouponResult {
     /// REDIS_PUBSUB: requests by how many subscribers received the message.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     publish_receivers: BTreeMap<String, u64>,
-    /// The confirmation stream, when a stream method served this coupon.
+    /// The stream a stream or write-behind method served this coupon through.
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<StreamSummary>,
 }
@@ -167,14 +168,18 @@ async fn result(
         confirmations::summary(lab.redis(), coupon_id).await,
         &mut redis,
     );
-    let served_by_stream = requests.by_method.keys().any(|method| {
-        lab.registry
-            .get(method)
-            .is_some_and(|s| s.role == Role::StreamIssuer)
-    });
-    let stream = match served_by_stream {
-        true => noting_failure(stream::summary(lab.redis()).await, &mut redis),
-        false => None,
+    // The stream behind the coupon's asynchronous method, if it has one.
+    let group = requests
+        .by_method
+        .keys()
+        .find_map(|method| match lab.registry.get(method)?.role {
+            Role::StreamIssuer => Some(stream::ISSUERS),
+            Role::WriteBehindIssuer => Some(write_behind::LOADERS),
+            _ => None,
+        });
+    let stream = match group {
+        Some(group) => noting_failure(stream::summary(lab.redis(), group).await, &mut redis),
+        None => None,
     };
     Ok(Answer(
         StatusCode::OK,

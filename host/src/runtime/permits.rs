@@ -86,16 +86,6 @@ impl Permits {
         gate.is_some_and(|gate| gate.held.lock().remove(token).is_some())
     }
 
-    /// Permits of `gate` free now.
-    pub fn available(&self, gate: &str) -> usize {
-        self.gates
-            .lock()
-            .get(gate)
-            .map_or(self.settings.per_gate, |gate| {
-                gate.semaphore.available_permits()
-            })
-    }
-
     fn gate(&self, name: &str) -> Option<Arc<Gate>> {
         let mut gates = self.gates.lock();
         if let Some(gate) = gates.get(name) {
@@ -147,5 +137,84 @@ impl permits::Host for HostState {
 
     async fn release(&mut self, gate: String, token: String) -> wasmtime::Result<bool> {
         Ok(self.caps.permits.release(&gate, &token))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Duration = Duration::ZERO;
+
+    fn permits(per_gate: usize, lease: Duration) -> Permits {
+        Permits::new(PermitSettings {
+            per_gate,
+            acquire_timeout: Duration::from_millis(10),
+            lease,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_permit_is_held_by_its_token_until_released() {
+        let permits = permits(1, Duration::from_secs(60));
+        assert!(permits.try_acquire("drop", "a", NOW).await);
+        // The same token asking again keeps its one permit.
+        assert!(permits.try_acquire("drop", "a", NOW).await);
+        assert!(
+            !permits
+                .try_acquire("drop", "b", Duration::from_millis(20))
+                .await
+        );
+        // Gates are independent.
+        assert!(permits.try_acquire("other", "b", NOW).await);
+
+        assert!(permits.release("drop", "a"));
+        assert!(!permits.release("drop", "a"), "released twice");
+        assert!(!permits.release("nowhere", "a"));
+        assert!(permits.try_acquire("drop", "b", NOW).await);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_gets_the_permit_released_while_it_waits() {
+        let permits = Arc::new(permits(1, Duration::from_secs(60)));
+        assert!(permits.try_acquire("drop", "a", NOW).await);
+        let waiter = {
+            let permits = permits.clone();
+            tokio::spawn(async move {
+                permits
+                    .try_acquire("drop", "b", Duration::from_secs(5))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(permits.release("drop", "a"));
+        assert!(waiter.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_permit_never_released_comes_back_when_its_lease_runs_out() {
+        let lease = Duration::from_millis(200);
+        let permits = permits(1, lease);
+        let taken = Instant::now();
+        assert!(permits.try_acquire("drop", "leaked", NOW).await);
+        assert!(
+            !permits
+                .try_acquire("drop", "b", Duration::from_millis(50))
+                .await
+        );
+
+        assert!(
+            permits
+                .try_acquire("drop", "b", Duration::from_secs(5))
+                .await
+        );
+        assert!(
+            taken.elapsed() >= lease,
+            "freed after {:?}",
+            taken.elapsed()
+        );
+        // The expired lease is gone: releasing it now gives nothing back.
+        assert!(!permits.release("drop", "leaked"));
+        assert!(permits.release("drop", "b"));
     }
 }

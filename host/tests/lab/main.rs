@@ -5,6 +5,7 @@ mod common;
 
 mod api_contract;
 mod async_methods;
+mod drop_gate;
 mod hot_reload;
 mod issue_concurrency;
 mod mysql_methods;
@@ -12,3 +13,4 @@ mod redis_methods;
 mod result_endpoint;
 mod sandbox;
 mod wit_roundtrip;
+mod write_behind;

@@ -22,6 +22,7 @@
 //! - [`message`]: the `memberId:couponId` payload of jobs and pub/sub
 //!   messages;
 //! - [`stream`]: what a stream consumer does with one entry.
+//! - [`write_behind`]: the write-behind accept, batch load and reconcile.
 //!
 //! A strategy of another world (async, pub/sub, stream, gate) calls
 //! [`world!`] with the world's name: that generates the world's own imports
@@ -52,6 +53,7 @@ pub mod reply;
 pub mod reserve;
 pub mod sql;
 pub mod stream;
+pub mod write_behind;
 
 pub use bindings::couponlab::strategy::types::{
     Confirmation, Descriptor, Disposition, Handled, IssueRequest, IssueResult, Outcome, StreamEntry,

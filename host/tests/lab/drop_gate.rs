@@ -1,0 +1,637 @@
+//! REDIS_LUA_GATE, the limited drop of seed 000: the seed's six test cases,
+//! the rest of its store contract (cancel, seed) and a spike end to end,
+//! over HTTP against real Redis and MariaDB, checking the gate's Redis keys
+//! directly.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+
+use crate::common::{Reply, Setup, TestLab, until};
+
+const METHOD: &str = "REDIS_LUA_GATE";
+const COMPONENT: &str = "redis_lua_gate";
+
+async fn issue(lab: &TestLab, coupon: u64, member: u64, key: Option<&str>) -> Reply {
+    let mut body = json!({ "memberId": member, "method": METHOD });
+    if let Some(key) = key {
+        body["idempotencyKey"] = json!(key);
+    }
+    lab.post(&format!("/lab/coupons/{coupon}/issue"), body)
+        .await
+}
+
+async fn seed(lab: &TestLab, coupon: u64, quantity: u64) -> Reply {
+    lab.post(
+        &format!("/lab/drop/coupons/{coupon}/seed"),
+        json!({ "quantity": quantity }),
+    )
+    .await
+}
+
+async fn cancel(lab: &TestLab, coupon: u64, member: u64, key: &str) -> Reply {
+    lab.post(
+        &format!("/lab/drop/coupons/{coupon}/cancel"),
+        json!({ "memberId": member, "idempotencyKey": key }),
+    )
+    .await
+}
+
+/// The outcome a reply names: `response.outcome`, or the error message's
+/// prefix (`SOLD_OUT: ...`).
+fn outcome(reply: &Reply) -> String {
+    if reply.status.is_success() {
+        return reply.ok()["outcome"].as_str().unwrap().to_string();
+    }
+    let message = reply.fails_with(reply.status.as_u16());
+    message.split(':').next().unwrap().to_string()
+}
+
+fn tally(replies: &[Reply]) -> BTreeMap<(u16, String), usize> {
+    let mut tally = BTreeMap::new();
+    for reply in replies {
+        *tally
+            .entry((reply.status.as_u16(), outcome(reply)))
+            .or_insert(0) += 1;
+    }
+    tally
+}
+
+async fn get(lab: &TestLab, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut lab.redis.clone())
+        .await
+        .unwrap()
+}
+
+async fn ttl(lab: &TestLab, key: &str) -> i64 {
+    redis::cmd("TTL")
+        .arg(key)
+        .query_async(&mut lab.redis.clone())
+        .await
+        .unwrap()
+}
+
+async fn remaining(lab: &TestLab, coupon: u64) -> Option<i64> {
+    get(lab, &format!("coupon:gate:{coupon}:remaining"))
+        .await
+        .map(|v| v.parse().unwrap())
+}
+
+async fn held_by(lab: &TestLab, coupon: u64, member: u64) -> Option<String> {
+    get(lab, &format!("coupon:gate:{coupon}:buyer:{member}")).await
+}
+
+async fn marker(lab: &TestLab, coupon: u64, key: &str) -> Option<String> {
+    get(lab, &format!("coupon:gate:{coupon}:reserved:{key}")).await
+}
+
+async fn issued_count(lab: &TestLab, coupon: u64) -> i64 {
+    sqlx::query_scalar("SELECT issued_count FROM coupons WHERE id = ?")
+        .bind(coupon)
+        .fetch_one(&lab.db)
+        .await
+        .unwrap()
+}
+
+/// Confirms of this test's database running their UPDATE of the coupon row:
+/// while the row is held, each of them holds a permit and waits.
+async fn confirms_waiting(lab: &TestLab) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+         WHERE DB = DATABASE() AND INFO LIKE 'UPDATE coupons SET issued_count%'",
+    )
+    .fetch_one(&lab.db)
+    .await
+    .unwrap()
+}
+
+/// Holds the coupon row, so every confirm of the coupon waits at its UPDATE.
+async fn hold_coupon_row(lab: &TestLab, coupon: u64) -> sqlx::Transaction<'static, sqlx::MySql> {
+    let mut holder = lab.db.begin().await.unwrap();
+    sqlx::query("SELECT id FROM coupons WHERE id = ? FOR UPDATE")
+        .bind(coupon)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    holder
+}
+
+fn gate_labels(result: &Value) -> &Value {
+    &result["requests"]["byMethod"][METHOD]["labels"]["gate"]
+}
+
+// Seed case 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stock_100_and_500_concurrent_reserves_admit_exactly_100_and_sell_out_400() {
+    // Permits for everyone: this case is about the Lua's atomicity alone.
+    let lab = Setup::with(&[COMPONENT])
+        .tune(|c| {
+            c.permits = 500;
+            c.permit_timeout_ms = 10_000;
+        })
+        .start()
+        .await;
+    let members = lab.members(500).await;
+    let coupon = lab.coupon(100).await;
+    seed(&lab, coupon, 100).await.ok();
+
+    let replies = join_all(members.iter().map(|&m| issue(&lab, coupon, m, None))).await;
+    assert_eq!(
+        tally(&replies),
+        BTreeMap::from([
+            ((200, "ISSUED".to_string()), 100),
+            ((409, "SOLD_OUT".to_string()), 400)
+        ])
+    );
+    assert_eq!(remaining(&lab, coupon).await, Some(0));
+    let admitted: Vec<u64> = members
+        .iter()
+        .zip(&replies)
+        .filter(|(_, reply)| reply.status == 200)
+        .map(|(&member, _)| member)
+        .collect();
+    assert_eq!(lab.issued_members(coupon).await, admitted);
+    for &member in &members {
+        let expected = admitted.contains(&member).then(|| "1".to_string());
+        assert_eq!(
+            held_by(&lab, coupon, member).await,
+            expected,
+            "member {member}"
+        );
+    }
+    let result = lab.result(coupon).await;
+    assert_eq!(
+        gate_labels(&result),
+        &json!({ "ADMITTED": 100, "SOLD_OUT": 400 })
+    );
+    assert_eq!(result["issueRows"], json!(100));
+    assert_eq!(result["issuedCount"], json!(100));
+    lab.finish().await;
+}
+
+// Seed case 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_idempotency_key_twice_is_already_reserved_and_takes_stock_once() {
+    let lab = Setup::with(&[COMPONENT]).start().await;
+    let member = lab.members(1).await[0];
+    let coupon = lab.coupon(10).await;
+    seed(&lab, coupon, 10).await.ok();
+
+    // A client retrying one request twenty times at once.
+    let replies = join_all((0..20).map(|_| issue(&lab, coupon, member, Some("order-1")))).await;
+    assert_eq!(
+        tally(&replies),
+        BTreeMap::from([
+            ((200, "ISSUED".to_string()), 1),
+            ((409, "DUPLICATE".to_string()), 19)
+        ])
+    );
+    for reply in replies.iter().filter(|r| r.status == 409) {
+        assert!(
+            reply.fails_with(409).contains("ALREADY_RESERVED"),
+            "{}",
+            reply.body
+        );
+    }
+    let late = issue(&lab, coupon, member, Some("order-1")).await;
+    assert!(late.fails_with(409).contains("ALREADY_RESERVED"));
+
+    assert_eq!(remaining(&lab, coupon).await, Some(9));
+    assert_eq!(held_by(&lab, coupon, member).await.as_deref(), Some("1"));
+    assert_eq!(
+        marker(&lab, coupon, "order-1").await,
+        Some(format!("{member}:1"))
+    );
+    assert_eq!(lab.issued_members(coupon).await, vec![member]);
+    let result = lab.result(coupon).await;
+    assert_eq!(
+        gate_labels(&result),
+        &json!({ "ADMITTED": 1, "ALREADY_RESERVED": 20 })
+    );
+    lab.finish().await;
+}
+
+// Seed case 3, and what a limit above 1 meets in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_past_the_per_member_limit_is_refused() {
+    let lab = Setup::with(&[COMPONENT]).start().await;
+    let member = lab.members(1).await[0];
+
+    let created = lab
+        .post("/lab/coupons", json!({ "name": "drop", "totalCount": 10 }))
+        .await;
+    assert_eq!(created.ok()["perMemberLimit"], json!(1));
+    let coupon = created.ok()["id"].as_u64().unwrap();
+    seed(&lab, coupon, 10).await.ok();
+    assert_eq!(
+        get(&lab, &format!("coupon:gate:{coupon}:limit"))
+            .await
+            .as_deref(),
+        Some("1")
+    );
+
+    issue(&lab, coupon, member, Some("a")).await.ok();
+    let second = issue(&lab, coupon, member, Some("b")).await;
+    assert!(
+        second
+            .fails_with(409)
+            .starts_with("DUPLICATE: PER_USER_LIMIT_EXCEEDED"),
+        "{}",
+        second.body
+    );
+    assert_eq!(remaining(&lab, coupon).await, Some(9));
+    assert_eq!(held_by(&lab, coupon, member).await.as_deref(), Some("1"));
+    assert_eq!(marker(&lab, coupon, "b").await, None);
+    // Asking for two coupons at once is refused before Redis is touched.
+    let two = lab
+        .post(
+            &format!("/lab/coupons/{coupon}/issue"),
+            json!({ "memberId": member, "method": METHOD, "idempotencyKey": "c", "quantity": 2 }),
+        )
+        .await;
+    assert!(two.fails_with(409).contains("quantity must be 1"));
+    assert_eq!(remaining(&lab, coupon).await, Some(9));
+
+    // A limit of 2 lets Redis admit a second reservation; the database's
+    // UNIQUE(coupon_id, member_id) refuses it and the gate gives it back.
+    let generous = lab
+        .post(
+            "/lab/coupons",
+            json!({ "name": "generous", "totalCount": 10, "perMemberLimit": 2 }),
+        )
+        .await;
+    let generous = generous.ok()["id"].as_u64().unwrap();
+    issue(&lab, generous, member, Some("a")).await.ok();
+    for key in ["b", "c"] {
+        let again = issue(&lab, generous, member, Some(key)).await;
+        assert_eq!(
+            again.fails_with(409),
+            format!("DUPLICATE: member {member} already has coupon {generous}")
+        );
+    }
+    assert_eq!(remaining(&lab, generous).await, Some(9));
+    assert_eq!(held_by(&lab, generous, member).await.as_deref(), Some("1"));
+    let result = lab.result(generous).await;
+    assert_eq!(
+        result["requests"]["byMethod"][METHOD]["compensations"],
+        json!(2)
+    );
+
+    for bad in [json!(0), json!(-1), json!("two")] {
+        lab.post(
+            "/lab/coupons",
+            json!({ "name": "bad", "totalCount": 10, "perMemberLimit": bad }),
+        )
+        .await
+        .fails_with(400);
+    }
+    lab.finish().await;
+}
+
+// Seed case 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_restores_the_stock_exactly_once() {
+    let lab = Setup::with(&[COMPONENT]).start().await;
+    let members = lab.members(4).await;
+    let coupon = lab.coupon(10).await;
+    seed(&lab, coupon, 10).await.ok();
+    for (i, &member) in members[..3].iter().enumerate() {
+        issue(&lab, coupon, member, Some(&format!("k{i}")))
+            .await
+            .ok();
+    }
+    assert_eq!(remaining(&lab, coupon).await, Some(7));
+    assert_eq!(issued_count(&lab, coupon).await, 3);
+
+    let cancelled = cancel(&lab, coupon, members[0], "k0").await;
+    assert_eq!(
+        cancelled.ok(),
+        &json!({ "couponId": coupon, "memberId": members[0], "cancelled": true })
+    );
+    assert_eq!(remaining(&lab, coupon).await, Some(8));
+    assert_eq!(held_by(&lab, coupon, members[0]).await, None);
+    assert_eq!(marker(&lab, coupon, "k0").await, None);
+    // The coupon went back in the database too.
+    assert_eq!(lab.issued_members(coupon).await, members[1..3].to_vec());
+    assert_eq!(issued_count(&lab, coupon).await, 2);
+
+    // A second cancel, and a key of another member, change nothing.
+    let again = cancel(&lab, coupon, members[0], "k0").await;
+    assert_eq!(again.ok()["cancelled"], json!(false));
+    let foreign = cancel(&lab, coupon, members[2], "k1").await;
+    assert_eq!(foreign.ok()["cancelled"], json!(false));
+    assert_eq!(remaining(&lab, coupon).await, Some(8));
+    assert_eq!(lab.issued_members(coupon).await, members[1..3].to_vec());
+
+    // Five cancels of one reservation at once: exactly one restores.
+    let racing = join_all((0..5).map(|_| cancel(&lab, coupon, members[1], "k1"))).await;
+    let restored = racing
+        .iter()
+        .filter(|r| r.ok()["cancelled"] == json!(true))
+        .count();
+    assert_eq!(restored, 1);
+    assert_eq!(remaining(&lab, coupon).await, Some(9));
+    assert_eq!(issued_count(&lab, coupon).await, 1);
+    assert_eq!(lab.issued_members(coupon).await, vec![members[2]]);
+
+    // The member's count went back with the stock: it may reserve again.
+    issue(&lab, coupon, members[0], Some("k3")).await.ok();
+    assert_eq!(remaining(&lab, coupon).await, Some(8));
+    assert_eq!(issued_count(&lab, coupon).await, 2);
+
+    cancel(&lab, coupon + 1_000_000, members[0], "k3")
+        .await
+        .fails_with(404);
+    cancel(&lab, coupon, 0, "k3").await.fails_with(400);
+    cancel(&lab, coupon, members[0], "").await.fails_with(400);
+    lab.finish().await;
+}
+
+// Seed case 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn seeding_twice_keeps_the_stock_at_the_limited_quantity() {
+    let lab = Setup::with(&[COMPONENT]).start().await;
+    let member = lab.members(1).await[0];
+    let coupon = lab.coupon(100).await;
+
+    let seeds = join_all((0..10).map(|_| seed(&lab, coupon, 50))).await;
+    let fresh = seeds
+        .iter()
+        .filter(|r| r.ok()["seeded"] == json!(true))
+        .count();
+    assert_eq!(fresh, 1);
+    assert!(seeds.iter().all(|r| r.ok()["remaining"] == json!(50)));
+    let remaining_key = format!("coupon:gate:{coupon}:remaining");
+    let lives = ttl(&lab, &remaining_key).await;
+    assert!((1..=86_400).contains(&lives), "TTL {lives}");
+    assert!(ttl(&lab, &format!("coupon:gate:{coupon}:limit")).await > 0);
+
+    issue(&lab, coupon, member, None).await.ok();
+    assert_eq!(remaining(&lab, coupon).await, Some(49));
+    // The member's count and marker live as long as the stock.
+    assert!(ttl(&lab, &format!("coupon:gate:{coupon}:buyer:{member}")).await > 0);
+    assert!(
+        ttl(
+            &lab,
+            &format!("coupon:gate:{coupon}:reserved:member-{member}")
+        )
+        .await
+            > 0
+    );
+
+    let again = seed(&lab, coupon, 50).await;
+    assert_eq!(
+        again.ok(),
+        &json!({ "couponId": coupon, "seeded": false, "remaining": 49 })
+    );
+    assert_eq!(remaining(&lab, coupon).await, Some(49));
+
+    seed(&lab, coupon, 0).await.fails_with(400);
+    lab.post(
+        &format!("/lab/drop/coupons/{coupon}/seed"),
+        json!({ "quantity": 5, "ttlSeconds": 0 }),
+    )
+    .await
+    .fails_with(400);
+    seed(&lab, coupon + 1_000_000, 5).await.fails_with(404);
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drop_seeded_above_the_coupon_drains_at_the_database_guard() {
+    let lab = Setup::with(&[COMPONENT]).start().await;
+    let members = lab.members(9).await;
+    let coupon = lab.coupon(5).await;
+    seed(&lab, coupon, 8).await.ok();
+
+    let replies = join_all(members[..8].iter().map(|&m| issue(&lab, coupon, m, None))).await;
+    assert_eq!(
+        tally(&replies),
+        BTreeMap::from([
+            ((200, "ISSUED".to_string()), 5),
+            ((409, "SOLD_OUT_AT_DB".to_string()), 3)
+        ])
+    );
+    // The units the database had no stock for stay taken; the members'
+    // counts and markers go back.
+    assert_eq!(remaining(&lab, coupon).await, Some(0));
+    for (&member, reply) in members.iter().zip(&replies) {
+        if reply.status == 409 {
+            assert_eq!(held_by(&lab, coupon, member).await, None);
+            assert_eq!(
+                marker(&lab, coupon, &format!("member-{member}")).await,
+                None
+            );
+        }
+    }
+    let late = issue(&lab, coupon, members[8], None).await;
+    assert_eq!(outcome(&late), "SOLD_OUT");
+    assert_eq!(lab.issued_members(coupon).await.len(), 5);
+    lab.finish().await;
+}
+
+// Seed case 6.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_restored() {
+    let lab = Setup::with(&[COMPONENT])
+        .tune(|c| {
+            c.permits = 1;
+            c.permit_timeout_ms = 100;
+        })
+        .start()
+        .await;
+    let members = lab.members(21).await;
+    // Stock for everyone: only the permit can refuse them.
+    let coupon = lab.coupon(100).await;
+    seed(&lab, coupon, 100).await.ok();
+
+    let holder = hold_coupon_row(&lab, coupon).await;
+    let first = issue(&lab, coupon, members[0], None);
+    let the_rest = async {
+        // The first request is in its confirm, waiting for the row: it
+        // holds the only permit.
+        until(
+            "the first confirm waits for the row",
+            Duration::from_secs(10),
+            || async { confirms_waiting(&lab).await == 1 },
+        )
+        .await;
+        assert_eq!(remaining(&lab, coupon).await, Some(99));
+        let replies = join_all(members[1..].iter().map(|&m| issue(&lab, coupon, m, None))).await;
+        holder.commit().await.unwrap();
+        replies
+    };
+    let (first, throttled) = tokio::join!(first, the_rest);
+
+    assert_eq!(outcome(&first), "ISSUED", "{}", first.body);
+    assert_eq!(
+        tally(&throttled),
+        BTreeMap::from([((503, "THROTTLED".to_string()), 20)])
+    );
+    // Every throttled reservation was given back.
+    assert_eq!(remaining(&lab, coupon).await, Some(99));
+    for &member in &members[1..] {
+        assert_eq!(held_by(&lab, coupon, member).await, None);
+        assert_eq!(
+            marker(&lab, coupon, &format!("member-{member}")).await,
+            None
+        );
+    }
+    assert_eq!(lab.issued_members(coupon).await, vec![members[0]]);
+    let result = lab.result(coupon).await;
+    let gate = &result["requests"]["byMethod"][METHOD];
+    assert_eq!(gate["byOutcome"], json!({ "ISSUED": 1, "THROTTLED": 20 }));
+    assert_eq!(gate["compensations"], json!(20));
+    assert_eq!(gate["labels"]["gate"], json!({ "ADMITTED": 21 }));
+
+    // The permit is back: a throttled member is admitted on its retry.
+    issue(&lab, coupon, members[1], None).await.ok();
+    assert_eq!(remaining(&lab, coupon).await, Some(98));
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permit_whose_request_died_comes_back_after_its_lease() {
+    const LEASE: Duration = Duration::from_millis(1500);
+    let lab = Setup::with(&[COMPONENT])
+        .tune(|c| {
+            c.permits = 1;
+            c.permit_timeout_ms = 50;
+            c.permit_lease_ms = LEASE.as_millis() as u64;
+            c.request_timeout_ms = 300;
+        })
+        .start()
+        .await;
+    let members = lab.members(3).await;
+    let coupon = lab.coupon(10).await;
+    seed(&lab, coupon, 10).await.ok();
+
+    // The first request takes the permit and dies past its deadline in the
+    // confirm, before it could give the permit back.
+    let holder = hold_coupon_row(&lab, coupon).await;
+    let started = Instant::now();
+    issue(&lab, coupon, members[0], None).await.fails_with(504);
+    holder.commit().await.unwrap();
+
+    let next = issue(&lab, coupon, members[1], None).await;
+    assert_eq!(outcome(&next), "THROTTLED", "{}", next.body);
+    until(
+        "the leaked permit comes back",
+        Duration::from_secs(10),
+        || async { issue(&lab, coupon, members[2], None).await.status == 200 },
+    )
+    .await;
+    assert!(
+        started.elapsed() >= LEASE,
+        "admitted after {:?}, before the lease ran out",
+        started.elapsed()
+    );
+    // The dead request's reservation was never given back: the drop holds
+    // one unit fewer than it could (it under-issues, never over-issues).
+    assert_eq!(remaining(&lab, coupon).await, Some(8));
+    assert_eq!(lab.issued_members(coupon).await, vec![members[2]]);
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drop_never_seeded_is_seeded_from_the_coupon_on_first_use() {
+    let lab = Setup::with(&[COMPONENT, "pessimistic"]).start().await;
+    let members = lab.members(6).await;
+    let coupon = lab.coupon(4).await;
+    lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
+    assert_eq!(remaining(&lab, coupon).await, None);
+
+    // What the coupon has left (4 - 1) is the stock.
+    let replies = join_all(members[1..].iter().map(|&m| issue(&lab, coupon, m, None))).await;
+    assert_eq!(
+        tally(&replies),
+        BTreeMap::from([
+            ((200, "ISSUED".to_string()), 3),
+            ((409, "SOLD_OUT".to_string()), 2)
+        ])
+    );
+    assert_eq!(remaining(&lab, coupon).await, Some(0));
+    let lives = ttl(&lab, &format!("coupon:gate:{coupon}:remaining")).await;
+    assert!((1..=86_400).contains(&lives), "TTL {lives}");
+    assert_eq!(lab.issued_members(coupon).await.len(), 4);
+    assert_eq!(issued_count(&lab, coupon).await, 4);
+
+    // DELETE /lab/data-style cleanup: the drop's keys match `coupon:*`.
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("coupon:gate:{coupon}:*"))
+        .query_async(&mut lab.redis.clone())
+        .await
+        .unwrap();
+    keys.sort();
+    assert_eq!(
+        keys.len(),
+        2 + 3 + 3,
+        "remaining, limit, 3 buyers, 3 markers: {keys:?}"
+    );
+
+    issue(&lab, coupon + 1_000_000, members[1], None)
+        .await
+        .fails_with(404);
+    lab.finish().await;
+}
+
+// End to end: a spike on the default configuration (32 permits, 100 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spike_of_500_on_100_issues_exactly_100_and_throttled_clients_retry() {
+    let lab = Setup::with(&[COMPONENT]).start().await;
+    let members = lab.members(500).await;
+    let coupon = lab.coupon(100).await;
+    let server = &lab;
+    let attempt = |member: u64| async move {
+        issue(server, coupon, member, Some(&format!("spike-{member}"))).await
+    };
+
+    let replies = join_all(members.iter().map(|&m| attempt(m))).await;
+    let mut issued = 0;
+    let mut retry = Vec::new();
+    for (&member, reply) in members.iter().zip(&replies) {
+        match (reply.status.as_u16(), outcome(reply).as_str()) {
+            (200, "ISSUED") => issued += 1,
+            (409, "SOLD_OUT") => {}
+            (503, "THROTTLED") => retry.push(member),
+            other => panic!("unexpected {other:?}: {}", reply.body),
+        }
+    }
+    assert_eq!(lab.issued_members(coupon).await.len(), issued);
+    // Whatever was admitted but not issued went back to the stock.
+    assert_eq!(remaining(&lab, coupon).await, Some(100 - issued as i64));
+
+    // Throttled clients retry with their key until the drop is decided.
+    for _ in 0..50 {
+        if retry.is_empty() {
+            break;
+        }
+        let replies = join_all(retry.iter().map(|&m| attempt(m))).await;
+        let mut again = Vec::new();
+        for (&member, reply) in retry.iter().zip(&replies) {
+            match reply.status.as_u16() {
+                200 => issued += 1,
+                409 => assert_eq!(outcome(reply), "SOLD_OUT"),
+                503 => again.push(member),
+                other => panic!("unexpected {other}: {}", reply.body),
+            }
+        }
+        retry = again;
+    }
+    assert!(retry.is_empty(), "{} still throttled", retry.len());
+    assert_eq!(issued, 100);
+    assert_eq!(remaining(&lab, coupon).await, Some(0));
+    let result = lab.result(coupon).await;
+    assert_eq!(result["issueRows"], json!(100));
+    assert_eq!(result["issuedCount"], json!(100));
+    assert_eq!(result["distinctMembers"], json!(100));
+    assert_eq!(
+        result["invariants"],
+        json!({ "neverOverIssued": true, "onePerMember": true, "countMatchesRows": true })
+    );
+    lab.finish().await;
+}

@@ -1,0 +1,432 @@
+//! Stages 9-10: write-behind. Redis decides and answers 202; the loader
+//! (`couponlab consume write-behind`, or in-process) writes the database in
+//! batches; reconcile repairs the database from the Redis set.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::AsyncCommands;
+use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamRangeReply};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+use crate::common::{Reply, Setup, TestLab, until};
+
+const COMPONENTS: [&str; 2] = ["redis_write_behind", "redis_write_behind_no_tx"];
+const METHODS: [&str; 2] = ["REDIS_WRITE_BEHIND", "REDIS_WRITE_BEHIND_NO_TX"];
+const STREAM: &str = "coupon:wb:stream";
+const GROUP: &str = "coupon-wb-loaders";
+const DEAD_LETTERS: &str = "coupon:wb:stream:dead";
+const DRAIN: Duration = Duration::from_secs(60);
+
+/// `couponlab consume write-behind` as a process of its own.
+fn loader_process(lab: &TestLab) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_couponlab"))
+        .args(["consume", "write-behind"])
+        .env("DATABASE_URL", &lab.config.database_url)
+        .env("REDIS_URL", &lab.config.redis_url)
+        .env("COUPONLAB_STRATEGY_DIR", &lab.config.strategy_dir)
+        .env("COUPONLAB_MAX_INSTANCES", "100")
+        .env("COUPONLAB_DB_POOL_SIZE", "4")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the couponlab binary starts")
+}
+
+async fn issue_all(lab: &TestLab, coupon: u64, members: &[u64], method: &str) -> Vec<Reply> {
+    join_all(members.iter().map(|&m| lab.issue(coupon, m, method))).await
+}
+
+fn statuses(replies: &[Reply]) -> BTreeMap<u16, usize> {
+    let mut statuses = BTreeMap::new();
+    for reply in replies {
+        *statuses.entry(reply.status.as_u16()).or_insert(0) += 1;
+    }
+    statuses
+}
+
+async fn rows(lab: &TestLab, coupon: u64) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ?")
+        .bind(coupon)
+        .fetch_one(&lab.db)
+        .await
+        .unwrap()
+}
+
+/// Every row of `coupon` as (member, row id, issued_at): a row written
+/// again would change its id or its time.
+async fn row_snapshot(lab: &TestLab, coupon: u64) -> Vec<(i64, i64, String)> {
+    sqlx::query_as(
+        "SELECT member_id, id, CAST(issued_at AS CHAR) FROM coupon_issues \
+         WHERE coupon_id = ? ORDER BY member_id",
+    )
+    .bind(coupon)
+    .fetch_all(&lab.db)
+    .await
+    .unwrap()
+}
+
+/// Entries delivered to the loader and not acked.
+async fn pending(lab: &TestLab) -> usize {
+    let reply: redis::RedisResult<StreamPendingReply> =
+        lab.redis.clone().xpending(STREAM, GROUP).await;
+    match reply {
+        Ok(reply) => reply.count(),
+        Err(err) if err.code() == Some("NOGROUP") => 0,
+        Err(err) => panic!("XPENDING failed: {err}"),
+    }
+}
+
+/// The loader has read every entry of the stream and acked them all.
+async fn caught_up(lab: &TestLab) -> bool {
+    let mut redis = lab.redis.clone();
+    let last: StreamRangeReply = redis.xrevrange_count(STREAM, "+", "-", 1).await.unwrap();
+    let Some(last) = last.ids.first() else {
+        return true;
+    };
+    let groups: redis::RedisResult<StreamInfoGroupsReply> = redis.xinfo_groups(STREAM).await;
+    let Ok(groups) = groups else {
+        return false;
+    };
+    groups
+        .groups
+        .iter()
+        .any(|g| g.name == GROUP && g.last_delivered_id == last.id && g.pending == 0)
+}
+
+async fn dead_letters(lab: &TestLab) -> Vec<HashMap<String, String>> {
+    let dead: StreamRangeReply = lab.redis.clone().xrange_all(DEAD_LETTERS).await.unwrap();
+    dead.ids
+        .iter()
+        .map(|entry| {
+            entry
+                .map
+                .keys()
+                .map(|field| (field.clone(), entry.get::<String>(field).unwrap()))
+                .collect()
+        })
+        .collect()
+}
+
+async fn reconcile(lab: &TestLab, coupon: u64) -> Reply {
+    lab.post(
+        &format!("/lab/write-behind/coupons/{coupon}/reconcile"),
+        json!({}),
+    )
+    .await
+}
+
+fn ids(list: &Value) -> Vec<u64> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .map(|id| id.as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn both_methods_accept_exactly_the_total_and_the_loader_writes_it() {
+    let lab = Setup::with(&COMPONENTS).own_redis_db().await.start().await;
+    for method in METHODS {
+        let members = lab.members(400).await;
+        let coupon = lab.coupon(100).await;
+        let replies = issue_all(&lab, coupon, &members, method).await;
+        assert_eq!(
+            statuses(&replies),
+            BTreeMap::from([(202, 100), (409, 300)]),
+            "{method}"
+        );
+        for reply in replies.iter().filter(|r| r.status == 202) {
+            assert_eq!(reply.ok()["outcome"], json!("ACCEPTED"));
+        }
+        for reply in replies.iter().filter(|r| r.status == 409) {
+            assert!(reply.fails_with(409).starts_with("SOLD_OUT"), "{method}");
+        }
+
+        until(
+            "the loader has written every accepted request",
+            DRAIN,
+            || async { rows(&lab, coupon).await == 100 && caught_up(&lab).await },
+        )
+        .await;
+        let in_db = lab.issued_members(coupon).await;
+        assert_eq!(in_db.len(), 100, "{method}");
+        assert_eq!(lab.reserved_members(coupon).await, in_db, "{method}");
+        let result = lab.result(coupon).await;
+        assert_eq!(result["issueRows"], json!(100), "{method}: {result}");
+        assert_eq!(result["distinctMembers"], json!(100), "{method}: {result}");
+        assert_eq!(
+            result["requests"]["byOutcome"],
+            json!({ "ACCEPTED": 100, "SOLD_OUT": 300 }),
+            "{method}: {result}"
+        );
+        // The loader writes rows only; the counter is reconcile's to set.
+        assert_eq!(result["issuedCount"], json!(0), "{method}: {result}");
+        // Every 202 has its outcome: the loader records each load.
+        until("every load is recorded", DRAIN, || async {
+            lab.result(coupon).await["pending"] == json!(0)
+        })
+        .await;
+        assert_eq!(
+            lab.result(coupon).await["asyncResults"],
+            json!({ "ISSUED": 100 })
+        );
+
+        // An unknown member is refused before Redis is asked anything.
+        let coupon = lab.coupon(100).await;
+        let unknown = members[399] + 1_000_000;
+        let reply = lab.issue(coupon, unknown, method).await;
+        assert!(
+            reply.fails_with(404).starts_with("UNKNOWN_MEMBER"),
+            "{method}"
+        );
+        assert!(lab.reserved_members(coupon).await.is_empty(), "{method}");
+    }
+    assert!(dead_letters(&lab).await.is_empty());
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
+    let lab = Setup::with(&COMPONENTS).own_redis_db().await.start().await;
+    let members = lab.members(150).await;
+    let coupon = lab.coupon(100).await;
+    issue_all(&lab, coupon, &members[..120], "REDIS_WRITE_BEHIND").await;
+    until("the loader has written the 100", DRAIN, || async {
+        rows(&lab, coupon).await == 100 && caught_up(&lab).await
+    })
+    .await;
+
+    // Rows lost in the database: reconcile writes them back from Redis.
+    let deleted: Vec<u64> = lab
+        .issued_members(coupon)
+        .await
+        .into_iter()
+        .step_by(13)
+        .collect();
+    for member in &deleted {
+        sqlx::query("DELETE FROM coupon_issues WHERE coupon_id = ? AND member_id = ?")
+            .bind(coupon)
+            .bind(member)
+            .execute(&lab.db)
+            .await
+            .unwrap();
+    }
+    assert_eq!(rows(&lab, coupon).await, 100 - deleted.len() as i64);
+    let report = reconcile(&lab, coupon).await.ok().clone();
+    assert_eq!(ids(&report["inserted"]), deleted, "{report}");
+    assert_eq!(report["onlyInDb"], json!([]), "{report}");
+    assert_eq!(report["issuedCount"], json!(100), "{report}");
+    assert_eq!(report["totalCount"], json!(100), "{report}");
+    assert_eq!(report["stockExcess"], json!(0), "{report}");
+    assert_eq!(report["method"], json!("REDIS_WRITE_BEHIND"), "{report}");
+    let result = lab.result(coupon).await;
+    assert_eq!(result["issueRows"], json!(100), "{result}");
+    assert_eq!(result["issuedCount"], json!(100), "{result}");
+    assert_eq!(
+        lab.issued_members(coupon).await,
+        lab.reserved_members(coupon).await
+    );
+
+    // Redis loses members it had (as a restart without persistence would):
+    // their stock is handed out again, and the database ends over the total.
+    let lost: Vec<u64> = lab.reserved_members(coupon).await[..5].to_vec();
+    let _: u64 = lab
+        .redis
+        .clone()
+        .srem(format!("coupon:issued:{coupon}"), &lost)
+        .await
+        .unwrap();
+    let latecomers = &members[120..];
+    let replies = issue_all(&lab, coupon, latecomers, "REDIS_WRITE_BEHIND_NO_TX").await;
+    assert_eq!(
+        statuses(&replies),
+        BTreeMap::from([(202, 5), (409, latecomers.len() - 5)])
+    );
+    until(
+        "the loader has written the 5 over-issued",
+        DRAIN,
+        || async { rows(&lab, coupon).await == 105 && caught_up(&lab).await },
+    )
+    .await;
+    let report = reconcile(&lab, coupon).await.ok().clone();
+    assert_eq!(report["inserted"], json!([]), "{report}");
+    assert_eq!(ids(&report["onlyInDb"]), lost, "{report}");
+    assert_eq!(report["issuedCount"], json!(105), "{report}");
+    assert_eq!(report["stockExcess"], json!(5), "{report}");
+    let result = lab.result(coupon).await;
+    assert_eq!(result["overIssued"], json!(5), "{result}");
+    assert_eq!(result["invariants"]["neverOverIssued"], json!(false));
+
+    reconcile(&lab, coupon + 1_000).await.fails_with(404);
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_entry_is_dead_lettered_after_three_deliveries_and_its_batch_lands() {
+    let lab = Setup::with(&COMPONENTS)
+        .tune(|c| c.consumers.in_process = false)
+        .own_redis_db()
+        .await
+        .start()
+        .await;
+    let members = lab.members(20).await;
+    let coupon = lab.coupon(50).await;
+    issue_all(&lab, coupon, &members[..10], "REDIS_WRITE_BEHIND").await;
+    // A member that does not exist: its row fails the foreign key, and with
+    // it the whole batch's transaction.
+    let ghost = members[19] + 1_000_000;
+    let poisoned: String = lab
+        .redis
+        .clone()
+        .xadd(
+            STREAM,
+            "*",
+            &[
+                ("memberId", ghost.to_string()),
+                ("couponId", coupon.to_string()),
+                ("method", "REDIS_WRITE_BEHIND".to_string()),
+                ("acceptedAt", "0".to_string()),
+            ],
+        )
+        .await
+        .unwrap();
+    issue_all(&lab, coupon, &members[10..], "REDIS_WRITE_BEHIND_NO_TX").await;
+    // Twenty 202s and not one row: nothing is written on the request path.
+    assert_eq!(lab.reserved_members(coupon).await, members);
+    assert_eq!(rows(&lab, coupon).await, 0);
+
+    // The loader starts with all 21 entries waiting: one batch.
+    let mut loader = loader_process(&lab);
+    until("the poisoned entry is dead-lettered", DRAIN, || async {
+        !dead_letters(&lab).await.is_empty()
+    })
+    .await;
+    let dead = dead_letters(&lab).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["memberId"], ghost.to_string());
+    assert_eq!(dead[0]["originalId"], poisoned);
+    assert_eq!(dead[0]["deliveries"], "3", "{dead:?}");
+    assert_eq!(lab.issued_members(coupon).await, members);
+    until("everything is acked", DRAIN, || caught_up(&lab)).await;
+
+    let pid = loader.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(Duration::from_secs(10), loader.wait())
+        .await
+        .expect("the loader stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    lab.finish().await;
+}
+
+/// Transactions of this test's database waiting for a row lock.
+async fn lock_waits(lab: &TestLab) -> i64 {
+    // InnoDB refreshes INNODB_TRX only after 100 ms without a reader: a
+    // faster poll would read the same stale table forever.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
+         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+         WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
+    )
+    .fetch_one(&lab.db)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
+    let lab = Setup::with(&COMPONENTS)
+        .tune(|c| c.consumers.in_process = false)
+        .own_redis_db()
+        .await
+        .start()
+        .await;
+    const TOTAL: u64 = 2_000;
+    let members = lab.members(TOTAL).await;
+    let coupon = lab.coupon(TOTAL).await;
+    for chunk in members.chunks(200) {
+        let replies = issue_all(&lab, coupon, chunk, "REDIS_WRITE_BEHIND_NO_TX").await;
+        assert!(replies.iter().all(|r| r.status == 202));
+    }
+
+    // A row lock held on one member stops the loader inside the batch that
+    // holds it: its transaction is open, its entries delivered, not acked.
+    let mut blocker = lab.db.begin().await.unwrap();
+    sqlx::query("INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)")
+        .bind(coupon)
+        .bind(members[TOTAL as usize / 2])
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let mut loader = loader_process(&lab);
+    until("the loader waits inside a batch", DRAIN, || async {
+        lock_waits(&lab).await > 0
+    })
+    .await;
+    loader.start_kill().unwrap();
+    loader.wait().await.unwrap();
+    let held_batch = pending(&lab).await;
+    assert!(
+        (1..=100).contains(&held_batch),
+        "the loader held {held_batch} entries"
+    );
+    let first_kill = row_snapshot(&lab, coupon).await;
+    assert!(first_kill.len() < TOTAL as usize);
+    blocker.rollback().await.unwrap();
+
+    // Killed again, wherever it is this time: reading, writing, or between
+    // its commit and its XACK.
+    let mut loader = loader_process(&lab);
+    until("the restarted loader has written more", DRAIN, || async {
+        rows(&lab, coupon).await >= first_kill.len() as i64 + 300
+    })
+    .await;
+    loader.start_kill().unwrap();
+    loader.wait().await.unwrap();
+    let second_kill = row_snapshot(&lab, coupon).await;
+
+    let mut loader = loader_process(&lab);
+    until("the loader has written everything", DRAIN, || async {
+        rows(&lab, coupon).await == TOTAL as i64 && caught_up(&lab).await
+    })
+    .await;
+    let all = row_snapshot(&lab, coupon).await;
+    let members_in_db: Vec<u64> = all.iter().map(|(m, _, _)| *m as u64).collect();
+    assert_eq!(members_in_db, members);
+    let rows_now: BTreeSet<_> = all.iter().collect();
+    for row in first_kill.iter().chain(&second_kill) {
+        assert!(rows_now.contains(row), "row {row:?} was written again");
+    }
+
+    // The same entries delivered once more after their commit (what a loader
+    // dying between COMMIT and XACK leaves): acked, no row touched.
+    let mut redis = lab.redis.clone();
+    let again: StreamRangeReply = redis.xrange_count(STREAM, "-", "+", 150).await.unwrap();
+    for entry in &again.ids {
+        let fields: Vec<(String, String)> = entry
+            .map
+            .keys()
+            .map(|field| (field.clone(), entry.get::<String>(field).unwrap()))
+            .collect();
+        let _: String = redis.xadd(STREAM, "*", &fields).await.unwrap();
+    }
+    until("the copies are read and acked", DRAIN, || caught_up(&lab)).await;
+    assert_eq!(row_snapshot(&lab, coupon).await, all);
+    assert!(dead_letters(&lab).await.is_empty());
+    loader.start_kill().unwrap();
+    loader.wait().await.unwrap();
+    lab.finish().await;
+}

@@ -1,0 +1,52 @@
+//! REDIS_WRITE_BEHIND_NO_TX (stage 10): stage 9 with the member check as one
+//! autocommit SELECT, without the transaction's set-up statements around it.
+//! The rest is REDIS_WRITE_BEHIND: one EVALSHA reserves and XADDs to
+//! `coupon:wb:stream`, 202; the same loader and reconcile.
+
+use couponlab_sdk::write_behind::{self, ReconcileReport};
+use couponlab_sdk::{
+    Descriptor, IssueRequest, IssueResult, Step, StreamEntry, params, settle, sql,
+};
+
+couponlab_sdk::world!("write-behind-issuer");
+
+use exports::couponlab::strategy::{strategy, write_behind as loader};
+
+const METHOD: &str = "REDIS_WRITE_BEHIND_NO_TX";
+
+struct RedisWriteBehindNoTx;
+
+impl strategy::Guest for RedisWriteBehindNoTx {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: METHOD.into(),
+            summary: "member check as one autocommit SELECT, one Lua script reserves and XADDs, 202; the loader writes the DB in batches".into(),
+        }
+    }
+
+    fn issue(request: IssueRequest) -> IssueResult {
+        settle(issue(request.coupon_id, request.member_id))
+    }
+}
+
+fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
+    let member = sql::query("SELECT id FROM members WHERE id = ?", &params![member_id])?;
+    write_behind::member_found(&member, member_id)?;
+    write_behind::accept(coupon_id, member_id, METHOD)
+}
+
+impl loader::Guest for RedisWriteBehindNoTx {
+    fn load_batch(entries: Vec<StreamEntry>) -> Result<(), String> {
+        write_behind::load_batch(&entries)
+    }
+
+    fn load_entry(entry: StreamEntry) -> Result<(), String> {
+        write_behind::load_entry(&entry)
+    }
+
+    fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
+        write_behind::reconcile(coupon_id)
+    }
+}
+
+export!(RedisWriteBehindNoTx);

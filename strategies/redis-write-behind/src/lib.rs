@@ -1,0 +1,55 @@
+//! REDIS_WRITE_BEHIND (stage 9): Redis is the source of truth. The member
+//! check runs in a read-only transaction (what a read-only `@Transactional`
+//! costs: SET TRANSACTION and BEGIN, the SELECT, COMMIT); then one EVALSHA
+//! does duplicate → stock → XADD `coupon:wb:stream` → SADD, and the answer
+//! is 202. No database write on the request path: the host's loader hands
+//! the entries back here in batches, and reconcile repairs what it missed.
+
+use couponlab_sdk::sql::{self, IsolationLevel};
+use couponlab_sdk::write_behind::{self, ReconcileReport};
+use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Step, StreamEntry, params, settle};
+
+couponlab_sdk::world!("write-behind-issuer");
+
+use exports::couponlab::strategy::{strategy, write_behind as loader};
+
+const METHOD: &str = "REDIS_WRITE_BEHIND";
+
+struct RedisWriteBehind;
+
+impl strategy::Guest for RedisWriteBehind {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: METHOD.into(),
+            summary: "member check in a read-only transaction, one Lua script reserves and XADDs, 202; the loader writes the DB in batches".into(),
+        }
+    }
+
+    fn issue(request: IssueRequest) -> IssueResult {
+        settle(issue(request.coupon_id, request.member_id))
+    }
+}
+
+fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
+    let tx = sql::begin_read_only(IsolationLevel::RepeatableRead)?;
+    let member = tx.query("SELECT id FROM members WHERE id = ?", &params![member_id])?;
+    tx.commit()?;
+    write_behind::member_found(&member, member_id)?;
+    write_behind::accept(coupon_id, member_id, METHOD)
+}
+
+impl loader::Guest for RedisWriteBehind {
+    fn load_batch(entries: Vec<StreamEntry>) -> Result<(), String> {
+        write_behind::load_batch(&entries)
+    }
+
+    fn load_entry(entry: StreamEntry) -> Result<(), String> {
+        write_behind::load_entry(&entry)
+    }
+
+    fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
+        write_behind::reconcile(coupon_id)
+    }
+}
+
+export!(RedisWriteBehind);

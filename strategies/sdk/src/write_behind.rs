@@ -1,0 +1,181 @@
+//! Write-behind (stages 9-10): Redis decides and answers 202; the database
+//! catches up in batches, and reconcile repairs what it missed.
+//!
+//! - [`accept`]: after the member check, one EVALSHA does duplicate → stock
+//!   → XADD `coupon:wb:stream` → SADD. Nothing is written to the database.
+//! - [`load_batch`], [`load_entry`]: what the host's loader asks for, as
+//!   `INSERT ... ON DUPLICATE KEY UPDATE` so an entry delivered again (its
+//!   loader died between commit and XACK) neither fails nor rewrites its row.
+//!   The coupon row is not touched: Redis already enforced the total.
+//! - [`reconcile`]: the database first, then the Redis set; inserts the
+//!   members only Redis has and sets `issued_count` to the row count.
+//!
+//! Redis is the source of truth: there is no guarded UPDATE in the database
+//! to catch an over-issue. If Redis loses its set (no persistence, restart)
+//! the same stock is handed out again, and reconcile can only report it.
+
+use std::collections::BTreeSet;
+
+use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome, StreamEntry};
+use crate::outcome::Step;
+use crate::sql::{self, IsolationLevel, SqlError, Transaction, Value};
+use crate::{args, clock, coupon, keys, params, redis, stream};
+
+pub use crate::bindings::couponlab::strategy::types::ReconcileReport;
+
+/// Stream of stage 9: one entry per accepted request (fields `memberId`,
+/// `couponId`, `method`, `acceptedAt`), read by the host's loader.
+pub const STREAM: &str = "coupon:wb:stream";
+
+/// The stage 6 atomic script with this stream as its KEYS[3]: the check,
+/// the entry and the reservation are one EVALSHA in both stages.
+const RESERVE_AND_ENQUEUE: &str = include_str!("../../../lua/reserve_and_enqueue.lua");
+
+/// Rows one reconcile INSERT writes (two parameters each).
+const INSERT_CHUNK: usize = 500;
+
+/// The member check's answer: the query found the member, or UNKNOWN_MEMBER.
+pub fn member_found(rows: &sql::Rows, member_id: u64) -> Step<()> {
+    if rows.rows.is_empty() {
+        return Err(IssueResult::of(Outcome::UnknownMember)
+            .detail(format!("member {member_id} does not exist")));
+    }
+    Ok(())
+}
+
+/// Reserves and enqueues in one EVALSHA: ACCEPTED (202), DUPLICATE or
+/// SOLD_OUT. `method` goes into the entry so the loader hands it back here.
+pub fn accept(coupon_id: u64, member_id: u64, method: &str) -> Step<IssueResult> {
+    let keys = args![keys::issued(coupon_id), keys::total(coupon_id), STREAM];
+    let eval = || {
+        let argv = args![member_id, coupon_id, method, clock::now_millis()];
+        redis::eval(RESERVE_AND_ENQUEUE, &keys, &argv)
+    };
+    let mut verdict = eval()?;
+    if verdict.as_int() == Some(-1) {
+        coupon::warm_total(coupon_id)?;
+        verdict = eval()?;
+    }
+    match verdict.as_int() {
+        Some(1) => Ok(IssueResult::of(Outcome::Accepted)),
+        Some(0) => Err(IssueResult::of(Outcome::SoldOut)),
+        Some(2) => Err(IssueResult::of(Outcome::Duplicate)),
+        _ => {
+            Err(IssueResult::of(Outcome::Unavailable).detail(format!("unexpected reply {verdict}")))
+        }
+    }
+}
+
+/// Writes every entry in one transaction; an error means none was written.
+pub fn load_batch(entries: &[StreamEntry]) -> Result<(), String> {
+    let issues = entries
+        .iter()
+        .map(issue_of)
+        .collect::<Result<BTreeSet<_>, _>>()?;
+    let tx = sql::begin(IsolationLevel::ReadCommitted).map_err(|e| e.message())?;
+    insert_issues(&tx, &issues.into_iter().collect::<Vec<_>>()).map_err(|e| e.message())?;
+    tx.commit().map_err(|e| e.message())
+}
+
+/// Writes one entry alone (one autocommit statement).
+pub fn load_entry(entry: &StreamEntry) -> Result<(), String> {
+    let (coupon_id, member_id) = issue_of(entry)?;
+    sql::execute(&upsert(1), &params![coupon_id, member_id])
+        .map(drop)
+        .map_err(|e| format!("entry {}: {}", entry.id, e.message()))
+}
+
+/// Repairs the database from the Redis set of `coupon_id`.
+///
+/// The database is read first: every row was a Redis member before the
+/// loader wrote it, so a row missing from the Redis set read afterwards is a
+/// real loss of Redis data, not a member that arrived in between.
+pub fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
+    let tx = sql::begin(IsolationLevel::RepeatableRead).map_err(|e| e.message())?;
+    let total = sql::scalar(
+        &tx.query(
+            "SELECT total_count FROM coupons WHERE id = ?",
+            &params![coupon_id],
+        )
+        .map_err(|e| e.message())?,
+    )
+    .ok_or_else(|| format!("coupon {coupon_id} does not exist"))?
+    .max(0) as u64;
+    let in_db: BTreeSet<u64> = tx
+        .query(
+            "SELECT member_id FROM coupon_issues WHERE coupon_id = ?",
+            &params![coupon_id],
+        )
+        .map_err(|e| e.message())?
+        .rows
+        .iter()
+        .filter_map(|row| sql::int(row.first()?).map(|id| id as u64))
+        .collect();
+    let reply = redis::execute("SMEMBERS", &args![keys::issued(coupon_id)])
+        .map_err(|e| format!("Redis: {}", e.message()))?;
+    let in_redis: BTreeSet<u64> = reply
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|member| member.as_str()?.parse().ok())
+        .collect();
+
+    let inserted: Vec<u64> = in_redis.difference(&in_db).copied().collect();
+    let only_in_db: Vec<u64> = in_db.difference(&in_redis).copied().collect();
+    for chunk in inserted.chunks(INSERT_CHUNK) {
+        let issues: Vec<(u64, u64)> = chunk.iter().map(|&m| (coupon_id, m)).collect();
+        insert_issues(&tx, &issues).map_err(|e| e.message())?;
+    }
+    // A locking read: the loader's inserts for this coupon wait until the
+    // commit, so the count written is the count at commit.
+    let rows = sql::scalar(
+        &tx.query(
+            "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ? LOCK IN SHARE MODE",
+            &params![coupon_id],
+        )
+        .map_err(|e| e.message())?,
+    )
+    .unwrap_or(0)
+    .max(0) as u64;
+    tx.execute(
+        "UPDATE coupons SET issued_count = ? WHERE id = ?",
+        &params![rows, coupon_id],
+    )
+    .map_err(|e| e.message())?;
+    tx.commit().map_err(|e| e.message())?;
+    Ok(ReconcileReport {
+        inserted,
+        only_in_db,
+        issued_count: rows,
+        total,
+        stock_excess: rows.saturating_sub(total),
+    })
+}
+
+/// `(coupon_id, member_id)` of an entry, or why it cannot be loaded.
+fn issue_of(entry: &StreamEntry) -> Result<(u64, u64), String> {
+    stream::ids(entry).ok_or_else(|| format!("entry {} has no couponId/memberId", entry.id))
+}
+
+/// One multi-row upsert, in (coupon, member) order so two writers of the
+/// same rows lock them in the same order.
+fn insert_issues(tx: &Transaction, issues: &[(u64, u64)]) -> Result<(), SqlError> {
+    if issues.is_empty() {
+        return Ok(());
+    }
+    let params: Vec<Value> = issues
+        .iter()
+        .flat_map(|&(coupon_id, member_id)| params![coupon_id, member_id])
+        .collect();
+    tx.execute(&upsert(issues.len()), &params).map(drop)
+}
+
+/// `INSERT ... ON DUPLICATE KEY UPDATE` of `rows` issues; a row that exists
+/// is left exactly as it is.
+fn upsert(rows: usize) -> String {
+    let values = vec!["(?, ?)"; rows].join(", ");
+    format!(
+        "INSERT INTO coupon_issues (coupon_id, member_id) VALUES {values} \
+         ON DUPLICATE KEY UPDATE member_id = member_id"
+    )
+}
