@@ -19,19 +19,26 @@ const ASYNC_COMPONENTS: [&str; 4] = [
     "redis_stream",
     "redis_stream_atomic",
 ];
-const DRAIN: Duration = Duration::from_secs(60);
+/// Generous: a loaded shared machine can slow a drain tenfold.
+const DRAIN: Duration = Duration::from_secs(120);
 
 /// Pub/sub channels span every Redis database: tests that publish take turns.
 static PUBSUB: Mutex<()> = Mutex::const_new(());
 
 /// Waits until every 202 of `coupon` has its outcome; returns the result.
 async fn drained(lab: &TestLab, coupon: u64, accepted: u64) -> Value {
-    until("every accepted request is confirmed", DRAIN, || async {
+    let started = std::time::Instant::now();
+    loop {
         let result = lab.result(coupon).await;
-        result["accepted"] == json!(accepted) && result["pending"] == json!(0)
-    })
-    .await;
-    lab.result(coupon).await
+        if result["accepted"] == json!(accepted) && result["pending"] == json!(0) {
+            return result;
+        }
+        assert!(
+            started.elapsed() < DRAIN,
+            "not drained after {DRAIN:?}: {result}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn statuses(replies: &[crate::common::Reply]) -> BTreeMap<u16, usize> {
@@ -194,7 +201,7 @@ async fn a_stream_consumer_killed_mid_drain_loses_nothing_and_writes_nothing_twi
         .await
         .start()
         .await;
-    const TOTAL: u64 = 2_000;
+    const TOTAL: u64 = 1_000;
     let members = lab.members(TOTAL).await;
     let coupon = lab.coupon(TOTAL).await;
     for chunk in members.chunks(200) {

@@ -13,8 +13,8 @@
 //! and a fresh coupon, run `loadtest/issue.js`, wait until every accepted
 //! request has its outcome, read the coupon's result. Reports go to
 //! `loadtest/reports/<UTC time>/` (report.md, chart.svg, results.json).
-//! `--serve` starts a server of its own on a free port, with the database
-//! `couponlab_loadtest` and Redis database 10, instead of using --base-url.
+//! `--serve` starts a server of its own on a free port, with a database of
+//! its own and Redis database 10, instead of using --base-url.
 
 mod http;
 mod k6;

@@ -1,6 +1,8 @@
 //! `--serve`: a server of the runner's own, on a free port, with a database
-//! (`couponlab_loadtest`) and a Redis database (10) nobody else uses. It is
-//! emptied at start and stopped with SIGTERM when the run ends.
+//! (`couponlab_loadtest_<migrations>`) and a Redis database (10) nobody else
+//! uses. It is emptied at start and stopped with SIGTERM when the run ends.
+//! The database name carries a hash of the migrations, so a checkout with
+//! other migrations never meets a schema it cannot migrate.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -11,7 +13,6 @@ use anyhow::{Context, bail};
 use super::http::Api;
 use crate::{root, run, services, strategies};
 
-const DATABASE_URL: &str = "mysql://root@127.0.0.1:3306/couponlab_loadtest";
 const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
 
 pub struct Server {
@@ -37,7 +38,7 @@ impl Server {
         let child = Command::new(root().join("target").join("release").join("couponlab"))
             .arg("serve")
             .env("COUPONLAB_BIND", format!("127.0.0.1:{port}"))
-            .env("DATABASE_URL", DATABASE_URL)
+            .env("DATABASE_URL", database_url()?)
             .env("REDIS_URL", REDIS_URL)
             .env("COUPONLAB_STRATEGY_DIR", &dist)
             .env("RUST_LOG", "warn")
@@ -58,7 +59,7 @@ impl Server {
         }
         api.delete_data()?;
         println!(
-            "serving on {} (database couponlab_loadtest, Redis db 10)",
+            "serving on {} (a database of its own, Redis db 10)",
             server.base_url()
         );
         Ok(server)
@@ -76,4 +77,23 @@ impl Drop for Server {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// The scratch database's URL, named after the migrations it holds.
+fn database_url() -> anyhow::Result<String> {
+    let mut files: Vec<_> = std::fs::read_dir(root().join("migrations"))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "sql"))
+        .collect();
+    files.sort();
+    // FNV-1a: stable across builds, which std's hasher does not promise.
+    let mut hash: u32 = 0x811c_9dc5;
+    for file in files {
+        for byte in std::fs::read(&file)? {
+            hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+        }
+    }
+    Ok(format!(
+        "mysql://root@127.0.0.1:3306/couponlab_loadtest_{hash:08x}"
+    ))
 }
