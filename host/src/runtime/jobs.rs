@@ -26,7 +26,6 @@ pub struct JobQueue {
     sender: mpsc::Sender<Job>,
     /// Taken once, by the workers that drain the queue.
     receiver: Mutex<Option<mpsc::Receiver<Job>>>,
-    capacity: usize,
 }
 
 impl JobQueue {
@@ -36,7 +35,6 @@ impl JobQueue {
         Self {
             sender,
             receiver: Mutex::new(Some(receiver)),
-            capacity,
         }
     }
 
@@ -50,15 +48,6 @@ impl JobQueue {
     /// The receiving end, for the workers; `None` once taken.
     pub fn take_receiver(&self) -> Option<mpsc::Receiver<Job>> {
         self.receiver.lock().take()
-    }
-
-    /// Jobs waiting for a worker.
-    pub fn queued(&self) -> usize {
-        self.capacity - self.sender.capacity()
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
     }
 }
 
