@@ -229,8 +229,10 @@ async fn deliver(
     match lab.runtime.handle_entry(&strategy, &entry).await {
         Ok(handled) => {
             if handled.disposition == Disposition::Ack {
-                let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+                // Recorded before the ack: a crash in between redelivers the
+                // entry, and the first outcome recorded stays.
                 record(lab, &handled.confirmation).await;
+                let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
             }
         }
         Err(err) => {
@@ -259,9 +261,9 @@ async fn dead_letter(
     let _: String = conn.xadd(DEAD_LETTERS, "*", &fields).await?;
     match lab.runtime.dead_letter(&strategy, &entry).await {
         Ok(confirmation) => {
+            record(lab, &confirmation).await;
             let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, deliveries, "stream entry dead-lettered");
-            record(lab, &confirmation).await;
         }
         // Not acked: the next claim copies it again and retries the
         // compensation; a duplicate dead letter beats a lost reservation.

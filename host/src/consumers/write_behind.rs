@@ -160,11 +160,13 @@ async fn load_batch(
 ) -> RedisResult<bool> {
     match lab.runtime.load_batch(strategy, entries).await {
         Ok(Ok(())) => {
-            let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-            let _: u64 = conn.xack(STREAM, GROUP, &ids).await?;
+            // Recorded before the ack: a crash in between redelivers the
+            // entries, and the first outcome recorded stays.
             for entry in entries {
                 record(lab, entry, Outcome::Issued).await;
             }
+            let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+            let _: u64 = conn.xack(STREAM, GROUP, &ids).await?;
             return Ok(true);
         }
         Ok(Err(err)) => {
@@ -178,8 +180,8 @@ async fn load_batch(
     for entry in entries {
         match lab.runtime.load_entry(strategy, entry).await {
             Ok(Ok(())) => {
-                let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
                 record(lab, entry, Outcome::Issued).await;
+                let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
             }
             Ok(Err(err)) => {
                 tracing::warn!(id = %entry.id, deliveries = entry.deliveries, error = %err, "entry failed; left pending");
@@ -205,9 +207,9 @@ async fn dead_letter(
     fields.push(("originalId".into(), entry.id.clone()));
     fields.push(("deliveries".into(), (entry.deliveries - 1).to_string()));
     let _: String = conn.xadd(DEAD_LETTERS, "*", &fields).await?;
+    record(lab, &entry, Outcome::Unavailable).await;
     let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
     tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
-    record(lab, &entry, Outcome::Unavailable).await;
     Ok(())
 }
 

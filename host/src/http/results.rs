@@ -2,7 +2,9 @@
 //! whether the two invariants held.
 //!
 //! The Redis section compares the reservation set `coupon:issued:{id}` with
-//! the issue rows; it is left out for a coupon no method reserved in Redis. The rows are read first, then the set: a reservation whose
+//! the issue rows; it is left out for a coupon no method reserved in Redis.
+//! Reads come in the order that keeps the figures consistent: the outcomes
+//! of 202s, then the rows, then the reservation set. The rows are read first, then the set: a reservation whose
 //! confirm is still running shows up as Redis-only, but a committed issue
 //! never shows up as DB-only for having committed between the two reads.
 
@@ -124,6 +126,10 @@ async fn result(
     AppPath(coupon_id): AppPath<i64>,
 ) -> Result<Answer<CouponResult>, ApiError> {
     let coupon_id = positive("couponId", coupon_id)?;
+    // The outcomes of 202s are read before the rows: a consumer records an
+    // outcome after its commit, so every outcome read here has its row in
+    // the reads below, and `pending: 0` means every row is counted.
+    let confirmations_read = confirmations::summary(lab.redis(), coupon_id).await;
     let row = sqlx::query(
         "SELECT c.name, c.total_count, c.issued_count, \
                 (SELECT COUNT(*) FROM coupon_issues i WHERE i.coupon_id = c.id) AS issue_rows, \
@@ -164,10 +170,7 @@ async fn result(
         .keys()
         .any(|method| lab.registry.get(method).is_some_and(|s| s.uses_redis));
     let mut redis = redis_figures(&lab, coupon_id, &issued_members, used_redis).await;
-    let confirmations = noting_failure(
-        confirmations::summary(lab.redis(), coupon_id).await,
-        &mut redis,
-    );
+    let confirmations = noting_failure(confirmations_read, &mut redis);
     // The stream behind the coupon's asynchronous method, if it has one.
     let group = requests
         .by_method
