@@ -132,7 +132,8 @@ async fn connect(
                 _ => Ok(Some(conn)),
             };
         }
-        if !pause_unless_cancelled(cancel, Duration::from_millis(BLOCK_MS as u64)).await {
+        // Short: a method's first entries wait this long for their consumers.
+        if !pause_unless_cancelled(cancel, Duration::from_millis(100)).await {
             return Ok(None);
         }
     }
