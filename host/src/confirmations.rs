@@ -5,7 +5,9 @@
 //!
 //! - `coupon:accepted:{couponId}`: hash, member → accepted at (Unix ms);
 //! - `coupon:confirmed:{couponId}`: hash, member → `OUTCOME confirmedAtMs`,
-//!   the first outcome recorded.
+//!   the first outcome recorded;
+//! - `coupon:accepted-methods:{couponId}`: set of the methods that answered
+//!   202, so a restarted server still knows which stream served the coupon.
 //!
 //! Both sit under `coupon:*`, so `DELETE /lab/data` clears them.
 
@@ -27,22 +29,39 @@ fn confirmed_key(coupon_id: u64) -> String {
     format!("coupon:confirmed:{coupon_id}")
 }
 
+fn methods_key(coupon_id: u64) -> String {
+    format!("coupon:accepted-methods:{coupon_id}")
+}
+
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
-/// Notes that `member_id` got a 202 for `coupon_id` now.
+/// Notes that `member_id` got a 202 for `coupon_id` from `method` now.
 pub async fn record_accepted(
     redis: &RedisPools,
     coupon_id: u64,
     member_id: u64,
+    method: &str,
 ) -> Result<(), RedisError> {
-    let args = [
-        accepted_key(coupon_id),
-        member_id.to_string(),
-        now_ms().to_string(),
-    ];
-    redis.execute("HSET", &args).await.map(drop)
+    redis::pipe()
+        .hset(accepted_key(coupon_id), member_id, now_ms())
+        .ignore()
+        .sadd(methods_key(coupon_id), method)
+        .ignore()
+        .query_async(&mut redis.shared())
+        .await
+}
+
+/// The methods that ever answered 202 for `coupon_id`, in any process.
+pub async fn accepting_methods(
+    redis: &RedisPools,
+    coupon_id: u64,
+) -> Result<Vec<String>, RedisError> {
+    redis::cmd("SMEMBERS")
+        .arg(methods_key(coupon_id))
+        .query_async(&mut redis.shared())
+        .await
 }
 
 /// Notes the outcome of an accepted request's confirmation. The first

@@ -132,9 +132,10 @@ async fn issue(
         // record lives in Redis so a consumer in another process can pair its
         // confirmation with it.
         let lab = lab.clone();
+        let method = strategy.method.clone();
         tokio::spawn(async move {
             if let Err(err) =
-                confirmations::record_accepted(lab.redis(), coupon_id, member_id).await
+                confirmations::record_accepted(lab.redis(), coupon_id, member_id, &method).await
             {
                 tracing::warn!(coupon = coupon_id, member = member_id, error = %err, "could not record an acceptance");
             }

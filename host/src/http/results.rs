@@ -164,17 +164,22 @@ async fn result(
             *all.entry(receivers.clone()).or_default() += count;
             all
         });
+    // The methods that served the coupon: those this process answered for,
+    // and those any process answered 202 for (a restarted server's record
+    // of requests starts empty, Redis's does not).
+    let accepting = confirmations::accepting_methods(lab.redis(), coupon_id).await;
+    let mut methods: BTreeSet<String> = requests.by_method.keys().cloned().collect();
+    methods.extend(accepting.as_ref().cloned().unwrap_or_default());
     // A coupon served by methods that never touch Redis has no Redis section.
-    let used_redis = requests
-        .by_method
-        .keys()
+    let used_redis = methods
+        .iter()
         .any(|method| lab.registry.get(method).is_some_and(|s| s.uses_redis));
     let mut redis = redis_figures(&lab, coupon_id, &issued_members, used_redis).await;
     let confirmations = noting_failure(confirmations_read, &mut redis);
+    noting_failure(accepting.map(Some), &mut redis);
     // The stream behind the coupon's asynchronous method, if it has one.
-    let group = requests
-        .by_method
-        .keys()
+    let group = methods
+        .iter()
         .find_map(|method| match lab.registry.get(method)?.role {
             Role::StreamIssuer => Some(stream::ISSUERS),
             Role::WriteBehindIssuer => Some(write_behind::LOADERS),

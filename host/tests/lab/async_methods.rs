@@ -363,3 +363,29 @@ async fn a_duplicate_delivery_is_acked_without_a_second_row() {
     assert_eq!(lab.reserved_members(coupon).await, members);
     lab.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_still_reports_what_was_accepted_and_its_stream() {
+    let mut lab = Setup::with(&["redis_stream"])
+        .own_redis_db()
+        .await
+        .start()
+        .await;
+    let members = lab.members(5).await;
+    let coupon = lab.coupon(5).await;
+    for &member in &members {
+        assert_eq!(lab.issue(coupon, member, "REDIS_STREAM").await.status, 202);
+    }
+    drained(&lab, coupon, 5).await;
+
+    lab.restart().await;
+    // The new process answered nothing for this coupon; Redis remembers.
+    let result = lab.result(coupon).await;
+    assert_eq!(result["requests"]["total"], json!(0), "{result}");
+    assert_eq!(result["accepted"], json!(5), "{result}");
+    assert_eq!(result["asyncResults"], json!({ "ISSUED": 5 }), "{result}");
+    assert_eq!(result["stream"]["pending"], json!(0), "{result}");
+    assert_eq!(result["stream"]["length"], json!(5), "{result}");
+    assert_eq!(result["redis"]["setSize"], json!(5), "{result}");
+    lab.finish().await;
+}

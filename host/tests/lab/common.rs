@@ -56,7 +56,7 @@ pub struct TestLab {
     pub config: Config,
     db_name: String,
     stop: Option<oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    server: Option<ServerTask>,
     _redis_db: Option<RedisDb>,
     /// The test's hold on [`REDIS_LOAD`], released with the test.
     _load: Box<dyn Send + Sync>,
@@ -180,13 +180,7 @@ impl Setup {
         config.max_instances = 600;
         (self.tune)(&mut config);
 
-        let lab = Lab::start(config.clone()).await.expect("the server starts");
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(couponlab::serve(listener, lab, async move {
-            let _ = stopped.await;
-        }));
+        let (base, stop, server) = serve(&config).await;
 
         let db = MySqlPoolOptions::new()
             .max_connections(4)
@@ -223,6 +217,21 @@ impl Setup {
             _load: load,
         }
     }
+}
+
+type ServerTask = tokio::task::JoinHandle<anyhow::Result<()>>;
+
+/// Starts a server on `config` and a free port: its base URL, its stop
+/// switch and its task.
+async fn serve(config: &Config) -> (String, oneshot::Sender<()>, ServerTask) {
+    let lab = Lab::start(config.clone()).await.expect("the server starts");
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(couponlab::serve(listener, lab, async move {
+        let _ = stopped.await;
+    }));
+    (base, stop, server)
 }
 
 async fn connect_redis(url: &str) -> Option<redis::aio::MultiplexedConnection> {
@@ -392,15 +401,28 @@ impl TestLab {
         members
     }
 
-    /// Stops the server and drops the test's database and directory.
-    pub async fn finish(mut self) {
+    /// Stops the server (SIGTERM-like: consumers finish what they hold).
+    async fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        // Consumers finish what they hold before the database goes away.
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(30), server).await;
         }
+    }
+
+    /// Stops the server and starts a new one on the same database, Redis
+    /// and components: what it remembers, it read from them.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let (base, stop, server) = serve(&self.config).await;
+        (self.base, self.stop, self.server) = (base, Some(stop), Some(server));
+    }
+
+    /// Stops the server and drops the test's database and directory.
+    pub async fn finish(mut self) {
+        // Consumers finish what they hold before the database goes away.
+        self.stop().await;
         let _ = self
             .db
             .execute(format!("DROP DATABASE IF EXISTS `{}`", self.db_name).as_str())
