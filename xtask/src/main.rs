@@ -25,7 +25,12 @@ fn main() -> anyhow::Result<()> {
         Some((task, rest)) => (task.as_str(), rest),
         None => ("help", &[][..]),
     };
-    let rest: Vec<String> = rest.iter().skip_while(|a| *a == "--").cloned().collect();
+    // One `--` separates xtask's arguments from those it passes on; a second
+    // one is passed on (`cargo xtask test -- -- a b`: two test filters).
+    let rest: Vec<String> = match rest.split_first() {
+        Some((first, after)) if first == "--" => after.to_vec(),
+        _ => rest.to_vec(),
+    };
     match task {
         "strategies" => strategies::build_and_install(&strategy_dir()),
         "services" => services::ensure(),

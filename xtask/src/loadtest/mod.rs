@@ -7,6 +7,7 @@
 //!                               [--duration 5s] [--max-failure-rate 0.01] [--max-p99-ms 100]
 //! common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR]
 //! cargo xtask loadtest smoke    (the short checked run `cargo xtask test` ends with)
+//! cargo xtask loadtest --help   (this usage)
 //! ```
 //!
 //! For each method, one after another: create members (one per request)
@@ -35,16 +36,61 @@ use crate::root;
 /// How long an asynchronous method may take to confirm what it accepted.
 const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
+/// What `cargo xtask loadtest --help` prints.
+const USAGE: &str = "\
+usage: cargo xtask loadtest <mode> [options]
+
+  compare   --methods A,B,... [--rate 300] [--duration 10s] [--total 1000]
+            each method in turn at a constant arrival rate, on a coupon of its own
+  spike     --methods A,B,... [--members 3000] [--total 100]
+            every member asks at second zero (the event-open scenario)
+  capacity  --method A [--start 200] [--step 200] [--max 5000] [--duration 5s]
+            [--max-failure-rate 0.01] [--max-p99-ms 100]
+            raise the rate until the failure rate or p99 passes its bound
+  smoke     the short checked run `cargo xtask test` ends with
+
+common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR]
+  --serve   start a server of its own (own database, Redis db 10) instead of --base-url
+  --out     where the report goes (default loadtest/reports/<UTC time>/)";
+
+/// The options each mode reads; anything else is a typo worth stopping for.
+fn known_options(mode: &str) -> Option<&'static [&'static str]> {
+    Some(match mode {
+        "compare" => &["methods", "rate", "duration", "total"],
+        "spike" => &["methods", "members", "total"],
+        "capacity" => &[
+            "method",
+            "start",
+            "step",
+            "max",
+            "duration",
+            "max-failure-rate",
+            "max-p99-ms",
+        ],
+        _ => return None,
+    })
+}
+
 pub fn main(args: &[String]) -> anyhow::Result<()> {
+    if args
+        .iter()
+        .any(|a| matches!(a.as_str(), "--help" | "-h" | "help"))
+    {
+        println!("{USAGE}");
+        return Ok(());
+    }
     if args.first().map(String::as_str) == Some("smoke") {
         return smoke();
     }
-    let (mode, options) = match args.split_first() {
-        Some((mode, rest)) => (mode.as_str(), Options::parse(rest)?),
-        None => bail!(
-            "usage: cargo xtask loadtest <compare | spike | capacity> [--options]; see xtask/src/loadtest/mod.rs"
-        ),
+    let Some((mode, rest)) = args.split_first() else {
+        bail!("{USAGE}")
     };
+    let mode = mode.as_str();
+    let Some(known) = known_options(mode) else {
+        bail!("unknown loadtest mode {mode:?}: compare, spike, capacity or smoke")
+    };
+    let options = Options::parse(rest)?;
+    options.check(known)?;
     let server = if options.flag("serve") {
         Some(server::Server::start(true)?)
     } else {
@@ -63,8 +109,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     let outcome = match mode {
         "compare" => compare(&api, &k6, &options, &out, false),
         "spike" => compare(&api, &k6, &options, &out, true),
-        "capacity" => capacity(&api, &k6, &options, &out),
-        other => bail!("unknown loadtest mode {other:?}: compare, spike or capacity"),
+        _ => capacity(&api, &k6, &options, &out),
     };
     drop(server);
     outcome
@@ -224,6 +269,7 @@ fn capacity(api: &Api, k6: &PathBuf, options: &Options, out: &PathBuf) -> anyhow
         .context("--max-p99-ms")?;
     let seconds = seconds(&duration)?;
     let mut rows = Vec::new();
+    let mut raw = BTreeMap::new();
     let mut held = None;
     let mut rate = start;
     while rate <= max {
@@ -238,7 +284,7 @@ fn capacity(api: &Api, k6: &PathBuf, options: &Options, out: &PathBuf) -> anyhow
             duration: &duration,
             spike: false,
         };
-        let (mut row, _, _) = run.execute(api, k6, out)?;
+        let (mut row, k6_figures, result) = run.execute(api, k6, out)?;
         let holds =
             row.failure_rate() <= max_failure_rate && row.p99_ms <= max_p99_ms && row.dropped == 0;
         println!(
@@ -250,6 +296,10 @@ fn capacity(api: &Api, k6: &PathBuf, options: &Options, out: &PathBuf) -> anyhow
             if holds { "held" } else { "did not hold" }
         );
         row.method = format!("{method} @ {rate}/s");
+        raw.insert(
+            row.method.clone(),
+            json!({ "k6": k6_figures, "result": result }),
+        );
         rows.push(row);
         if !holds {
             break;
@@ -258,6 +308,10 @@ fn capacity(api: &Api, k6: &PathBuf, options: &Options, out: &PathBuf) -> anyhow
         rate += step;
     }
     let verdict = match held {
+        // Every step held: the limit lies beyond the search.
+        Some(rate) if rate + step > max => format!(
+            "{method} held every step up to **{rate} req/s**, the last one below --max {max}; raise --max to search further"
+        ),
         Some(rate) => format!("The highest arrival rate that held for {method}: **{rate} req/s**"),
         None => format!("{method} did not hold even {start} req/s"),
     };
@@ -270,7 +324,7 @@ fn capacity(api: &Api, k6: &PathBuf, options: &Options, out: &PathBuf) -> anyhow
         "Capacity of one coupon",
         &description,
         &rows,
-        &json!({}),
+        &json!(raw),
     )?;
     println!("\n{verdict}\nreport: {}", out.join("report.md").display());
     Ok(())
@@ -359,6 +413,21 @@ impl Options {
         Ok(Options(map))
     }
 
+    /// Fails on an option the mode does not read (`known` plus the common ones).
+    fn check(&self, known: &[&str]) -> anyhow::Result<()> {
+        const COMMON: [&str; 3] = ["base-url", "serve", "out"];
+        for key in self.0.keys() {
+            if !known.contains(&key.as_str()) && !COMMON.contains(&key.as_str()) {
+                bail!(
+                    "unknown option --{key}; this mode reads --{} and --{}",
+                    known.join(", --"),
+                    COMMON.join(", --")
+                );
+            }
+        }
+        Ok(())
+    }
+
     fn flag(&self, key: &str) -> bool {
         self.0.contains_key(key)
     }
@@ -431,4 +500,26 @@ fn timestamp() -> String {
         rest % 3600 / 60,
         rest % 60
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(args: &[&str]) -> Options {
+        Options::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn a_mistyped_option_is_refused_by_name() {
+        let known = known_options("compare").unwrap();
+        let ok = options(&["--methods", "REDIS_LUA", "--rate", "50", "--serve"]);
+        assert!(ok.check(known).is_ok());
+        let typo = options(&["--methods", "REDIS_LUA", "--rat", "50"]);
+        let error = typo.check(known).unwrap_err().to_string();
+        assert!(error.contains("unknown option --rat"), "{error}");
+        // A rate means nothing to a spike: every member asks at once.
+        let spike = options(&["--methods", "REDIS_LUA", "--rate", "50"]);
+        assert!(spike.check(known_options("spike").unwrap()).is_err());
+    }
 }
