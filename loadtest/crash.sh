@@ -19,6 +19,7 @@ base="http://127.0.0.1:$port"
 bin="$root/target/release/couponlab"
 log="$root/target/crash-$method.log"
 [ -x "$bin" ] || { echo "build first: cargo build --release -p couponlab" >&2; exit 1; }
+command -v jq >/dev/null || { echo "crash.sh reads the API's JSON with jq; install jq first" >&2; exit 1; }
 export COUPONLAB_BIND="127.0.0.1:$port" \
   DATABASE_URL="mysql://root@127.0.0.1:3306/couponlab_crash" \
   REDIS_URL="redis://127.0.0.1:6379/9" \
