@@ -170,10 +170,14 @@ async fn result(
     let accepting = confirmations::accepting_methods(lab.redis(), coupon_id).await;
     let mut methods: BTreeSet<String> = requests.by_method.keys().cloned().collect();
     methods.extend(accepting.as_ref().cloned().unwrap_or_default());
-    // A coupon served by methods that never touch Redis has no Redis section.
-    let used_redis = methods
-        .iter()
-        .any(|method| lab.registry.get(method).is_some_and(|s| s.uses_redis));
+    // A coupon served by no method that reserves in `coupon:issued:{id}` has
+    // no Redis section: database-only methods never touch Redis, and the
+    // drop gate keeps keys of its own (`coupon:gate:*`).
+    let used_redis = methods.iter().any(|method| {
+        lab.registry
+            .get(method)
+            .is_some_and(|s| s.uses_redis && s.role != Role::GateIssuer)
+    });
     let mut redis = redis_figures(&lab, coupon_id, &issued_members, used_redis).await;
     let confirmations = noting_failure(confirmations_read, &mut redis);
     noting_failure(accepting.map(Some), &mut redis);

@@ -170,6 +170,9 @@ async fn stock_100_and_500_concurrent_reserves_admit_exactly_100_and_sell_out_40
     );
     assert_eq!(result["issueRows"], json!(100));
     assert_eq!(result["issuedCount"], json!(100));
+    // The gate keeps no reservation set: no comparison with one that would
+    // show every issued member as missing from Redis.
+    assert_eq!(result.get("redis"), None, "{result}");
     lab.finish().await;
 }
 
