@@ -4,8 +4,8 @@
 //! back to this component to confirm.
 
 use couponlab_sdk::{
-    Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step, StreamEntry, args,
-    clock, coupon, keys, redis, settle, stream,
+    Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step, StreamEntry, keys,
+    reserve, settle, stream,
 };
 
 couponlab_sdk::world!("stream-issuer");
@@ -13,7 +13,6 @@ couponlab_sdk::world!("stream-issuer");
 use exports::couponlab::strategy::{strategy, stream_consumer};
 
 const METHOD: &str = "REDIS_STREAM_ATOMIC";
-const RESERVE_AND_ENQUEUE: &str = include_str!("../../../lua/reserve_and_enqueue.lua");
 
 struct RedisStreamAtomic;
 
@@ -32,28 +31,8 @@ impl strategy::Guest for RedisStreamAtomic {
 }
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
-    let keys = args![
-        keys::issued(coupon_id),
-        keys::total(coupon_id),
-        keys::ISSUE_STREAM
-    ];
-    let eval = || {
-        let argv = args![member_id, coupon_id, METHOD, clock::now_millis()];
-        redis::eval(RESERVE_AND_ENQUEUE, &keys, &argv)
-    };
-    let mut verdict = eval()?;
-    if verdict.as_int() == Some(-1) {
-        coupon::warm_total(coupon_id)?;
-        verdict = eval()?;
-    }
-    match verdict.as_int() {
-        Some(1) => Ok(IssueResult::of(Outcome::Accepted)),
-        Some(0) => Err(IssueResult::of(Outcome::SoldOut)),
-        Some(2) => Err(IssueResult::of(Outcome::Duplicate)),
-        _ => {
-            Err(IssueResult::of(Outcome::Unavailable).detail(format!("unexpected reply {verdict}")))
-        }
-    }
+    reserve::and_enqueue(coupon_id, member_id, keys::ISSUE_STREAM, METHOD)?;
+    Ok(IssueResult::of(Outcome::Accepted))
 }
 
 impl stream_consumer::Guest for RedisStreamAtomic {

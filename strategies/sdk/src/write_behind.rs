@@ -19,17 +19,13 @@ use std::collections::BTreeSet;
 use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome, StreamEntry};
 use crate::outcome::Step;
 use crate::sql::{self, IsolationLevel, SqlError, Transaction, Value};
-use crate::{args, clock, coupon, keys, params, redis, stream};
+use crate::{args, keys, params, redis, reserve, stream};
 
 pub use crate::bindings::couponlab::strategy::types::ReconcileReport;
 
 /// Stream of stage 9: one entry per accepted request (fields `memberId`,
 /// `couponId`, `method`, `acceptedAt`), read by the host's loader.
 pub const STREAM: &str = "coupon:wb:stream";
-
-/// The stage 6 atomic script with this stream as its KEYS[3]: the check,
-/// the entry and the reservation are one EVALSHA in both stages.
-const RESERVE_AND_ENQUEUE: &str = include_str!("../../../lua/reserve_and_enqueue.lua");
 
 /// Rows one reconcile INSERT writes (two parameters each).
 const INSERT_CHUNK: usize = 500;
@@ -43,27 +39,12 @@ pub fn member_found(rows: &sql::Rows, member_id: u64) -> Step<()> {
     Ok(())
 }
 
-/// Reserves and enqueues in one EVALSHA: ACCEPTED (202), DUPLICATE or
-/// SOLD_OUT. `method` goes into the entry so the loader hands it back here.
+/// Reserves and enqueues in one EVALSHA (the stage 6 atomic script with
+/// this stream): ACCEPTED (202), DUPLICATE or SOLD_OUT. `method` goes into
+/// the entry so the loader hands it back here.
 pub fn accept(coupon_id: u64, member_id: u64, method: &str) -> Step<IssueResult> {
-    let keys = args![keys::issued(coupon_id), keys::total(coupon_id), STREAM];
-    let eval = || {
-        let argv = args![member_id, coupon_id, method, clock::now_millis()];
-        redis::eval(RESERVE_AND_ENQUEUE, &keys, &argv)
-    };
-    let mut verdict = eval()?;
-    if verdict.as_int() == Some(-1) {
-        coupon::warm_total(coupon_id)?;
-        verdict = eval()?;
-    }
-    match verdict.as_int() {
-        Some(1) => Ok(IssueResult::of(Outcome::Accepted)),
-        Some(0) => Err(IssueResult::of(Outcome::SoldOut)),
-        Some(2) => Err(IssueResult::of(Outcome::Duplicate)),
-        _ => {
-            Err(IssueResult::of(Outcome::Unavailable).detail(format!("unexpected reply {verdict}")))
-        }
-    }
+    reserve::and_enqueue(coupon_id, member_id, STREAM, method)?;
+    Ok(IssueResult::of(Outcome::Accepted))
 }
 
 /// Writes every entry in one transaction; an error means none was written.
