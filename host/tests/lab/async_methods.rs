@@ -3,15 +3,14 @@
 //! where each can lose work.
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::Mutex;
 
-use crate::common::{Setup, TestLab, until};
+use crate::common::{Setup, TestLab, statuses, until};
 
 const ASYNC_COMPONENTS: [&str; 4] = [
     "redis_async",
@@ -39,14 +38,6 @@ async fn drained(lab: &TestLab, coupon: u64, accepted: u64) -> Value {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn statuses(replies: &[crate::common::Reply]) -> BTreeMap<u16, usize> {
-    let mut statuses = BTreeMap::new();
-    for reply in replies {
-        *statuses.entry(reply.status.as_u16()).or_insert(0) += 1;
-    }
-    statuses
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -169,24 +160,16 @@ async fn pubsub_without_a_subscriber_loses_the_messages_and_the_result_shows_it(
     lab.finish().await;
 }
 
-/// `couponlab consume stream` as a process of its own, like the test
-/// server but with no HTTP.
+/// `couponlab consume stream` as a process of its own, claiming quickly.
 fn stream_consumer_process(lab: &TestLab) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_couponlab"))
-        .args(["consume", "stream"])
-        .env("DATABASE_URL", &lab.config.database_url)
-        .env("REDIS_URL", &lab.config.redis_url)
-        .env("COUPONLAB_STRATEGY_DIR", &lab.config.strategy_dir)
-        .env("COUPONLAB_STREAM_CLAIM_IDLE_MS", "500")
-        .env("COUPONLAB_STREAM_CLAIM_INTERVAL_MS", "200")
-        .env("COUPONLAB_MAX_INSTANCES", "100")
-        .env("COUPONLAB_DB_POOL_SIZE", "8")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the couponlab binary starts")
+    lab.consumer_process(
+        "stream",
+        &[
+            ("COUPONLAB_STREAM_CLAIM_IDLE_MS", "500"),
+            ("COUPONLAB_STREAM_CLAIM_INTERVAL_MS", "200"),
+            ("COUPONLAB_DB_POOL_SIZE", "8"),
+        ],
+    )
 }
 
 async fn rows(lab: &TestLab, coupon: u64) -> usize {

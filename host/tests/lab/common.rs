@@ -401,6 +401,24 @@ impl TestLab {
         members
     }
 
+    /// `couponlab consume <role>` as a process of its own on this test's
+    /// database, Redis and components, with `env` on top.
+    pub fn consumer_process(&self, role: &str, env: &[(&str, &str)]) -> tokio::process::Child {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_couponlab"))
+            .args(["consume", role])
+            .env("DATABASE_URL", &self.config.database_url)
+            .env("REDIS_URL", &self.config.redis_url)
+            .env("COUPONLAB_STRATEGY_DIR", &self.config.strategy_dir)
+            .env("COUPONLAB_MAX_INSTANCES", "100")
+            .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the couponlab binary starts")
+    }
+
     /// Stops the server (SIGTERM-like: consumers finish what they hold).
     async fn stop(&mut self) {
         if let Some(stop) = self.stop.take() {
@@ -430,6 +448,15 @@ impl TestLab {
         self.db.close().await;
         let _ = std::fs::remove_dir_all(&self.strategy_dir);
     }
+}
+
+/// How many replies had each status.
+pub fn statuses(replies: &[Reply]) -> std::collections::BTreeMap<u16, usize> {
+    let mut statuses = std::collections::BTreeMap::new();
+    for reply in replies {
+        *statuses.entry(reply.status.as_u16()).or_insert(0) += 1;
+    }
+    statuses
 }
 
 /// Waits until `check` holds, for at most `limit`; returns how long it took.

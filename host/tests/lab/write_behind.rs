@@ -3,16 +3,15 @@
 //! batches; reconcile repairs the database from the Redis set.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::process::Stdio;
 use std::time::Duration;
 
 use futures::future::join_all;
 use redis::AsyncCommands;
 use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamRangeReply};
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-use crate::common::{Reply, Setup, TestLab, until};
+use crate::common::{Reply, Setup, TestLab, statuses, until};
 
 const COMPONENTS: [&str; 2] = ["redis_write_behind", "redis_write_behind_no_tx"];
 const METHODS: [&str; 2] = ["REDIS_WRITE_BEHIND", "REDIS_WRITE_BEHIND_NO_TX"];
@@ -23,31 +22,11 @@ const DRAIN: Duration = Duration::from_secs(60);
 
 /// `couponlab consume write-behind` as a process of its own.
 fn loader_process(lab: &TestLab) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_couponlab"))
-        .args(["consume", "write-behind"])
-        .env("DATABASE_URL", &lab.config.database_url)
-        .env("REDIS_URL", &lab.config.redis_url)
-        .env("COUPONLAB_STRATEGY_DIR", &lab.config.strategy_dir)
-        .env("COUPONLAB_MAX_INSTANCES", "100")
-        .env("COUPONLAB_DB_POOL_SIZE", "4")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the couponlab binary starts")
+    lab.consumer_process("write-behind", &[("COUPONLAB_DB_POOL_SIZE", "4")])
 }
 
 async fn issue_all(lab: &TestLab, coupon: u64, members: &[u64], method: &str) -> Vec<Reply> {
     join_all(members.iter().map(|&m| lab.issue(coupon, m, method))).await
-}
-
-fn statuses(replies: &[Reply]) -> BTreeMap<u16, usize> {
-    let mut statuses = BTreeMap::new();
-    for reply in replies {
-        *statuses.entry(reply.status.as_u16()).or_insert(0) += 1;
-    }
-    statuses
 }
 
 async fn rows(lab: &TestLab, coupon: u64) -> i64 {
