@@ -11,7 +11,7 @@
 //!
 //! Both sit under `coupon:*`, so `DELETE /lab/data` clears them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use hdrhistogram::Histogram;
 use redis::RedisError;
@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::recorder::{LatencySummary, Outcome};
 use crate::runtime::bindings::types::Confirmation;
-use crate::runtime::redis::RedisPools;
+use redis::aio::ConnectionManager;
 
 fn accepted_key(coupon_id: u64) -> String {
     format!("coupon:accepted:{coupon_id}")
@@ -39,7 +39,7 @@ fn now_ms() -> i64 {
 
 /// Notes that `member_id` got a 202 for `coupon_id` from `method` now.
 pub async fn record_accepted(
-    redis: &RedisPools,
+    redis: &ConnectionManager,
     coupon_id: u64,
     member_id: u64,
     method: &str,
@@ -49,18 +49,18 @@ pub async fn record_accepted(
         .ignore()
         .sadd(methods_key(coupon_id), method)
         .ignore()
-        .query_async(&mut redis.shared())
+        .query_async(&mut redis.clone())
         .await
 }
 
 /// The methods that ever answered 202 for `coupon_id`, in any process.
 pub async fn accepting_methods(
-    redis: &RedisPools,
+    redis: &ConnectionManager,
     coupon_id: u64,
 ) -> Result<Vec<String>, RedisError> {
     redis::cmd("SMEMBERS")
         .arg(methods_key(coupon_id))
-        .query_async(&mut redis.shared())
+        .query_async(&mut redis.clone())
         .await
 }
 
@@ -68,7 +68,7 @@ pub async fn accepting_methods(
 /// outcome stays: a redelivery that finds the coupon already issued (a
 /// duplicate) does not change what became of the request.
 pub async fn record_confirmed(
-    redis: &RedisPools,
+    redis: &ConnectionManager,
     confirmation: &Confirmation,
 ) -> Result<(), RedisError> {
     let outcome = Outcome::from(confirmation.outcome).name();
@@ -77,7 +77,10 @@ pub async fn record_confirmed(
         confirmation.member_id.to_string(),
         format!("{outcome} {}", now_ms()),
     ];
-    redis.execute("HSETNX", &args).await.map(drop)
+    redis::cmd("HSETNX")
+        .arg(&args)
+        .query_async(&mut redis.clone())
+        .await
 }
 
 /// The async part of a coupon's result.
@@ -90,13 +93,16 @@ pub struct AsyncSummary {
     pub async_results: BTreeMap<String, u64>,
     /// Answered 202, no outcome yet.
     pub pending: u64,
+    /// Who they are.
+    #[serde(skip)]
+    pub pending_members: BTreeSet<u64>,
     /// Accepted → committed, for the issued ones, in milliseconds.
     pub confirmation_lag_ms: Option<LatencySummary>,
 }
 
 /// Reads the record of `coupon_id`; `None` when nothing was ever accepted.
 pub async fn summary(
-    redis: &RedisPools,
+    redis: &ConnectionManager,
     coupon_id: u64,
 ) -> Result<Option<AsyncSummary>, RedisError> {
     let accepted: HashMap<u64, i64> = hash(redis, &accepted_key(coupon_id)).await?;
@@ -117,24 +123,28 @@ pub async fn summary(
             lag.saturating_record(micros.max(1));
         }
     }
-    let pending = accepted
+    let pending_members: BTreeSet<u64> = accepted
         .keys()
         .filter(|member| !confirmed.contains_key(member))
-        .count() as u64;
+        .copied()
+        .collect();
     Ok(Some(AsyncSummary {
         accepted: accepted.len() as u64,
         async_results,
-        pending,
+        pending: pending_members.len() as u64,
+        pending_members,
         confirmation_lag_ms: (!lag.is_empty()).then(|| LatencySummary::of(&lag)),
     }))
 }
 
 async fn hash<V: redis::FromRedisValue>(
-    redis: &RedisPools,
+    redis: &ConnectionManager,
     key: &str,
 ) -> Result<HashMap<u64, V>, RedisError> {
-    let value = redis.execute("HGETALL", &[key.to_string()]).await?;
-    let entries: HashMap<String, V> = redis::from_redis_value(value)?;
+    let entries: HashMap<String, V> = redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(&mut redis.clone())
+        .await?;
     Ok(entries
         .into_iter()
         .filter_map(|(member, v)| Some((member.parse().ok()?, v)))

@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sqlx::MySqlPool;
 
 use crate::config::Config;
@@ -12,7 +13,7 @@ use crate::db;
 use crate::recorder::Recorder;
 use crate::runtime::jobs::JobQueue;
 use crate::runtime::permits::{PermitSettings, Permits};
-use crate::runtime::redis::RedisPools;
+use crate::runtime::redis::{GuestRedis, UserSetup, acl, is_connection_error};
 use crate::runtime::watcher::{self, DirectoryWatcher};
 use crate::runtime::{Capabilities, Limits, Registry, Runtime};
 
@@ -22,6 +23,12 @@ pub struct Lab(Arc<LabState>);
 
 pub struct LabState {
     pub config: Config,
+    /// The server's own MySQL pool (routes, results, reset), as
+    /// DATABASE_URL's user; components use a restricted one.
+    db: MySqlPool,
+    /// The server's own Redis connection (results, confirmations, reset), as
+    /// REDIS_URL's user; components use a restricted one.
+    redis: ConnectionManager,
     /// Runs components; owns the pools they reach through their imports.
     pub runtime: Runtime,
     /// The strategies this server serves, by method name.
@@ -51,15 +58,9 @@ impl Lab {
             config.permit_lease_ms,
             config.request_timeout_ms
         );
-        let db = db::connect(
-            &config.database_url,
-            db::PoolSettings {
-                max_connections: config.db_pool_size,
-                lock_wait_timeout_s: config.lock_wait_timeout_s,
-            },
-        )
-        .await?;
-        let redis = RedisPools::new(&config.redis_url, config.redis_connections)?;
+        let databases = db::connect(&config).await?;
+        let redis = host_redis(&config.redis_url)?;
+        let guest_redis = guest_redis(&config, &redis).await?;
         let limits = Limits {
             timeout: config.request_timeout(),
             memory_bytes: usize::try_from(config.strategy_memory_mib.saturating_mul(1 << 20))
@@ -73,10 +74,12 @@ impl Lab {
             lease: Duration::from_millis(config.permit_lease_ms),
         });
         let caps = Capabilities {
-            db,
-            redis,
+            db: databases.strategies,
+            sql_limits: databases.limits,
+            redis: guest_redis,
             jobs,
             permits,
+            caps: config.caps,
         };
         let runtime = Runtime::new(Arc::new(caps), limits)?;
         let dir = config.strategy_dir.clone();
@@ -93,6 +96,8 @@ impl Lab {
         let watch = config.watch;
         let lab = Lab(Arc::new(LabState {
             config,
+            db: databases.admin,
+            redis,
             runtime,
             registry,
             recorder: Recorder::default(),
@@ -107,11 +112,51 @@ impl Lab {
         Ok(lab)
     }
 
+    /// The server's own MySQL pool.
     pub fn db(&self) -> &MySqlPool {
-        &self.runtime.capabilities().db
+        &self.db
     }
 
-    pub fn redis(&self) -> &RedisPools {
-        &self.runtime.capabilities().redis
+    /// The server's own Redis connection.
+    pub fn redis(&self) -> &ConnectionManager {
+        &self.redis
     }
+}
+
+/// The server's own Redis connection, as REDIS_URL's user. Lazy: a server
+/// starts (and answers what needs no Redis) while Redis is down.
+fn host_redis(url: &str) -> anyhow::Result<ConnectionManager> {
+    let client =
+        redis::Client::open(url).with_context(|| format!("REDIS_URL is not a Redis URL: {url}"))?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(Some(Duration::from_secs(5)))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    ConnectionManager::new_lazy_with_config(client, config)
+        .context("cannot set up the server's Redis connection")
+}
+
+/// The Redis components reach: as the operator's user, or as the ACL user
+/// this server creates. A Redis that is down now gets the user when it is
+/// first needed; one that refuses to create it stops the start, saying why.
+async fn guest_redis(config: &Config, admin: &ConnectionManager) -> anyhow::Result<GuestRedis> {
+    if let Some(url) = &config.strategy_redis_url {
+        return GuestRedis::new(url, config.redis_connections, None);
+    }
+    match acl::ensure_user(admin, &config.redis_url).await {
+        Ok(()) => {}
+        Err(err) if is_connection_error(&err) => {
+            tracing::warn!(error = %err, "Redis is unreachable; the components' user is created once it answers")
+        }
+        Err(err) => return Err(acl::cannot_set_up(err)),
+    }
+    GuestRedis::new(
+        &acl::url(&config.redis_url)?,
+        config.redis_connections,
+        Some(UserSetup {
+            admin: admin.clone(),
+            admin_url: config.redis_url.clone(),
+        }),
+    )
 }

@@ -5,7 +5,7 @@
 //! server process show up in that process's result, while the database
 //! figures of the result endpoint cover every process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -88,6 +88,7 @@ impl Outcome {
 pub struct Arrival {
     /// 1 for the first request on this coupon in this process, then 2, 3, ...
     pub sequence: u64,
+    member: u64,
     started: Instant,
     record: Arc<Mutex<CouponRecord>>,
 }
@@ -99,6 +100,9 @@ pub struct Recorder {
 
 struct CouponRecord {
     arrivals: u64,
+    /// Members with a call running now, and how many each: a reservation
+    /// without a row is in flight, not stranded, while its call runs.
+    in_flight: HashMap<u64, u32>,
     methods: BTreeMap<Arc<str>, MethodRecord>,
     /// Every method's requests together.
     latency_us: Histogram<u64>,
@@ -109,6 +113,7 @@ impl Default for CouponRecord {
     fn default() -> Self {
         Self {
             arrivals: 0,
+            in_flight: HashMap::new(),
             methods: BTreeMap::new(),
             latency_us: latency_histogram(),
             fairness: Fairness::default(),
@@ -165,19 +170,30 @@ pub struct Ending {
 }
 
 impl Recorder {
-    /// Gives the request its arrival sequence number on `coupon` and starts its clock.
-    pub fn arrive(&self, coupon: u64) -> Arrival {
+    /// Gives `member`'s request its arrival sequence number on `coupon` and
+    /// starts its clock.
+    pub fn arrive(&self, coupon: u64, member: u64) -> Arrival {
         let record = self.coupons.lock().entry(coupon).or_default().clone();
         let sequence = {
             let mut record = record.lock();
             record.arrivals += 1;
+            *record.in_flight.entry(member).or_default() += 1;
             record.arrivals
         };
         Arrival {
             sequence,
+            member,
             started: Instant::now(),
             record,
         }
+    }
+
+    /// Members of `coupon` with a call running in this process now.
+    pub fn in_flight(&self, coupon: u64) -> BTreeSet<u64> {
+        let Some(record) = self.coupons.lock().get(&coupon).cloned() else {
+            return BTreeSet::new();
+        };
+        record.lock().in_flight.keys().copied().collect()
     }
 
     /// Records how the request ended; returns its latency.
@@ -190,6 +206,12 @@ impl Recorder {
     fn record(arrival: Arrival, method: &Arc<str>, ending: Ending, latency: Duration) {
         let latency_us = latency.as_micros().max(1) as u64;
         let mut record = arrival.record.lock();
+        if let Some(calls) = record.in_flight.get_mut(&arrival.member) {
+            *calls -= 1;
+            if *calls == 0 {
+                record.in_flight.remove(&arrival.member);
+            }
+        }
         record.latency_us.saturating_record(latency_us);
         match ending.outcome {
             Outcome::Issued | Outcome::Accepted => record.fairness.served.push(arrival.sequence),
@@ -344,7 +366,9 @@ mod tests {
     fn play(script: &[(Outcome, u64)]) -> RequestSummary {
         let recorder = Recorder::default();
         let method: Arc<str> = Arc::from("TEST");
-        let arrivals: Vec<Arrival> = script.iter().map(|_| recorder.arrive(7)).collect();
+        let arrivals: Vec<Arrival> = (0..script.len() as u64)
+            .map(|member| recorder.arrive(7, member))
+            .collect();
         // Answers come back in reverse order: arrival order is what counts.
         for (arrival, (outcome, ms)) in arrivals.into_iter().zip(script).rev() {
             Recorder::record(
@@ -412,7 +436,7 @@ mod tests {
         let method: Arc<str> = Arc::from("BENCH");
         let started = Instant::now();
         for n in 0..1_000_000u64 {
-            let arrival = recorder.arrive(1);
+            let arrival = recorder.arrive(1, n);
             let outcome = if n < 1_000 {
                 Outcome::Issued
             } else {

@@ -9,6 +9,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::until_answered;
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::jobs::Job;
@@ -40,16 +41,21 @@ async fn work(lab: Lab, receiver: Arc<Mutex<mpsc::Receiver<Job>>>, cancel: Cance
 }
 
 async fn run(lab: &Lab, job: Job) {
-    match lab.runtime.run_job(&job.strategy, &job.payload).await {
+    let attempts = lab.config.consumers.max_deliveries;
+    let ran = until_answered(attempts, || {
+        lab.runtime.run_job(&job.strategy, &job.payload)
+    })
+    .await;
+    match ran {
         Ok(confirmation) => {
             if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
                 tracing::warn!(error = %err, "could not record a job's confirmation");
             }
         }
-        // The reservation stays and the request stays pending in the result:
-        // visible, not silently lost.
+        // Failed every attempt: the reservation stays and the request stays
+        // pending in the result — visible, not silently lost.
         Err(err) => {
-            tracing::error!(method = %job.strategy.method, error = %err, payload = %job.payload, "job failed")
+            tracing::error!(method = %job.strategy.method, error = %err, payload = %job.payload, attempts, "job failed on every attempt")
         }
     }
 }

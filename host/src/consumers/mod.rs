@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::lab::Lab;
+use crate::runtime::CallError;
 
 /// How long a stopping role may take to finish what it holds.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -66,6 +67,34 @@ impl Consumers {
         if tokio::time::timeout(STOP_GRACE, all).await.is_err() {
             tracing::warn!("consumers did not stop within {STOP_GRACE:?}");
         }
+    }
+}
+
+/// The first pause before a failed confirmation is tried again; it doubles
+/// up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(5);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Runs a confirmation's component call until it answers. No free instance
+/// (BUSY) is waited out for as long as it lasts: the request was answered
+/// 202, and lacking an instance for a moment must not lose it. A call that
+/// trapped or ran past its deadline is tried `attempts` times in all
+/// (confirming is idempotent: a second try that finds the row answers
+/// duplicate). Between tries the pause doubles from 5 ms up to 1 s.
+async fn until_answered<R, F>(attempts: u32, mut call: impl FnMut() -> F) -> Result<R, CallError>
+where
+    F: Future<Output = Result<R, CallError>>,
+{
+    let mut pause = RETRY_FIRST;
+    let mut failed = 0;
+    loop {
+        match call().await {
+            Err(CallError::Busy(_)) => {}
+            Err(err) if err.ended_midway() && failed + 1 < attempts => failed += 1,
+            answered => return answered,
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_MAX);
     }
 }
 

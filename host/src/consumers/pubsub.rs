@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::pause_unless_cancelled;
+use super::{pause_unless_cancelled, until_answered};
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::{Role, Strategy};
@@ -89,15 +89,19 @@ async fn handle(lab: &Lab, payload: &str) {
         );
         return;
     };
-    match lab.runtime.handle_message(&strategy, payload).await {
+    let attempts = lab.config.consumers.max_deliveries;
+    let handled = until_answered(attempts, || lab.runtime.handle_message(&strategy, payload)).await;
+    match handled {
         Ok(Some(confirmation)) => {
             if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
                 tracing::warn!(error = %err, "could not record a confirmation");
             }
         }
         Ok(None) => tracing::warn!(method = %strategy.method, payload, "message not understood"),
+        // Failed every attempt: the member stays reserved and the request
+        // pending in the result.
         Err(err) => {
-            tracing::error!(method = %strategy.method, payload, error = %err, "message handler failed")
+            tracing::error!(method = %strategy.method, payload, error = %err, attempts, "message handler failed on every attempt")
         }
     }
 }

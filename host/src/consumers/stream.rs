@@ -15,7 +15,6 @@
 //! uses), starting at the stream's first entry, so entries added before any
 //! consumer ran are read too.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +27,7 @@ use redis::{AsyncCommands, AsyncConnectionConfig, RedisResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::pause_unless_cancelled;
+use super::{pause_unless_cancelled, until_answered};
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::bindings::types::{Disposition, StreamEntry};
@@ -155,7 +154,7 @@ async fn read_new(
         let reply: Option<StreamReadReply> =
             conn.xread_options(&[STREAM], &[">"], &options).await?;
         for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
-            deliver(lab, conn, entry, 1).await?;
+            deliver(lab, conn, name, entry, 1).await?;
         }
     }
     Ok(())
@@ -186,22 +185,15 @@ async fn claim_idle(
                 )
                 .await?;
             if !reply.claimed.is_empty() {
-                // XAUTOCLAIM counted this claim as a delivery; read the counts.
-                let pending: StreamPendingCountReply = conn
-                    .xpending_consumer_count(STREAM, GROUP, "-", "+", BATCH * 4, name)
-                    .await?;
-                let deliveries: HashMap<String, usize> = pending
-                    .ids
-                    .into_iter()
-                    .map(|p| (p.id, p.times_delivered))
-                    .collect();
-                for entry in reply.claimed {
-                    let delivered = deliveries.get(&entry.id).copied().unwrap_or(1) as u32;
+                // XAUTOCLAIM counted this claim as a delivery; read the count
+                // of exactly the entries claimed.
+                let deliveries = delivery_counts(conn, ISSUERS, &reply.claimed).await?;
+                for (entry, delivered) in reply.claimed.into_iter().zip(deliveries) {
                     if delivered > settings.max_deliveries {
                         // This claim is not a delivery to the component.
                         dead_letter(lab, conn, entry, delivered - 1).await?;
                     } else {
-                        deliver(lab, conn, entry, delivered).await?;
+                        deliver(lab, conn, name, entry, delivered).await?;
                     }
                 }
             }
@@ -214,10 +206,36 @@ async fn claim_idle(
     Ok(())
 }
 
+/// How many times each of `entries` of `group` has been delivered, this
+/// delivery included: one XPENDING per entry, in one round trip.
+pub(super) async fn delivery_counts(
+    conn: &mut MultiplexedConnection,
+    group: Group,
+    entries: &[StreamId],
+) -> RedisResult<Vec<u32>> {
+    let mut pipe = redis::pipe();
+    for entry in entries {
+        pipe.cmd("XPENDING")
+            .arg(group.stream)
+            .arg(group.name)
+            .arg(&entry.id)
+            .arg(&entry.id)
+            .arg(1);
+    }
+    let replies: Vec<StreamPendingCountReply> = pipe.query_async(conn).await?;
+    Ok(replies
+        .into_iter()
+        .map(|reply| reply.ids.first().map_or(1, |p| p.times_delivered as u32))
+        .collect())
+}
+
 /// Hands one entry to its component; acks it when the component says so.
+/// While the component works, the entry is kept claimed by `consumer`, so
+/// the claimer never hands an entry still being confirmed to anyone else.
 async fn deliver(
     lab: &Lab,
     conn: &mut MultiplexedConnection,
+    consumer: &str,
     entry: StreamId,
     deliveries: u32,
 ) -> RedisResult<()> {
@@ -227,7 +245,18 @@ async fn deliver(
         tracing::warn!(id = %entry.id, "no stream-issuer component for this entry's method; left pending");
         return Ok(());
     };
-    match lab.runtime.handle_entry(&strategy, &entry).await {
+    let keep_claimed = keep_claimed(
+        conn.clone(),
+        consumer,
+        &entry.id,
+        Duration::from_millis(lab.config.consumers.claim_idle_ms),
+    );
+    let handling = until_answered(1, || lab.runtime.handle_entry(&strategy, &entry));
+    let handled = tokio::select! {
+        handled = handling => handled,
+        never = keep_claimed => match never {},
+    };
+    match handled {
         Ok(handled) => {
             if handled.disposition == Disposition::Ack {
                 // Recorded before the ack: a crash in between redelivers the
@@ -241,6 +270,32 @@ async fn deliver(
         }
     }
     Ok(())
+}
+
+/// Resets the entry's idle time a few times per claim interval for as long
+/// as it is polled (XCLAIM with JUSTID does not count a delivery).
+async fn keep_claimed(
+    mut conn: MultiplexedConnection,
+    consumer: &str,
+    id: &str,
+    claim_idle: Duration,
+) -> std::convert::Infallible {
+    let every = (claim_idle / 3).max(Duration::from_millis(10));
+    loop {
+        tokio::time::sleep(every).await;
+        let claimed: RedisResult<redis::Value> = redis::cmd("XCLAIM")
+            .arg(STREAM)
+            .arg(GROUP)
+            .arg(consumer)
+            .arg(0)
+            .arg(id)
+            .arg("JUSTID")
+            .query_async(&mut conn)
+            .await;
+        if let Err(err) = claimed {
+            tracing::warn!(id, error = %err, "could not keep a stream entry claimed");
+        }
+    }
 }
 
 /// Copies the entry to the dead-letter stream, lets its component remove
@@ -260,7 +315,7 @@ async fn dead_letter(
     fields.push(("originalId".into(), entry.id.clone()));
     fields.push(("deliveries".into(), deliveries.to_string()));
     let _: String = conn.xadd(DEAD_LETTERS, "*", &fields).await?;
-    match lab.runtime.dead_letter(&strategy, &entry).await {
+    match until_answered(1, || lab.runtime.dead_letter(&strategy, &entry)).await {
         Ok(confirmation) => {
             record(lab, &confirmation).await;
             let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
@@ -316,32 +371,31 @@ pub struct StreamSummary {
 
 /// Reads the stream's figures; `None` when it does not exist yet.
 pub async fn summary(
-    redis: &crate::runtime::redis::RedisPools,
+    redis: &redis::aio::ConnectionManager,
     group: Group,
 ) -> RedisResult<Option<StreamSummary>> {
-    let count = |reply: redis::Value| redis::from_redis_value::<u64>(reply).unwrap_or(0);
-    let length = count(redis.execute("XLEN", &[group.stream.to_string()]).await?);
+    let mut redis = redis.clone();
+    let length: u64 = redis.xlen(group.stream).await?;
     if length == 0 {
         return Ok(None);
     }
-    let pending = match redis
-        .execute(
-            "XPENDING",
-            &[group.stream.to_string(), group.name.to_string()],
-        )
+    let pending = match redis::cmd("XPENDING")
+        .arg(group.stream)
+        .arg(group.name)
+        .query_async::<redis::Value>(&mut redis)
         .await
     {
-        Ok(redis::Value::Array(summary)) => summary.into_iter().next().map_or(0, count),
+        Ok(redis::Value::Array(summary)) => summary
+            .into_iter()
+            .next()
+            .and_then(|count| redis::from_redis_value::<u64>(count).ok())
+            .unwrap_or(0),
         Ok(_) => 0,
         // No consumer has created the group yet: everything is unread, nothing pending.
         Err(err) if err.code() == Some("NOGROUP") => 0,
         Err(err) => return Err(err),
     };
-    let dead_letters = count(
-        redis
-            .execute("XLEN", &[group.dead_letters.to_string()])
-            .await?,
-    );
+    let dead_letters: u64 = redis.xlen(group.dead_letters).await?;
     Ok(Some(StreamSummary {
         length,
         pending,

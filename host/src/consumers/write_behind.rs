@@ -10,18 +10,18 @@
 //! delivered more than 3 times is copied to `coupon:wb:stream:dead` and
 //! acked: its reservation stays in Redis and reconcile writes it later.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::streams::{StreamPendingCountReply, StreamReadOptions, StreamReadReply};
+use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::{AsyncCommands, RedisResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::pause_unless_cancelled;
-use super::stream::{BLOCK_MS, Group, keep_running, to_wit};
+use super::stream::{BLOCK_MS, Group, delivery_counts, keep_running, to_wit};
+use super::{pause_unless_cancelled, until_answered};
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::bindings::types::{Confirmation, Outcome, StreamEntry};
@@ -63,21 +63,13 @@ async fn load(
             if pending.is_empty() {
                 continue;
             }
-            // Reading pending entries again counted a delivery; read the counts.
-            let counts: StreamPendingCountReply = conn
-                .xpending_consumer_count(STREAM, GROUP, "-", "+", BATCH * 4, name)
-                .await?;
-            let counts: HashMap<String, usize> = counts
-                .ids
-                .into_iter()
-                .map(|p| (p.id, p.times_delivered))
-                .collect();
+            // Reading pending entries again counted a delivery; read the
+            // count of exactly these entries.
+            let counts = delivery_counts(conn, LOADERS, &pending).await?;
             pending
                 .into_iter()
-                .map(|entry| {
-                    let deliveries = counts.get(&entry.id).copied().unwrap_or(1) as u32;
-                    to_wit(entry, deliveries)
-                })
+                .zip(counts)
+                .map(|(entry, deliveries)| to_wit(entry, deliveries))
                 .collect()
         } else {
             let options = StreamReadOptions::default()
@@ -158,7 +150,7 @@ async fn load_batch(
     strategy: &Arc<Strategy>,
     entries: &[StreamEntry],
 ) -> RedisResult<bool> {
-    match lab.runtime.load_batch(strategy, entries).await {
+    match until_answered(1, || lab.runtime.load_batch(strategy, entries)).await {
         Ok(Ok(())) => {
             // Recorded before the ack: a crash in between redelivers the
             // entries, and the first outcome recorded stays.
@@ -178,7 +170,7 @@ async fn load_batch(
     }
     let mut all_loaded = true;
     for entry in entries {
-        match lab.runtime.load_entry(strategy, entry).await {
+        match until_answered(1, || lab.runtime.load_entry(strategy, entry)).await {
             Ok(Ok(())) => {
                 record(lab, entry, Outcome::Issued).await;
                 let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;

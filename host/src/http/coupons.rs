@@ -72,7 +72,7 @@ async fn create(
     let warmed = match redis::cmd("SET")
         .arg(format!("coupon:total:{id}"))
         .arg(total_count)
-        .query_async::<()>(&mut lab.redis().shared())
+        .query_async::<()>(&mut lab.redis().clone())
         .await
     {
         Ok(()) => true,

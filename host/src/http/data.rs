@@ -43,7 +43,7 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     truncated?;
     restored?;
 
-    let mut redis = lab.redis().shared();
+    let mut redis = lab.redis().clone();
     let mut keys = Vec::new();
     {
         let mut iter = redis.scan_match::<_, String>("coupon:*").await?;

@@ -14,8 +14,8 @@ use super::envelope::{Answer, ApiError, AppJson, AppPath, positive};
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::recorder::{Ending, Outcome};
-use crate::runtime::CallError;
 use crate::runtime::bindings::types::IssueRequest;
+use crate::runtime::{CallError, Unanswered};
 
 /// Most coupons one request may ask for.
 const MAX_QUANTITY: u64 = 100;
@@ -93,7 +93,7 @@ async fn issue(
         idempotency_key: body.idempotency_key,
         quantity: quantity as u32,
     };
-    let arrival = lab.recorder.arrive(coupon_id);
+    let arrival = lab.recorder.arrive(coupon_id, member_id);
     let sequence = arrival.sequence;
     let result = lab.runtime.issue(&strategy, &request).await;
     let (ending, detail) = match result {
@@ -106,21 +106,35 @@ async fn issue(
             },
             result.detail,
         ),
-        Err(err) => {
-            tracing::error!(method = %strategy.method, error = %err, "strategy call failed");
-            let outcome = match err {
+        Err(Unanswered {
+            error,
+            compensation,
+        }) => {
+            tracing::error!(method = %strategy.method, %error, "strategy call failed");
+            let outcome = match error {
                 CallError::Trapped(_) | CallError::Unsupported { .. } => Outcome::Failed,
                 CallError::DeadlineExceeded(_) => Outcome::TimedOut,
                 CallError::Busy(_) => Outcome::Busy,
+            };
+            let (compensations, undone) = match compensation {
+                None => (0, String::new()),
+                Some(Ok(done)) => (
+                    done.undone,
+                    format!(
+                        "; compensated: {}",
+                        done.detail.as_deref().unwrap_or("done")
+                    ),
+                ),
+                Some(Err(failed)) => (0, format!("; the compensation failed too: {failed}")),
             };
             (
                 Ending {
                     outcome,
                     retries: 0,
-                    compensations: 0,
+                    compensations,
                     labels: Vec::new(),
                 },
-                Some(err.to_string()),
+                Some(format!("{error}{undone}")),
             )
         }
     };

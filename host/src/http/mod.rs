@@ -14,6 +14,10 @@ mod write_behind;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 
 use crate::lab::Lab;
 use crate::runtime::{Role, Strategy};
@@ -32,7 +36,26 @@ pub fn router(lab: Lab) -> Router {
         .merge(drop::router())
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(middleware::from_fn(run_to_end))
         .with_state(lab)
+}
+
+/// A client that hangs up changes nothing: hyper drops a request's future
+/// when its connection closes, so every handler runs in a task of its own,
+/// which finishes — the strategy call, its recording, its connections
+/// given back clean — whether anyone still waits for the answer.
+async fn run_to_end(request: Request, next: Next) -> Response {
+    match tokio::spawn(next.run(request)).await {
+        Ok(response) => response,
+        Err(failed) => {
+            tracing::error!(error = %failed, "a request handler panicked");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the server failed while answering this request",
+            )
+            .into_response()
+        }
+    }
 }
 
 /// 404 unless the coupon exists.

@@ -90,6 +90,13 @@ struct SetComparison {
     /// reservation (restart without persistence, deleted keys), or the coupon
     /// was issued by a method that does not reserve in Redis.
     db_only_members: Difference,
+    /// Reserved in Redis only, with no 202 waiting for its confirmation and
+    /// no call running for it in this process: left by a process that died
+    /// between two steps. Nothing releases them on its own — only the
+    /// strategy may decide that, and no process can tell that another has
+    /// no call in flight — so they stay stock that cannot be sold, counted
+    /// here.
+    stranded_members: Difference,
 }
 
 #[derive(Serialize)]
@@ -178,7 +185,13 @@ async fn result(
             .get(method)
             .is_some_and(|s| s.uses_redis && s.role != Role::GateIssuer)
     });
-    let mut redis = redis_figures(&lab, coupon_id, &issued_members, used_redis).await;
+    // A reservation waiting for its 202's confirmation, or for a call
+    // running now, is not stranded.
+    let mut waiting = lab.recorder.in_flight(coupon_id);
+    if let Ok(Some(read)) = &confirmations_read {
+        waiting.extend(&read.pending_members);
+    }
+    let mut redis = redis_figures(&lab, coupon_id, &issued_members, &waiting, used_redis).await;
     let confirmations = noting_failure(confirmations_read, &mut redis);
     noting_failure(accepting.map(Some), &mut redis);
     // The stream behind the coupon's asynchronous method, if it has one.
@@ -248,21 +261,27 @@ async fn redis_figures(
     lab: &Lab,
     coupon_id: u64,
     issued_members: &BTreeSet<u64>,
+    waiting: &BTreeSet<u64>,
     used_redis: bool,
 ) -> Option<RedisFigures> {
     let reserved: Result<BTreeSet<u64>, _> = redis::cmd("SMEMBERS")
         .arg(format!("coupon:issued:{coupon_id}"))
-        .query_async(&mut lab.redis().shared())
+        .query_async(&mut lab.redis().clone())
         .await;
     match reserved {
         Ok(reserved) if reserved.is_empty() && !used_redis => None,
         Ok(reserved) => Some(RedisFigures {
             readable: true,
             error: None,
-            comparison: Some(SetComparison {
-                set_size: reserved.len(),
-                redis_only_members: Difference::between(&reserved, issued_members),
-                db_only_members: Difference::between(issued_members, &reserved),
+            comparison: Some({
+                let redis_only: BTreeSet<u64> =
+                    reserved.difference(issued_members).copied().collect();
+                SetComparison {
+                    set_size: reserved.len(),
+                    redis_only_members: Difference::between(&redis_only, &BTreeSet::new()),
+                    db_only_members: Difference::between(issued_members, &reserved),
+                    stranded_members: Difference::between(&redis_only, waiting),
+                }
             }),
         }),
         Err(err) => Some(RedisFigures::unreadable(err)),

@@ -12,6 +12,8 @@ wasmtime::component::bindgen!({
     path: "../wit",
     imports: { default: async | trappable },
     exports: { default: async },
+    // Replies and rows are compared in the host's unit tests.
+    additional_derives: [PartialEq],
     with: {
         "couponlab:strategy/redis.connection": crate::runtime::redis::RedisConnection,
         "couponlab:strategy/sql.transaction": crate::runtime::sql::SqlTransaction,

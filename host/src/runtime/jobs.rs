@@ -63,6 +63,9 @@ impl jobs::Host for HostState {
                 strategy.method
             );
         }
+        if payload.len() > self.caps.caps.max_job_payload_bytes {
+            return Ok(Err(SubmitError::TooLarge));
+        }
         Ok(self.caps.jobs.submit(Job {
             strategy,
             payload,

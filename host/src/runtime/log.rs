@@ -7,7 +7,18 @@ use super::store::HostState;
 const MAX_MESSAGE: usize = 2048;
 
 impl log::Host for HostState {
+    /// At most `COUPONLAB_MAX_LOG_LINES` lines per call; the first line
+    /// past the cap says the rest are dropped.
     async fn write(&mut self, level: Level, mut message: String) -> wasmtime::Result<()> {
+        let cap = self.caps.caps.max_log_lines;
+        self.log_lines = self.log_lines.saturating_add(1);
+        if self.log_lines > cap {
+            if self.log_lines == cap + 1 {
+                let method = &*self.method;
+                tracing::warn!(target: "strategy", method, "this call wrote {cap} log lines (COUPONLAB_MAX_LOG_LINES); the rest are dropped");
+            }
+            return Ok(());
+        }
         if message.len() > MAX_MESSAGE {
             let mut end = MAX_MESSAGE;
             while !message.is_char_boundary(end) {

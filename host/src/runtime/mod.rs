@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use parking_lot::Mutex;
 use sqlx::MySqlPool;
+use tokio_util::task::TaskTracker;
 use wasmtime::component::{Component, HasSelf, Instance, InstancePre, Linker};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolConcurrencyLimitError, PoolingAllocationConfig,
@@ -37,22 +38,29 @@ use wasmtime::{
 
 use self::bindings::LabHost;
 use self::bindings::types::{
-    Confirmation, Handled, IssueRequest, IssueResult, ReconcileReport, SeedAnswer, StreamEntry,
+    Compensation, Confirmation, Handled, IssueRequest, IssueResult, ReconcileReport, SeedAnswer,
+    StreamEntry,
 };
 use self::jobs::JobQueue;
 use self::permits::Permits;
-use self::redis::RedisPools;
+use self::redis::GuestRedis;
 use self::registry::{Exports, Prepared};
+use self::sql::lent::Limits as SqlLimits;
 use self::store::HostState;
+use crate::config::CallCaps;
 
 pub use self::registry::{Registry, Role, Strategy};
 
 /// What every capability works through: the server's pools and queues.
 pub struct Capabilities {
     pub db: MySqlPool,
-    pub redis: RedisPools,
+    /// How the server cuts strategy statements.
+    pub sql_limits: SqlLimits,
+    pub redis: GuestRedis,
     pub jobs: JobQueue,
     pub permits: Permits,
+    /// What one call may use.
+    pub caps: CallCaps,
 }
 
 /// The sandbox every call runs in.
@@ -74,6 +82,10 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// executing wasm is stopped by its epoch deadline (a clean trap) and the
 /// timeout only catches a host call stuck past it.
 const TIMEOUT_GRACE: Duration = Duration::from_millis(500);
+
+/// How long the clean-up of a failed call (rolling back its transactions)
+/// may take before its strategy is asked to compensate anyway.
+const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 
 /// Compiled components kept in memory, by content hash.
 const COMPILED_CACHE: usize = 32;
@@ -105,6 +117,23 @@ pub enum CallError {
         role: &'static str,
         export: &'static str,
     },
+}
+
+impl CallError {
+    /// Whether the guest ran and stopped somewhere in the middle: what it
+    /// did so far may need undoing.
+    pub fn ended_midway(&self) -> bool {
+        matches!(self, CallError::Trapped(_) | CallError::DeadlineExceeded(_))
+    }
+}
+
+/// An issue call that produced no answer, and what its strategy undid.
+#[derive(Debug)]
+pub struct Unanswered {
+    pub error: CallError,
+    /// For a call that ended midway: the strategy's `compensate`, or why
+    /// that failed too. `None` when the call never ran.
+    pub compensation: Option<Result<Compensation, CallError>>,
 }
 
 /// The error an expired epoch deadline raises inside the guest.
@@ -190,17 +219,28 @@ impl Runtime {
             .map_err(anyhow::Error::from)
             .context("it imports something the host does not provide")?;
         let exports = Exports::find(&pre)?;
-        let mut store = self.new_store(None, Arc::from("(loading)"));
-        let instance = self.instantiate(&pre, &mut store).await?;
-        // Loading every export type-checks it now rather than at first use.
-        exports.check(&mut store, &instance)?;
-        let descriptor = exports
-            .strategy
-            .load(&mut store, &instance)?
-            .call_describe(&mut store)
-            .await
-            .map_err(|err| self.call_error(err, &store))
-            .context("describe() failed")?;
+        let mut store = self.new_store(None, Arc::from("(loading)"), TaskTracker::new());
+        // Loading runs the guest too: under the same deadline as a call, so a
+        // component that hangs in describe() is rejected, not waited for.
+        let described = tokio::time::timeout(self.limits.timeout + TIMEOUT_GRACE, async {
+            let instance = self.instantiate(&pre, &mut store).await?;
+            // Loading every export type-checks it now rather than at first use.
+            exports.check(&mut store, &instance)?;
+            exports
+                .strategy
+                .load(&mut store, &instance)?
+                .call_describe(&mut store)
+                .await
+                .map_err(|err| anyhow::Error::new(self.call_error(err, &store)))
+        })
+        .await;
+        let descriptor = match described {
+            Ok(described) => described.context("describe() failed")?,
+            Err(_) => anyhow::bail!(
+                "describe() failed: {}",
+                CallError::DeadlineExceeded(self.limits.timeout)
+            ),
+        };
         let role = exports.role();
         let uses_redis = component
             .component_type()
@@ -215,17 +255,45 @@ impl Runtime {
         })
     }
 
-    /// Runs one issue request on a fresh instance of `strategy`.
+    /// Runs one issue request on a fresh instance of `strategy`. A call that
+    /// ends midway (a trap, the deadline) is torn down — its transactions
+    /// rolled back — and then the strategy's `compensate` runs with the same
+    /// request in a fresh instance, so it can undo what the database does
+    /// not hold.
     pub async fn issue(
         &self,
         strategy: &Arc<Strategy>,
         request: &IssueRequest,
-    ) -> Result<IssueResult, CallError> {
-        self.call(strategy, async |store, instance| {
-            let guest = strategy.exports.strategy.load(&mut *store, instance)?;
-            guest.call_issue(store, request).await
+    ) -> Result<IssueResult, Unanswered> {
+        let error = match self
+            .call(strategy, async |store, instance| {
+                let guest = strategy.exports.strategy.load(&mut *store, instance)?;
+                guest.call_issue(store, request).await
+            })
+            .await
+        {
+            Ok(result) => return Ok(result),
+            Err(error) => error,
+        };
+        if !error.ended_midway() {
+            return Err(Unanswered {
+                error,
+                compensation: None,
+            });
+        }
+        let compensation = self
+            .call(strategy, async |store, instance| {
+                let guest = strategy.exports.strategy.load(&mut *store, instance)?;
+                guest.call_compensate(store, request).await
+            })
+            .await;
+        if let Err(failed) = &compensation {
+            tracing::error!(method = %strategy.method, error = %failed, "compensation failed");
+        }
+        Err(Unanswered {
+            error,
+            compensation: Some(compensation),
         })
-        .await
     }
 
     /// Runs a job `strategy` submitted (stage 4).
@@ -413,25 +481,40 @@ impl Runtime {
     }
 
     /// Instantiates `strategy` in a fresh store and runs `body` on it, within
-    /// the deadline.
+    /// the deadline. Returns once the store is gone and what it left open is
+    /// cleaned up: transactions rolled back (or their connections closed),
+    /// dedicated connections reset or closed.
     async fn call<R>(
         &self,
         strategy: &Arc<Strategy>,
         body: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
-        let mut store = self.new_store(Some(strategy.clone()), strategy.method.clone());
+        let cleanup = TaskTracker::new();
+        let mut store = self.new_store(
+            Some(strategy.clone()),
+            strategy.method.clone(),
+            cleanup.clone(),
+        );
         let call = async {
             let instance = self.instantiate(&strategy.pre, &mut store).await?;
             body(&mut store, &instance)
                 .await
                 .map_err(|err| self.call_error(err, &store))
         };
-        match tokio::time::timeout(self.limits.timeout + TIMEOUT_GRACE, call).await {
-            Ok(result) => result,
-            // Dropping the call dropped the store and its resources: open
-            // transactions roll back and borrowed connections are closed.
-            Err(_) => Err(CallError::DeadlineExceeded(self.limits.timeout)),
+        let result = tokio::time::timeout(self.limits.timeout + TIMEOUT_GRACE, call)
+            .await
+            // A host call stuck past the deadline: the call is dropped where
+            // it stands, and the store's resources with it below.
+            .unwrap_or(Err(CallError::DeadlineExceeded(self.limits.timeout)));
+        drop(store);
+        cleanup.close();
+        if tokio::time::timeout(CLEANUP_LIMIT, cleanup.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(method = %strategy.method, "a failed call's clean-up did not finish in {CLEANUP_LIMIT:?}");
         }
+        result
     }
 
     async fn instantiate(
@@ -448,7 +531,12 @@ impl Runtime {
         })
     }
 
-    fn new_store(&self, strategy: Option<Arc<Strategy>>, method: Arc<str>) -> Store<HostState> {
+    fn new_store(
+        &self,
+        strategy: Option<Arc<Strategy>>,
+        method: Arc<str>,
+        cleanup: TaskTracker,
+    ) -> Store<HostState> {
         let deadline = Instant::now() + self.limits.timeout;
         let state = HostState::new(
             self.caps.clone(),
@@ -456,6 +544,7 @@ impl Runtime {
             method,
             deadline,
             self.limits.memory_bytes,
+            cleanup,
         );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| state.limiter());

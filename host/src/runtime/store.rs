@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio_util::task::TaskTracker;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -26,6 +27,15 @@ pub struct HostState {
     pub(super) deadline: Instant,
     /// Live `connection` and `transaction` resources of this call.
     pub(super) table: ResourceTable,
+    /// Clean-up that outlives the store (the rollback of a transaction
+    /// torn down with it): the host waits for it before the call's end is
+    /// acted on.
+    pub(super) cleanup: TaskTracker,
+    /// Dedicated Redis connections and open transactions this call holds,
+    /// and log lines it wrote, against their caps.
+    pub(super) open_connections: u32,
+    pub(super) open_transactions: u32,
+    pub(super) log_lines: u32,
     /// WASI as std needs it to link, with nothing granted: no preopened
     /// directories, no environment, no sockets, stdin closed.
     wasi: WasiCtx,
@@ -40,6 +50,7 @@ impl HostState {
         method: Arc<str>,
         deadline: Instant,
         memory_bytes: usize,
+        cleanup: TaskTracker,
     ) -> Self {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         let wasi = WasiCtx::builder()
@@ -54,6 +65,10 @@ impl HostState {
             method,
             deadline,
             table: ResourceTable::new(),
+            cleanup,
+            open_connections: 0,
+            open_transactions: 0,
+            log_lines: 0,
             wasi,
             stderr,
             limits: StoreLimitsBuilder::new()

@@ -8,9 +8,8 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::{Value, json};
 use tokio::process::Child;
-use tokio::sync::Mutex;
 
-use crate::common::{Setup, TestLab, statuses, until};
+use crate::common::{PUBSUB, Setup, TestLab, statuses, until};
 
 const ASYNC_COMPONENTS: [&str; 4] = [
     "redis_async",
@@ -20,9 +19,6 @@ const ASYNC_COMPONENTS: [&str; 4] = [
 ];
 /// Generous: a loaded shared machine can slow a drain tenfold.
 const DRAIN: Duration = Duration::from_secs(120);
-
-/// Pub/sub channels span every Redis database: tests that publish take turns.
-static PUBSUB: Mutex<()> = Mutex::const_new(());
 
 /// Waits until every 202 of `coupon` has its outcome; returns the result.
 async fn drained(lab: &TestLab, coupon: u64, accepted: u64) -> Value {

@@ -275,6 +275,21 @@ async fn drop_stale_databases() {
                 .await;
         }
     }
+    // Every test server grants the components' user its tables; the grants
+    // outlive the databases they name.
+    for privileges in ["tables_priv", "columns_priv"] {
+        let _ = pool
+            .execute(
+                format!(
+                    "DELETE FROM mysql.{privileges} WHERE User = 'couponlab_strategy' \
+                     AND Db LIKE 'couponlab\\_test\\_%' \
+                     AND Db NOT IN (SELECT SCHEMA_NAME FROM information_schema.SCHEMATA)"
+                )
+                .as_str(),
+            )
+            .await;
+    }
+    let _ = pool.execute("FLUSH PRIVILEGES").await;
     pool.close().await;
 }
 
@@ -441,13 +456,65 @@ impl TestLab {
     pub async fn finish(mut self) {
         // Consumers finish what they hold before the database goes away.
         self.stop().await;
-        let _ = self
-            .db
-            .execute(format!("DROP DATABASE IF EXISTS `{}`", self.db_name).as_str())
-            .await;
-        self.db.close().await;
+        // Bounded: a server that leaked a transaction would hold the
+        // database's metadata lock; the stale-database sweep drops it later.
+        let drop_database = format!("DROP DATABASE IF EXISTS `{}`", self.db_name);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            let _ = self.db.execute(drop_database.as_str()).await;
+            self.db.close().await;
+        })
+        .await;
         let _ = std::fs::remove_dir_all(&self.strategy_dir);
     }
+}
+
+/// Pub/sub channels span every Redis database: tests that publish take turns.
+pub static PUBSUB: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The outcome name of an answer: the success's `outcome`, or the failure
+/// message's prefix (`SOLD_OUT: ...`).
+pub fn outcome(reply: &Reply) -> String {
+    if reply.status.is_success() {
+        return reply.ok()["outcome"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+    }
+    let message = reply.fails_with(reply.status.as_u16());
+    message.split(':').next().unwrap_or_default().to_string()
+}
+
+/// Holds the coupon row in a transaction of the test's own, so every
+/// confirm of the coupon waits at its UPDATE until the holder ends.
+pub async fn hold_coupon_row(
+    lab: &TestLab,
+    coupon: u64,
+) -> sqlx::Transaction<'static, sqlx::MySql> {
+    let mut holder = lab.db.begin().await.unwrap();
+    sqlx::query("SELECT id FROM coupons WHERE id = ? FOR UPDATE")
+        .bind(coupon)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    holder
+}
+
+/// Waits until a pub/sub subscriber listens on the requests channel.
+pub async fn subscriber_listening(lab: &TestLab) {
+    until(
+        "the pub/sub subscriber listens",
+        std::time::Duration::from_secs(10),
+        || async {
+            let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("coupon:issue:requests")
+                .query_async(&mut lab.redis.clone())
+                .await
+                .unwrap();
+            counts.first().is_some_and(|(_, n)| *n > 0)
+        },
+    )
+    .await;
 }
 
 /// How many replies had each status.

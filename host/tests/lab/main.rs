@@ -5,9 +5,12 @@ mod common;
 
 mod api_contract;
 mod async_methods;
+mod call_endings;
 mod drop_gate;
+mod hang_ups;
 mod hot_reload;
 mod issue_concurrency;
+mod least_privilege;
 mod mysql_methods;
 mod redis_methods;
 mod result_endpoint;

@@ -104,6 +104,7 @@ async fn race_400_for_60(lab: &TestLab, method: &str) -> Race {
             "setSize": issued,
             "redisOnlyMembers": { "count": 0, "sample": [] },
             "dbOnlyMembers": { "count": 0, "sample": [] },
+            "strandedMembers": { "count": 0, "sample": [] },
         }),
         "{method}"
     );
@@ -476,6 +477,8 @@ async fn a_duplicate_key_keeps_the_reservation_and_the_result_compares_set_and_r
                 "setSize": 1,
                 "redisOnlyMembers": { "count": 1, "sample": [members[1]] },
                 "dbOnlyMembers": { "count": 1, "sample": [members[0]] },
+                // Reserved with no row and no call in flight: stock nobody can sell.
+                "strandedMembers": { "count": 1, "sample": [members[1]] },
             }),
             "{method}"
         );

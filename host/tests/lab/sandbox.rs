@@ -82,3 +82,52 @@ async fn a_greedy_component_fails_its_own_request() {
     lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
     lab.finish().await;
 }
+
+/// The instance pool keeps linear memory resident between calls (it resets
+/// the pages a call touched instead of handing them back to the kernel):
+/// what one call left in memory must still be gone for the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_kept_resident_is_reset_for_every_call() {
+    let lab = Setup::with(&["test_probe"]).start().await;
+    let coupon = lab.coupon(1).await;
+    for _ in 0..20 {
+        let reply = lab
+            .post(
+                &format!("/lab/coupons/{coupon}/issue"),
+                serde_json::json!({ "memberId": 1, "method": "TEST_PROBE", "idempotencyKey": "memory-reset" }),
+            )
+            .await;
+        assert_eq!(reply.ok()["detail"], "found 0");
+    }
+    lab.finish().await;
+}
+
+/// A greedy component still fails its own call once many ordinary calls
+/// have warmed the pool's slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greedy_component_fails_after_the_pool_is_warm() {
+    let lab = Setup::with(&["test_hog", "test_probe"])
+        .tune(|c| c.strategy_memory_mib = 16)
+        .start()
+        .await;
+    let coupon = lab.coupon(1).await;
+    let path = format!("/lab/coupons/{coupon}/issue");
+    for round in 0..3 {
+        join_all((0..20).map(|_| {
+            lab.post(
+                &path,
+                serde_json::json!({ "memberId": 1, "method": "TEST_PROBE", "idempotencyKey": "memory-reset" }),
+            )
+        }))
+        .await
+        .iter()
+        .for_each(|reply| assert_eq!(reply.ok()["detail"], "found 0"));
+        let message = lab
+            .issue(coupon, 1, "TEST_HOG")
+            .await
+            .fails_with(500)
+            .to_string();
+        assert!(message.starts_with("FAILED"), "round {round}: {message}");
+    }
+    lab.finish().await;
+}

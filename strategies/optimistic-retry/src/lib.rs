@@ -18,7 +18,7 @@
 //! won drain first. docs/learning/02-locks.md has the measurements.
 
 use couponlab_sdk::optimistic::{self, RetryPolicy};
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy};
+use couponlab_sdk::{Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate};
 
 const POLICY: RetryPolicy = RetryPolicy {
     max_retries: 10,
@@ -40,6 +40,10 @@ impl Strategy for OptimisticRetry {
 
     fn issue(request: IssueRequest) -> IssueResult {
         optimistic::issue_with_retries(&request, &POLICY)
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

@@ -6,7 +6,9 @@
 //! but under contention many requests are refused while stock is left. See
 //! `couponlab_sdk::optimistic`.
 
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy, optimistic};
+use couponlab_sdk::{
+    Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate, optimistic,
+};
 
 struct Optimistic;
 
@@ -20,6 +22,10 @@ impl Strategy for Optimistic {
 
     fn issue(request: IssueRequest) -> IssueResult {
         optimistic::issue_once(&request)
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

@@ -5,7 +5,8 @@
 
 use couponlab_sdk::sql::{self, IsolationLevel};
 use couponlab_sdk::{
-    Descriptor, IssueRequest, IssueResult, Outcome, Step, Strategy, params, settle,
+    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Step, Strategy, compensate,
+    params, settle,
 };
 
 struct Pessimistic;
@@ -21,6 +22,10 @@ impl Strategy for Pessimistic {
 
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

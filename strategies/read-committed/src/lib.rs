@@ -6,7 +6,9 @@
 //! over-issued. That is the lesson; see `couponlab_sdk::plain_reads`.
 
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy, plain_reads};
+use couponlab_sdk::{
+    Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate, plain_reads,
+};
 
 struct ReadCommitted;
 
@@ -20,6 +22,10 @@ impl Strategy for ReadCommitted {
 
     fn issue(request: IssueRequest) -> IssueResult {
         plain_reads::issue(IsolationLevel::ReadCommitted, &request)
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

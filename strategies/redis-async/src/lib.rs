@@ -5,8 +5,8 @@
 //! memory: a crash loses them, leaving reservations without issue rows.
 
 use couponlab_sdk::{
-    Confirmation, Descriptor, IssueRequest, IssueResult, Outcome, Step, confirm, message, reserve,
-    settle,
+    Compensation, Confirmation, Descriptor, IssueRequest, IssueResult, Outcome, Step, compensate,
+    confirm, message, reserve, settle,
 };
 
 couponlab_sdk::world!("async-issuer");
@@ -28,6 +28,10 @@ impl strategy::Guest for RedisAsync {
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
     }
+
+    fn compensate(request: IssueRequest) -> Compensation {
+        compensate::release_unless_issued(request.coupon_id, request.member_id)
+    }
 }
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
@@ -38,6 +42,11 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
             coupon_id,
             member_id,
             IssueResult::of(Outcome::QueueFull),
+        )),
+        Err(jobs::SubmitError::TooLarge) => Ok(confirm::release(
+            coupon_id,
+            member_id,
+            IssueResult::of(Outcome::Unavailable).detail("the job payload is over the host's cap"),
         )),
     }
 }

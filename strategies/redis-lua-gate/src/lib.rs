@@ -14,7 +14,10 @@ mod store;
 use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
 use couponlab_sdk::confirm::{self, Confirmed};
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Outcome, Step, clock, params, settle};
+use couponlab_sdk::{
+    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Step, clock, compensate, params,
+    settle,
+};
 
 couponlab_sdk::world!("gate-issuer");
 
@@ -44,6 +47,52 @@ impl strategy::Guest for RedisLuaGate {
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(&request))
     }
+
+    /// The failed call may have reserved, taken a permit, or both. The
+    /// permit goes back whatever happened; the reservation stays only if
+    /// its confirm committed, and is otherwise cancelled like a THROTTLED
+    /// one (stock, the member's count and the idempotency marker restored).
+    fn compensate(request: IssueRequest) -> Compensation {
+        let (coupon_id, member_id) = (request.coupon_id, request.member_id);
+        let key = idempotency_key(&request);
+        let released = u32::from(permits::release(GATE, &permit_token(coupon_id, &key)));
+        match compensate::issued(coupon_id, member_id) {
+            Ok(true) => Compensation::of(
+                released,
+                "the member's coupon was issued; the reservation stays",
+            ),
+            Ok(false) => match store::cancel(coupon_id, member_id, &key, Restock::Unit) {
+                Ok(restored) => Compensation::of(
+                    released + u32::from(restored),
+                    if restored {
+                        "the reservation was given back"
+                    } else {
+                        "there was no reservation to give back"
+                    },
+                ),
+                Err(err) => Compensation::of(
+                    released,
+                    format!("the reservation could not be given back: {err}"),
+                ),
+            },
+            Err(err) => Compensation::of(
+                released,
+                format!(
+                    "the issue rows could not be read ({}); the reservation stays",
+                    err.message()
+                ),
+            ),
+        }
+    }
+}
+
+/// The key a reservation is made under: the client's, or without one the
+/// member's single reservation (a repeat of it is ALREADY_RESERVED).
+fn idempotency_key(request: &IssueRequest) -> String {
+    request
+        .idempotency_key
+        .clone()
+        .unwrap_or_else(|| format!("member-{}", request.member_id))
 }
 
 fn issue(request: &IssueRequest) -> Step<IssueResult> {
@@ -56,12 +105,7 @@ fn issue(request: &IssueRequest) -> Step<IssueResult> {
             request.quantity
         )));
     }
-    // Without a key, the member's one reservation is the key: a repeat of
-    // it is ALREADY_RESERVED.
-    let key = request
-        .idempotency_key
-        .clone()
-        .unwrap_or_else(|| format!("member-{member_id}"));
+    let key = idempotency_key(request);
 
     let verdict = reserve(coupon_id, member_id, &key, request.quantity)?;
     let refused = |outcome: Outcome, detail: String| {

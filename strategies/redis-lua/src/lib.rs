@@ -4,7 +4,8 @@
 //! fails, the reservation is removed (except on a duplicate key).
 
 use couponlab_sdk::{
-    Descriptor, IssueRequest, IssueResult, Step, Strategy, confirm, reserve, settle,
+    Compensation, Descriptor, IssueRequest, IssueResult, Step, Strategy, compensate, confirm,
+    reserve, settle,
 };
 
 struct RedisLua;
@@ -19,6 +20,10 @@ impl Strategy for RedisLua {
 
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
+    }
+
+    fn compensate(request: IssueRequest) -> Compensation {
+        compensate::release_unless_issued(request.coupon_id, request.member_id)
     }
 }
 

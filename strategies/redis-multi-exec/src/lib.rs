@@ -7,8 +7,8 @@
 
 use couponlab_sdk::redis::Connection;
 use couponlab_sdk::{
-    Descriptor, IssueRequest, IssueResult, Outcome, Reply, Step, Strategy, args, confirm, coupon,
-    keys, settle,
+    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Reply, Step, Strategy, args,
+    compensate, confirm, coupon, keys, settle,
 };
 
 struct RedisMultiExec;
@@ -23,6 +23,10 @@ impl Strategy for RedisMultiExec {
 
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
+    }
+
+    fn compensate(request: IssueRequest) -> Compensation {
+        compensate::release_unless_issued(request.coupon_id, request.member_id)
     }
 }
 

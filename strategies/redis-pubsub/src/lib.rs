@@ -6,8 +6,8 @@
 //! step, SREM on failure.
 
 use couponlab_sdk::{
-    Confirmation, Descriptor, IssueRequest, IssueResult, Outcome, Step, args, confirm, keys,
-    message, redis, reserve, settle,
+    Compensation, Confirmation, Descriptor, IssueRequest, IssueResult, Outcome, Step, args,
+    compensate, confirm, keys, message, redis, reserve, settle,
 };
 
 couponlab_sdk::world!("pubsub-issuer");
@@ -27,6 +27,10 @@ impl strategy::Guest for RedisPubsub {
 
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
+    }
+
+    fn compensate(request: IssueRequest) -> Compensation {
+        compensate::release_unless_issued(request.coupon_id, request.member_id)
     }
 }
 

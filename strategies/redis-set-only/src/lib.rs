@@ -6,8 +6,8 @@
 //! total (SOLD_OUT_AT_DB, then SREM).
 
 use couponlab_sdk::{
-    Descriptor, IssueRequest, IssueResult, Outcome, Step, Strategy, args, confirm, coupon, keys,
-    redis, settle,
+    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Step, Strategy, args, compensate,
+    confirm, coupon, keys, redis, settle,
 };
 
 struct RedisSetOnly;
@@ -22,6 +22,10 @@ impl Strategy for RedisSetOnly {
 
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
+    }
+
+    fn compensate(request: IssueRequest) -> Compensation {
+        compensate::release_unless_issued(request.coupon_id, request.member_id)
     }
 }
 

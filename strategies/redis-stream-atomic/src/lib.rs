@@ -4,8 +4,8 @@
 //! back to this component to confirm.
 
 use couponlab_sdk::{
-    Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step, StreamEntry, keys,
-    reserve, settle, stream,
+    Compensation, Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step,
+    StreamEntry, compensate, keys, reserve, settle, stream,
 };
 
 couponlab_sdk::world!("stream-issuer");
@@ -27,6 +27,10 @@ impl strategy::Guest for RedisStreamAtomic {
 
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::carried_by_entry()
     }
 }
 

@@ -5,8 +5,8 @@
 //! confirms it and says whether it may be acked.
 
 use couponlab_sdk::{
-    Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step, StreamEntry, args,
-    clock, confirm, keys, redis, reserve, settle, stream,
+    Compensation, Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step,
+    StreamEntry, args, clock, compensate, confirm, keys, redis, reserve, settle, stream,
 };
 
 couponlab_sdk::world!("stream-issuer");
@@ -28,6 +28,10 @@ impl strategy::Guest for RedisStream {
 
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
+    }
+
+    fn compensate(request: IssueRequest) -> Compensation {
+        compensate::release_unless_issued(request.coupon_id, request.member_id)
     }
 }
 

@@ -7,8 +7,8 @@
 
 use couponlab_sdk::redis::Connection;
 use couponlab_sdk::{
-    Descriptor, IssueRequest, IssueResult, Outcome, Step, Strategy, args, confirm, coupon, keys,
-    settle,
+    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Step, Strategy, args, compensate,
+    confirm, coupon, keys, settle,
 };
 
 /// Retries after a nil EXEC, as in the seed: 11 attempts in all.
@@ -27,6 +27,10 @@ impl Strategy for RedisWatch {
     fn issue(request: IssueRequest) -> IssueResult {
         let mut retries = 0;
         settle(issue(request.coupon_id, request.member_id, &mut retries)).retries(retries)
+    }
+
+    fn compensate(request: IssueRequest) -> Compensation {
+        compensate::release_unless_issued(request.coupon_id, request.member_id)
     }
 }
 

@@ -5,7 +5,8 @@
 
 use couponlab_sdk::write_behind::{self, ReconcileReport};
 use couponlab_sdk::{
-    Descriptor, IssueRequest, IssueResult, Step, StreamEntry, params, settle, sql,
+    Compensation, Descriptor, IssueRequest, IssueResult, Step, StreamEntry, compensate, params,
+    settle, sql,
 };
 
 couponlab_sdk::world!("write-behind-issuer");
@@ -26,6 +27,10 @@ impl strategy::Guest for RedisWriteBehindNoTx {
 
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::carried_by_entry()
     }
 }
 

@@ -7,7 +7,10 @@
 
 use couponlab_sdk::sql::{self, IsolationLevel};
 use couponlab_sdk::write_behind::{self, ReconcileReport};
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Step, StreamEntry, params, settle};
+use couponlab_sdk::{
+    Compensation, Descriptor, IssueRequest, IssueResult, Step, StreamEntry, compensate, params,
+    settle,
+};
 
 couponlab_sdk::world!("write-behind-issuer");
 
@@ -27,6 +30,10 @@ impl strategy::Guest for RedisWriteBehind {
 
     fn issue(request: IssueRequest) -> IssueResult {
         settle(issue(request.coupon_id, request.member_id))
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::carried_by_entry()
     }
 }
 

@@ -6,7 +6,9 @@
 //! over-issued, as under READ COMMITTED. See `couponlab_sdk::plain_reads`.
 
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy, plain_reads};
+use couponlab_sdk::{
+    Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate, plain_reads,
+};
 
 struct RepeatableRead;
 
@@ -20,6 +22,10 @@ impl Strategy for RepeatableRead {
 
     fn issue(request: IssueRequest) -> IssueResult {
         plain_reads::issue(IsolationLevel::RepeatableRead, &request)
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

@@ -19,6 +19,8 @@
 //! - [`reserve`]: the one-EVALSHA Lua reservation;
 //! - [`confirm`]: the DB confirm step and its compensation, shared by every
 //!   Redis method;
+//! - [`compensate`]: what a strategy undoes when its call ended without an
+//!   answer (a trap, the deadline);
 //! - [`message`]: the `memberId:couponId` payload of jobs and pub/sub
 //!   messages;
 //! - [`stream`]: what a stream consumer does with one entry.
@@ -40,6 +42,7 @@ pub mod bindings {
 }
 
 pub mod clock;
+pub mod compensate;
 pub mod confirm;
 pub mod coupon;
 pub mod keys;
@@ -56,7 +59,8 @@ pub mod stream;
 pub mod write_behind;
 
 pub use bindings::couponlab::strategy::types::{
-    Confirmation, Descriptor, Disposition, Handled, IssueRequest, IssueResult, Outcome, StreamEntry,
+    Compensation, Confirmation, Descriptor, Disposition, Handled, IssueRequest, IssueResult,
+    Outcome, StreamEntry,
 };
 pub use bindings::export_issuer;
 pub use bindings::exports::couponlab::strategy::strategy::Guest as Strategy;
@@ -71,12 +75,18 @@ pub use wit_bindgen;
 /// `exports::couponlab::strategy::...::Guest` traits to implement, any
 /// import the world adds (`couponlab::strategy::jobs`, `...::permits`) and a
 /// local `export!` macro. The imports every world shares map to the sdk's.
+///
+/// A crate one level deeper (the fixtures under `testing/`) names the path
+/// of `wit/` from its own directory: `world!("async-issuer", "../../../wit")`.
 #[macro_export]
 macro_rules! world {
     ($world:literal) => {
+        $crate::world!($world, "../../wit");
+    };
+    ($world:literal, $wit:literal) => {
         $crate::wit_bindgen::generate!({
             world: $world,
-            path: "../../wit",
+            path: $wit,
             runtime_path: "::couponlab_sdk::wit_bindgen::rt",
             with: {
                 "couponlab:strategy/redis@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::redis,

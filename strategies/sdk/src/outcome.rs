@@ -72,7 +72,9 @@ impl From<SqlError> for IssueResult {
             SqlError::DuplicateKey(_) => Outcome::Duplicate,
             // coupon_issues has one foreign key: member_id.
             SqlError::ForeignKey(_) => Outcome::UnknownMember,
-            SqlError::Connection(_) | SqlError::Other(_) => Outcome::Unavailable,
+            SqlError::Connection(_) | SqlError::Refused(_) | SqlError::Other(_) => {
+                Outcome::Unavailable
+            }
         };
         IssueResult::of(outcome).detail(err.message())
     }

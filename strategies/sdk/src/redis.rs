@@ -50,7 +50,9 @@ impl RedisError {
     /// The host's message, for details and logs.
     pub fn message(&self) -> &str {
         match self {
-            RedisError::Connection(message) | RedisError::Server(message) => message,
+            RedisError::Connection(message)
+            | RedisError::Server(message)
+            | RedisError::Refused(message) => message,
         }
     }
 }

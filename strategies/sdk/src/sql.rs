@@ -84,6 +84,7 @@ impl SqlError {
             SqlError::DuplicateKey(m) => ("duplicate key", m),
             SqlError::ForeignKey(m) => ("foreign key", m),
             SqlError::Connection(m) => ("connection", m),
+            SqlError::Refused(m) => ("refused", m),
             SqlError::Other(m) => ("error", m),
         };
         format!("{kind}: {message}")

@@ -6,7 +6,9 @@
 //! holds; the price is those 503s. See `couponlab_sdk::plain_reads`.
 
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy, plain_reads};
+use couponlab_sdk::{
+    Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate, plain_reads,
+};
 
 struct Serializable;
 
@@ -20,6 +22,10 @@ impl Strategy for Serializable {
 
     fn issue(request: IssueRequest) -> IssueResult {
         plain_reads::issue(IsolationLevel::Serializable, &request)
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Test fixture TEST_BUILD, build "b": answers at once, naming its build, so
 //! a hot-reload test can tell which version served each request.
 
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy};
+use couponlab_sdk::{Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate};
 
 struct Build;
 
@@ -15,6 +15,10 @@ impl Strategy for Build {
 
     fn issue(_request: IssueRequest) -> IssueResult {
         IssueResult::issued().detail("build b")
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Test fixture TEST_HOG: grows memory without bound, so the host's memory
 //! limit must stop it.
 
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy};
+use couponlab_sdk::{Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate};
 
 struct Hog;
 
@@ -18,6 +18,10 @@ impl Strategy for Hog {
         loop {
             hoard.push(std::hint::black_box(vec![1u8; 1 << 20]));
         }
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

@@ -3,13 +3,19 @@
 //! request's idempotency key; keys and rows are named after the coupon id so
 //! concurrent tests stay apart.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use couponlab_sdk::redis::{self, Connection};
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
 use couponlab_sdk::{
-    Descriptor, IssueRequest, IssueResult, Outcome, Strategy, args, clock, params,
+    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Strategy, args, clock,
+    compensate, params,
 };
 
 struct Probe;
+
+/// Raised by every "memory-reset" call: each call must find it at zero.
+static LEFT_BEHIND: AtomicU64 = AtomicU64::new(0);
 
 impl Strategy for Probe {
     fn describe() -> Descriptor {
@@ -26,27 +32,30 @@ impl Strategy for Probe {
             Err(problem) => IssueResult::of(Outcome::Unavailable).detail(problem),
         }
     }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
+    }
 }
 
 fn run(scenario: &str, request: &IssueRequest) -> Result<String, String> {
     let (a, b) = (request.coupon_id, request.member_id);
     match scenario {
-        // A nested reply from EXEC, on a dedicated connection.
+        // A nested reply from EXEC, on a dedicated connection, on keys of
+        // this coupon's own (the components' Redis user reaches `coupon:*`).
         "exec" => {
             let conn = Connection::open().map_err(|e| e.message().to_string())?;
-            let (key, counter, list) = (
-                format!("probe:{a}:k"),
-                format!("probe:{a}:n"),
-                format!("probe:{a}:l"),
+            let (key, counter, set) = (
+                format!("coupon:probe:{a}:k"),
+                format!("coupon:probe:{a}:n"),
+                format!("coupon:probe:{a}:s"),
             );
-            conn.execute("DEL", &args![key, counter, list])
-                .map_err(|e| e.message().to_string())?;
             for (name, args) in [
                 ("MULTI", vec![]),
                 ("SET", args![key, "v"]),
                 ("INCR", args![counter]),
-                ("RPUSH", args![list, "a", "b"]),
-                ("LRANGE", args![list, 0, -1]),
+                ("SADD", args![set, 1, 2]),
+                ("SMEMBERS", args![set]),
             ] {
                 conn.execute(name, &args)
                     .map_err(|e| e.message().to_string())?;
@@ -55,6 +64,16 @@ fn run(scenario: &str, request: &IssueRequest) -> Result<String, String> {
                 .execute("EXEC", &[])
                 .map_err(|e| e.message().to_string())?
                 .to_string())
+        }
+        // Whatever a call leaves in its linear memory is gone for the next:
+        // a static the previous call raised reads as zero again, however the
+        // host's instance pool keeps its pages.
+        "memory-reset" => {
+            let seen = LEFT_BEHIND.fetch_add(1, Ordering::Relaxed);
+            let mut heap = vec![0u8; 1 << 20];
+            heap.iter_mut().for_each(|byte| *byte = 0xAB);
+            std::hint::black_box(&heap);
+            Ok(format!("found {seen}"))
         }
         // A nested Lua table reply.
         "lua-table" => {
@@ -65,15 +84,17 @@ fn run(scenario: &str, request: &IssueRequest) -> Result<String, String> {
         }
         // A transaction dropped without commit must leave nothing behind.
         "tx-drop" => {
-            let name = format!("probe-{a}");
             let tx =
                 sql::begin(IsolationLevel::ReadCommitted).map_err(|e| e.message().to_string())?;
-            tx.execute("INSERT INTO members (name) VALUES (?)", &params![name])
-                .map_err(|e| e.message().to_string())?;
+            tx.execute(
+                "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
+                &params![a, b],
+            )
+            .map_err(|e| e.message().to_string())?;
             drop(tx);
             let rows = sql::query(
-                "SELECT COUNT(*) FROM members WHERE name = ?",
-                &params![name],
+                "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ?",
+                &params![a],
             )
             .map_err(|e| e.message().to_string())?;
             Ok(format!(
@@ -134,6 +155,7 @@ fn kind(err: Option<SqlError>) -> String {
         Some(SqlError::DuplicateKey(_)) => "duplicate-key",
         Some(SqlError::ForeignKey(_)) => "foreign-key",
         Some(SqlError::Connection(_)) => "connection",
+        Some(SqlError::Refused(_)) => "refused",
         Some(SqlError::Other(_)) => "other",
     }
     .to_string()

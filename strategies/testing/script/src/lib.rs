@@ -3,7 +3,9 @@
 //! `quantity` milliseconds — so a test knows every figure the result
 //! endpoint should report.
 
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Outcome, Strategy, clock};
+use couponlab_sdk::{
+    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Strategy, clock, compensate,
+};
 
 struct Script;
 
@@ -28,6 +30,10 @@ impl Strategy for Script {
             }
         };
         IssueResult::of(outcome)
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

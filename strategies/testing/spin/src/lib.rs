@@ -1,6 +1,6 @@
 //! Test fixture TEST_SPIN: never returns, so the host's deadline must stop it.
 
-use couponlab_sdk::{Descriptor, IssueRequest, IssueResult, Strategy};
+use couponlab_sdk::{Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate};
 
 struct Spin;
 
@@ -17,6 +17,10 @@ impl Strategy for Spin {
         loop {
             turns = std::hint::black_box(turns.wrapping_add(1));
         }
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
     }
 }
 

@@ -1,0 +1,184 @@
+//! The `redis` capability: what a component may do with Redis, what it may
+//! not, and who enforces each rule.
+//!
+//! - Redis enforces what a component reaches: every connection it uses
+//!   authenticates as the ACL user of [`acl`] — `coupon:*` keys and the
+//!   commands issuance needs, checked by the server for commands a Lua
+//!   script calls as well.
+//! - The host enforces what an ACL cannot express: commands that change a
+//!   connection's identity (AUTH, HELLO, RESET, SELECT, QUIT — RESET would
+//!   log the connection in as the default user) are refused on every
+//!   connection a component uses, and commands that carry connection state
+//!   (MULTI, EXEC, DISCARD, WATCH, UNWATCH) on the shared one, which every
+//!   request uses at once. A reply heavier than `COUPONLAB_MAX_REPLY_BYTES`
+//!   is refused, a call holds at most `COUPONLAB_MAX_CONNECTIONS_PER_CALL`
+//!   dedicated connections, and waits for one no longer than its deadline.
+//! - [`pools`]: the shared connection, the dedicated pool, and how a
+//!   dedicated connection comes back clean; [`reply`]: replies as WIT lists.
+
+pub mod acl;
+mod pools;
+pub mod reply;
+
+use redis::{RedisError, Value};
+use wasmtime::component::Resource;
+
+use super::bindings::redis::{self as wit, Command, RedisError as WitError};
+use super::store::HostState;
+
+pub use self::pools::{GuestRedis, RedisConnection, UserSetup, is_connection_error};
+
+/// Commands that would change who a connection is, or which database it
+/// reaches: refused on every connection a component uses.
+const IDENTITY: [&str; 5] = ["AUTH", "HELLO", "RESET", "SELECT", "QUIT"];
+
+/// Commands that leave state on their connection: they need a dedicated one.
+const CONNECTION_STATE: [&str; 5] = ["MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH"];
+
+/// Maps a client error to what the guest sees: the ACL's refusals get their
+/// own case.
+fn to_wit_error(err: RedisError) -> WitError {
+    if is_connection_error(&err) {
+        WitError::Connection(format!("Redis is unavailable: {err}"))
+    } else if err.code() == Some("NOPERM")
+        || err
+            .detail()
+            .is_some_and(|detail| detail.starts_with("The user executing the script can't"))
+    {
+        WitError::Refused(format!(
+            "the components' Redis user ({}) may not: {err}",
+            acl::USER
+        ))
+    } else {
+        WitError::Server(err.to_string())
+    }
+}
+
+impl HostState {
+    /// A reply as the guest receives it, unless it is over the cap.
+    fn reply(&self, result: Result<Value, RedisError>) -> Result<Vec<wit::Value>, WitError> {
+        let value = result.map_err(to_wit_error)?;
+        let cap = self.caps.caps.max_reply_bytes;
+        let weight = reply::weight(&value);
+        if weight > cap {
+            return Err(WitError::Refused(format!(
+                "the reply is {weight} bytes, over COUPONLAB_MAX_REPLY_BYTES ({cap})"
+            )));
+        }
+        let mut out = Vec::new();
+        reply::flatten(value, &mut out);
+        Ok(out)
+    }
+}
+
+fn refuse(name: &str, list: &[&str], why: &str) -> Option<WitError> {
+    list.contains(&name)
+        .then(|| WitError::Refused(format!("{name} is not allowed {why}")))
+}
+
+fn refuse_identity(name: &str) -> Option<WitError> {
+    refuse(
+        name,
+        &IDENTITY,
+        "on a component's connection: it would change who the connection is",
+    )
+}
+
+impl wit::Host for HostState {
+    async fn execute(
+        &mut self,
+        name: String,
+        args: Vec<String>,
+    ) -> wasmtime::Result<Result<Vec<wit::Value>, WitError>> {
+        let name = name.to_ascii_uppercase();
+        let refused = refuse_identity(&name).or_else(|| {
+            refuse(
+                &name,
+                &CONNECTION_STATE,
+                "on the shared connection; use redis.open() for connection state",
+            )
+        });
+        if let Some(err) = refused {
+            return Ok(Err(err));
+        }
+        let result = self.caps.redis.execute(&name, &args).await;
+        Ok(self.reply(result))
+    }
+
+    async fn eval(
+        &mut self,
+        script: String,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> wasmtime::Result<Result<Vec<wit::Value>, WitError>> {
+        let result = self.caps.redis.eval(&script, &keys, &args).await;
+        Ok(self.reply(result))
+    }
+
+    /// Waits for a free dedicated connection no longer than the call's
+    /// deadline.
+    async fn open(&mut self) -> wasmtime::Result<Result<Resource<RedisConnection>, WitError>> {
+        let cap = self.caps.caps.max_connections_per_call;
+        if self.open_connections >= cap {
+            return Ok(Err(WitError::Refused(format!(
+                "this call already holds {cap} dedicated connections (COUPONLAB_MAX_CONNECTIONS_PER_CALL)"
+            ))));
+        }
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        match tokio::time::timeout(left, self.caps.redis.open()).await {
+            Ok(Ok(conn)) => {
+                self.open_connections += 1;
+                Ok(Ok(self.table.push(conn)?))
+            }
+            Ok(Err(err)) => Ok(Err(to_wit_error(err))),
+            Err(_) => Ok(Err(WitError::Connection(
+                "no dedicated Redis connection was free before the call's deadline".into(),
+            ))),
+        }
+    }
+}
+
+impl wit::HostConnection for HostState {
+    async fn execute(
+        &mut self,
+        conn: Resource<RedisConnection>,
+        name: String,
+        args: Vec<String>,
+    ) -> wasmtime::Result<Result<Vec<wit::Value>, WitError>> {
+        let name = name.to_ascii_uppercase();
+        if let Some(err) = refuse_identity(&name) {
+            return Ok(Err(err));
+        }
+        let result = self.table.get_mut(&conn)?.execute(&name, &args).await;
+        Ok(self.reply(result))
+    }
+
+    async fn pipeline(
+        &mut self,
+        conn: Resource<RedisConnection>,
+        commands: Vec<Command>,
+    ) -> wasmtime::Result<Result<Vec<Vec<wit::Value>>, WitError>> {
+        for command in &commands {
+            if let Some(err) = refuse_identity(&command.name.to_ascii_uppercase()) {
+                return Ok(Err(err));
+            }
+        }
+        let values = match self.table.get_mut(&conn)?.pipeline(&commands).await {
+            Ok(values) => values,
+            Err(err) => return Ok(Err(to_wit_error(err))),
+        };
+        Ok(values
+            .into_iter()
+            .map(|value| self.reply(Ok(value)))
+            .collect())
+    }
+
+    async fn drop(&mut self, conn: Resource<RedisConnection>) -> wasmtime::Result<()> {
+        let conn = self.table.delete(conn)?;
+        self.open_connections = self.open_connections.saturating_sub(1);
+        conn.release().await;
+        Ok(())
+    }
+}

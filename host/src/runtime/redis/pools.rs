@@ -1,0 +1,300 @@
+//! The connections components reach Redis through, all as the restricted
+//! user, and how they come back clean.
+//!
+//! Single commands and scripts share one multiplexed connection: it
+//! pipelines every request's commands over one socket, which is what makes a
+//! one-command strategy cheap. WATCH and MULTI/EXEC are connection state, so
+//! they run on a dedicated connection borrowed from a bounded pool for as
+//! long as the guest holds its `connection` resource.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use parking_lot::{Mutex, RwLock};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::acl;
+use crate::runtime::bindings::redis::Command;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The Redis that components reach.
+pub struct GuestRedis {
+    shared: ConnectionManager,
+    dedicated: Arc<DedicatedPool>,
+    /// Script source -> SHA-1, so EVALSHA needs no hashing after the first call.
+    scripts: RwLock<HashMap<String, String>>,
+    /// How to create the components' user again when Redis no longer knows
+    /// it; `None` when the operator supplied the user.
+    user: Option<UserSetup>,
+}
+
+/// The administrative connection that creates the components' ACL user.
+pub struct UserSetup {
+    pub admin: ConnectionManager,
+    pub admin_url: String,
+}
+
+impl GuestRedis {
+    /// Creates the pools without connecting: a server starts (and answers
+    /// every route that does not need Redis) while Redis is down.
+    pub fn new(
+        url: &str,
+        dedicated_connections: usize,
+        user: Option<UserSetup>,
+    ) -> anyhow::Result<Self> {
+        let client = Client::open(url).context("the components' Redis URL is not a Redis URL")?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let shared = ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .context("cannot set up the shared Redis connection")?;
+        Ok(Self {
+            shared,
+            dedicated: Arc::new(DedicatedPool {
+                client,
+                permits: Arc::new(Semaphore::new(dedicated_connections.max(1))),
+                idle: Mutex::new(Vec::new()),
+            }),
+            scripts: RwLock::new(HashMap::new()),
+            user,
+        })
+    }
+
+    /// Runs `op`; when Redis does not know the components' user (it
+    /// restarted without its ACL, or was down when this server started),
+    /// creates the user again and runs `op` once more.
+    async fn as_user<T, F>(&self, op: impl Fn() -> F) -> Result<T, RedisError>
+    where
+        F: Future<Output = Result<T, RedisError>>,
+    {
+        match (op().await, &self.user) {
+            (Err(err), Some(user)) if is_unknown_user(&err) => {
+                tracing::info!(
+                    user = acl::USER,
+                    "Redis does not know the components' user; creating it again"
+                );
+                acl::ensure_user(&user.admin, &user.admin_url).await?;
+                op().await
+            }
+            (result, _) => result,
+        }
+    }
+
+    /// One command on the shared connection.
+    pub async fn execute(&self, name: &str, args: &[String]) -> Result<Value, RedisError> {
+        self.as_user(|| async {
+            let mut cmd = redis::cmd(name);
+            cmd.arg(args);
+            cmd.query_async(&mut self.shared.clone()).await
+        })
+        .await
+    }
+
+    /// EVALSHA with the cached SHA-1 of `script`; SCRIPT LOAD once on NOSCRIPT.
+    pub async fn eval(
+        &self,
+        script: &str,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Value, RedisError> {
+        let sha = self.sha_of(script);
+        let evalsha = || {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(&sha).arg(keys.len()).arg(keys).arg(args);
+            cmd
+        };
+        self.as_user(|| async {
+            match evalsha().query_async(&mut self.shared.clone()).await {
+                Err(err) if err.code() == Some("NOSCRIPT") => {
+                    let _: String = redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(script)
+                        .query_async(&mut self.shared.clone())
+                        .await?;
+                    evalsha().query_async(&mut self.shared.clone()).await
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+
+    fn sha_of(&self, script: &str) -> String {
+        if let Some(sha) = self.scripts.read().get(script) {
+            return sha.clone();
+        }
+        let sha = sha1_smol::Sha1::from(script).digest().to_string();
+        self.scripts.write().insert(script.to_string(), sha.clone());
+        sha
+    }
+
+    /// Borrows a dedicated connection, waiting while all are in use.
+    pub async fn open(&self) -> Result<RedisConnection, RedisError> {
+        self.as_user(|| self.dedicated.clone().borrow()).await
+    }
+}
+
+/// Dedicated connections: at most `permits` exist at once; returned ones idle
+/// here for the next borrower.
+struct DedicatedPool {
+    client: Client,
+    permits: Arc<Semaphore>,
+    idle: Mutex<Vec<MultiplexedConnection>>,
+}
+
+impl DedicatedPool {
+    async fn borrow(self: Arc<Self>) -> Result<RedisConnection, RedisError> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| RedisError::from((ErrorKind::Client, "the Redis pool is closed")))?;
+        let idle = self.idle.lock().pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
+                self.client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?
+            }
+        };
+        Ok(RedisConnection {
+            conn: Some(conn),
+            state: ConnectionState::default(),
+            pool: self,
+            _permit: permit,
+        })
+    }
+}
+
+/// What a guest left on a dedicated connection, so it can be undone before
+/// the connection serves another request.
+#[derive(Default)]
+struct ConnectionState {
+    in_multi: bool,
+    watching: bool,
+    /// Broken, or with a command in flight: its state is unknown.
+    broken: bool,
+}
+
+impl ConnectionState {
+    fn track(&mut self, name: &str) {
+        match name {
+            "MULTI" => self.in_multi = true,
+            "WATCH" => self.watching = true,
+            "UNWATCH" => self.watching = false,
+            "EXEC" | "DISCARD" => {
+                self.in_multi = false;
+                self.watching = false;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The host side of the WIT `connection` resource. Dropped without
+/// [`RedisConnection::release`] (its store torn down by a trap or a
+/// deadline), the connection is closed, not pooled.
+pub struct RedisConnection {
+    /// `None` once released.
+    conn: Option<MultiplexedConnection>,
+    state: ConnectionState,
+    pool: Arc<DedicatedPool>,
+    /// Held for as long as the connection is borrowed; dropping it (also when
+    /// a trapped guest's store is torn down) frees the slot.
+    _permit: OwnedSemaphorePermit,
+}
+
+impl RedisConnection {
+    pub async fn execute(&mut self, name: &str, args: &[String]) -> Result<Value, RedisError> {
+        let conn = self
+            .conn
+            .as_mut()
+            .expect("a borrowed connection is present until release");
+        let mut cmd = redis::cmd(name);
+        cmd.arg(args);
+        // Until the reply is in, the connection's state is unknown: a call
+        // dropped here leaves it to be closed, not pooled.
+        let was_broken = std::mem::replace(&mut self.state.broken, true);
+        let reply = cmd.query_async(conn).await;
+        self.state.broken = was_broken;
+        match &reply {
+            Ok(_) => self.state.track(name),
+            // EXEC answers EXECABORT when a queued command was rejected; the
+            // transaction is over either way.
+            Err(err) if name == "EXEC" && !is_connection_error(err) => self.state.track(name),
+            Err(err) => self.state.broken |= is_connection_error(err),
+        }
+        reply
+    }
+
+    pub async fn pipeline(&mut self, commands: &[Command]) -> Result<Vec<Value>, RedisError> {
+        let conn = self
+            .conn
+            .as_mut()
+            .expect("a borrowed connection is present until release");
+        let mut pipe = redis::pipe();
+        for command in commands {
+            pipe.cmd(&command.name).arg(&command.args);
+        }
+        let was_broken = std::mem::replace(&mut self.state.broken, true);
+        let replies = pipe.query_async::<Vec<Value>>(conn).await;
+        self.state.broken = was_broken;
+        for command in commands {
+            self.state.track(&command.name.to_ascii_uppercase());
+        }
+        if let Err(err) = &replies {
+            self.state.broken |= is_connection_error(err);
+        }
+        replies
+    }
+
+    /// Undoes what the guest left open and returns the connection to the pool.
+    /// A broken connection, or one that cannot be reset, is closed instead.
+    pub async fn release(mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        if self.state.broken {
+            return;
+        }
+        let reset = if self.state.in_multi {
+            Some("DISCARD")
+        } else if self.state.watching {
+            Some("UNWATCH")
+        } else {
+            None
+        };
+        if let Some(reset) = reset
+            && redis::cmd(reset)
+                .query_async::<Value>(&mut conn)
+                .await
+                .is_err()
+        {
+            return;
+        }
+        self.pool.idle.lock().push(conn);
+    }
+}
+
+/// Redis refused the components' credentials: the user is gone.
+fn is_unknown_user(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
+}
+
+pub fn is_connection_error(err: &RedisError) -> bool {
+    !matches!(err.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
+}

@@ -1,0 +1,202 @@
+//! Pooled connections lent to one strategy call, and how they come back.
+//!
+//! A connection goes back to the pool only from a state the host knows is
+//! clean: no statement in flight, no transaction open, no session state a
+//! statement left behind. Dropped in any other state — a call cancelled
+//! mid-statement, a store torn down by a trap, a COMMIT that failed — it is
+//! closed, and the server rolls back whatever it held. sqlx cannot tell on
+//! its own: a connection dropped while its `BEGIN` was in flight would
+//! otherwise be pinged and pooled inside the transaction.
+
+use std::time::{Duration, Instant};
+
+use sqlx::Executor;
+use sqlx::mysql::{MySql, MySqlPool};
+use sqlx::pool::PoolConnection;
+
+use super::statement::Residue;
+
+/// How long before the call's deadline the server ends a statement.
+const STATEMENT_MARGIN: Duration = Duration::from_millis(100);
+
+/// How the server cuts a statement that outlives its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatementLimit {
+    /// MariaDB's `max_statement_time`, in seconds: every statement kind.
+    MariaDb,
+    /// MySQL's `max_execution_time`, in milliseconds: `SELECT` only; other
+    /// statements are bounded by the host closing their connection.
+    MySql,
+}
+
+impl StatementLimit {
+    /// Tells the servers apart by `SELECT VERSION()`.
+    pub fn of_version(version: &str) -> Self {
+        if version.contains("MariaDB") {
+            StatementLimit::MariaDb
+        } else {
+            StatementLimit::MySql
+        }
+    }
+
+    /// `SET SESSION ...` limiting every statement of the session to `limit`
+    /// (never 0, which would mean no limit).
+    pub fn set(self, limit: Duration) -> String {
+        match self {
+            StatementLimit::MariaDb => format!(
+                "SET SESSION max_statement_time = {:.3}",
+                limit.as_secs_f64().max(0.001)
+            ),
+            StatementLimit::MySql => format!(
+                "SET SESSION max_execution_time = {}",
+                limit.as_millis().max(1)
+            ),
+        }
+    }
+}
+
+/// What statements on lent connections are bounded by.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub statement: StatementLimit,
+    /// One call's whole budget.
+    pub call: Duration,
+}
+
+impl Limits {
+    /// The session's limit between transactions: a call's budget (less the
+    /// margin), which is where an autocommit statement that starts a call
+    /// must end. A later one ends at most that long after it started; the
+    /// host closes its connection at the call's deadline.
+    pub fn session_default(&self) -> String {
+        self.statement
+            .set(self.call.saturating_sub(STATEMENT_MARGIN))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Idle, autocommit, nothing left behind: may go back to the pool.
+    Clean,
+    /// Inside BEGIN ... COMMIT/ROLLBACK, idle between statements.
+    InTransaction,
+    /// A statement or a transaction boundary in flight, or one that failed
+    /// in a way that leaves the connection's state unknown.
+    Unknown,
+}
+
+/// A connection lent to one call.
+pub struct Lent {
+    conn: Option<PoolConnection<MySql>>,
+    state: State,
+    /// A statement left session state (a user variable, a named lock): the
+    /// connection is closed when it comes back, whatever its state.
+    tainted: bool,
+}
+
+impl Lent {
+    pub async fn borrow(pool: &MySqlPool) -> Result<Self, sqlx::Error> {
+        Ok(Lent {
+            conn: Some(pool.acquire().await?),
+            state: State::Clean,
+            tainted: false,
+        })
+    }
+
+    pub fn in_transaction(&self) -> bool {
+        self.state == State::InTransaction
+    }
+
+    /// The connection was left mid-result (a cap stopped reading): it can
+    /// only be closed.
+    pub fn abandon(&mut self) {
+        self.state = State::Unknown;
+    }
+
+    /// Whether statements may still run: not after it was abandoned.
+    pub fn usable(&self) -> bool {
+        self.state != State::Unknown
+    }
+
+    /// Runs `run` on the connection. While it is in flight the state is
+    /// unknown; afterwards it is `after` on success, `refused` when the
+    /// server answered with an error (the connection is still in step), and
+    /// unknown on any other error.
+    async fn on<T>(
+        &mut self,
+        after: State,
+        refused: State,
+        run: impl AsyncFnOnce(&mut PoolConnection<MySql>) -> Result<T, sqlx::Error>,
+    ) -> Result<T, sqlx::Error> {
+        self.state = State::Unknown;
+        let conn = self.conn.as_mut().ok_or(sqlx::Error::PoolClosed)?;
+        let result = run(conn).await;
+        self.state = match &result {
+            Ok(_) => after,
+            Err(sqlx::Error::Database(_)) => refused,
+            Err(_) => State::Unknown,
+        };
+        result
+    }
+
+    /// Runs a component's statement; `residue` is what the check found it
+    /// leaves behind.
+    pub async fn statement<T>(
+        &mut self,
+        residue: Residue,
+        run: impl AsyncFnOnce(&mut PoolConnection<MySql>) -> Result<T, sqlx::Error>,
+    ) -> Result<T, sqlx::Error> {
+        self.tainted |= residue == Residue::Session;
+        let keep = self.state;
+        self.on(keep, keep, run).await
+    }
+
+    /// Opens a transaction whose statements the server cuts at `deadline`.
+    /// `SET TRANSACTION` applies to the next transaction only, so the
+    /// statement limit, the characteristics and BEGIN travel in one round
+    /// trip on the same connection.
+    pub async fn begin(
+        &mut self,
+        limits: Limits,
+        deadline: Instant,
+        characteristics: &str,
+    ) -> Result<(), sqlx::Error> {
+        // The server ends a statement a little before the call's deadline,
+        // so the component still hears why and can answer.
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(STATEMENT_MARGIN);
+        let begin = format!(
+            "{}; SET TRANSACTION {characteristics}; BEGIN",
+            limits.statement.set(left)
+        );
+        // A refusal part way leaves the session's limit changed: unknown.
+        self.on(State::InTransaction, State::Unknown, async |conn| {
+            conn.execute(begin.as_str()).await.map(drop)
+        })
+        .await
+    }
+
+    /// COMMIT or ROLLBACK, and the session's statement limit back to its
+    /// default, in one round trip. Only a clean end makes the connection
+    /// reusable; a failed one leaves it to be closed.
+    pub async fn finish(&mut self, limits: Limits, end: &'static str) -> Result<(), sqlx::Error> {
+        let finish = format!("{end}; {}", limits.session_default());
+        // After a refusal, whether the server ended the transaction is not known.
+        self.on(State::Clean, State::Unknown, async |conn| {
+            conn.execute(finish.as_str()).await.map(drop)
+        })
+        .await
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        if self.state != State::Clean || self.tainted {
+            conn.close_on_drop();
+        }
+    }
+}

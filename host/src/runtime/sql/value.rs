@@ -1,0 +1,161 @@
+//! Parameters and rows between WIT and sqlx, and the errors a strategy is
+//! expected to act on, each with its own WIT case.
+
+use futures::TryStreamExt;
+use sqlx::mysql::{MySql, MySqlArguments, MySqlDatabaseError, MySqlRow};
+use sqlx::query::Query;
+use sqlx::{Column, Row, TypeInfo, ValueRef};
+
+use crate::runtime::bindings::sql::{self as wit, Rows, SqlError};
+
+pub fn bind<'q>(
+    mut query: Query<'q, MySql, MySqlArguments>,
+    params: Vec<wit::Value>,
+) -> Query<'q, MySql, MySqlArguments> {
+    for param in params {
+        query = match param {
+            wit::Value::Null => query.bind(None::<i64>),
+            wit::Value::Int(v) => query.bind(v),
+            wit::Value::Uint(v) => query.bind(v),
+            wit::Value::Float(v) => query.bind(v),
+            wit::Value::Text(v) => query.bind(v),
+            wit::Value::Bytes(v) => query.bind(v),
+        };
+    }
+    query
+}
+
+/// How much of a result one statement may return.
+#[derive(Debug, Clone, Copy)]
+pub struct ResultCaps {
+    pub rows: usize,
+    pub bytes: usize,
+}
+
+/// Reads a result row by row into WIT rows, stopping at the caps:
+/// `Ok(Err(why))` when one was reached, the rest of the result left unread
+/// on the connection.
+pub async fn fetch_capped(
+    query: Query<'_, MySql, MySqlArguments>,
+    conn: &mut sqlx::MySqlConnection,
+    caps: ResultCaps,
+) -> Result<Result<Rows, String>, sqlx::Error> {
+    let mut stream = query.fetch(conn);
+    let mut rows = Rows {
+        columns: Vec::new(),
+        rows: Vec::new(),
+    };
+    let mut bytes = 0;
+    while let Some(row) = stream.try_next().await? {
+        if rows.rows.is_empty() {
+            rows.columns = row.columns().iter().map(|c| c.name().to_string()).collect();
+        }
+        if rows.rows.len() == caps.rows {
+            return Ok(Err(format!(
+                "the result has more than {} rows (COUPONLAB_MAX_RESULT_ROWS)",
+                caps.rows
+            )));
+        }
+        let values: Vec<wit::Value> = (0..row.columns().len())
+            .map(|i| to_value(&row, i))
+            .collect();
+        bytes += values.iter().map(weight).sum::<usize>();
+        if bytes > caps.bytes {
+            return Ok(Err(format!(
+                "the result is over {} bytes (COUPONLAB_MAX_RESULT_BYTES)",
+                caps.bytes
+            )));
+        }
+        rows.rows.push(values);
+    }
+    Ok(Ok(rows))
+}
+
+/// Roughly the bytes a value takes in a WIT row.
+fn weight(value: &wit::Value) -> usize {
+    16 + match value {
+        wit::Value::Text(text) => text.len(),
+        wit::Value::Bytes(bytes) => bytes.len(),
+        _ => 0,
+    }
+}
+
+/// Decodes one column by its declared type; anything without a closer WIT
+/// case (DECIMAL, JSON, ENUM, ...) travels as text.
+fn to_value(row: &MySqlRow, index: usize) -> wit::Value {
+    let Ok(raw) = row.try_get_raw(index) else {
+        return wit::Value::Null;
+    };
+    if raw.is_null() {
+        return wit::Value::Null;
+    }
+    let type_name = raw.type_info().name().to_string();
+    let decoded = match type_name.as_str() {
+        "BOOLEAN" | "TINYINT" | "SMALLINT" | "MEDIUMINT" | "INT" | "BIGINT" | "YEAR" => {
+            row.try_get_unchecked::<i64, _>(index).map(wit::Value::Int)
+        }
+        name if name.ends_with("UNSIGNED") => {
+            row.try_get_unchecked::<u64, _>(index).map(wit::Value::Uint)
+        }
+        "FLOAT" | "DOUBLE" => row
+            .try_get_unchecked::<f64, _>(index)
+            .map(wit::Value::Float),
+        "DATETIME" | "TIMESTAMP" => row
+            .try_get_unchecked::<chrono::NaiveDateTime, _>(index)
+            .map(|t| wit::Value::Text(t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())),
+        "DATE" => row
+            .try_get_unchecked::<chrono::NaiveDate, _>(index)
+            .map(|d| wit::Value::Text(d.to_string())),
+        "BINARY" | "VARBINARY" | "BLOB" | "TINYBLOB" | "MEDIUMBLOB" | "LONGBLOB" | "BIT" => row
+            .try_get_unchecked::<Vec<u8>, _>(index)
+            .map(wit::Value::Bytes),
+        _ => row
+            .try_get_unchecked::<String, _>(index)
+            .map(wit::Value::Text),
+    };
+    decoded.unwrap_or_else(|err| wit::Value::Text(format!("<undecodable {type_name}: {err}>")))
+}
+
+/// MySQL error numbers a strategy acts on.
+const ER_DUP_ENTRY: u16 = 1062;
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+const ER_LOCK_DEADLOCK: u16 = 1213;
+const ER_NO_REFERENCED_ROW_2: u16 = 1452;
+/// Errors of a privilege the component's database user lacks: the grants
+/// refused the statement.
+const PRIVILEGE_ERRORS: [u16; 6] = [
+    1044, // ER_DBACCESS_DENIED_ERROR
+    1045, // ER_ACCESS_DENIED_ERROR
+    1142, // ER_TABLEACCESS_DENIED_ERROR
+    1143, // ER_COLUMNACCESS_DENIED_ERROR
+    1227, // ER_SPECIFIC_ACCESS_DENIED_ERROR
+    1370, // ER_PROCACCESS_DENIED_ERROR
+];
+
+pub fn to_wit_error(err: sqlx::Error) -> SqlError {
+    let message = err.to_string();
+    match &err {
+        sqlx::Error::Database(db) => match db
+            .try_downcast_ref::<MySqlDatabaseError>()
+            .map(|e| e.number())
+        {
+            Some(ER_LOCK_DEADLOCK) => SqlError::Deadlock(message),
+            Some(ER_LOCK_WAIT_TIMEOUT) => SqlError::LockWaitTimeout(message),
+            Some(ER_DUP_ENTRY) => SqlError::DuplicateKey(message),
+            Some(ER_NO_REFERENCED_ROW_2) => SqlError::ForeignKey(message),
+            Some(number) if PRIVILEGE_ERRORS.contains(&number) => {
+                SqlError::Refused(format!("the component's database user may not: {message}"))
+            }
+            _ => SqlError::Other(message),
+        },
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => {
+            SqlError::Connection(format!("the database is unavailable: {message}"))
+        }
+        _ => SqlError::Other(message),
+    }
+}

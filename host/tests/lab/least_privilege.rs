@@ -1,0 +1,252 @@
+//! Least privilege, enforced by the servers: a component reaches Redis as an
+//! ACL user limited to `coupon:*` and the commands issuance needs, and MySQL
+//! as a user with only issuance's grants. A hostile component tries what it
+//! must not do; each attempt is refused with a clear error, and afterwards
+//! the lab is exactly as it was.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::Executor;
+
+use crate::common::{MYSQL, REDIS, Reply, Setup, TestLab};
+
+const HOSTILE: &str = "TEST_HOSTILE";
+
+async fn attack(lab: &TestLab, coupon: u64, member: u64, attack: &str) -> Reply {
+    lab.post(
+        &format!("/lab/coupons/{coupon}/issue"),
+        json!({ "memberId": member, "method": HOSTILE, "idempotencyKey": attack }),
+    )
+    .await
+}
+
+/// Every table with its row count, and every key of the test's Redis
+/// database with its type.
+async fn snapshot(lab: &TestLab) -> (BTreeMap<String, i64>, BTreeMap<String, String>) {
+    let tables: Vec<String> = sqlx::query_scalar("SHOW TABLES")
+        .fetch_all(&lab.db)
+        .await
+        .unwrap();
+    let mut rows = BTreeMap::new();
+    for table in tables {
+        let count: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM `{table}`"))
+            .fetch_one(&lab.db)
+            .await
+            .unwrap();
+        rows.insert(table, count);
+    }
+    let mut redis = lab.redis.clone();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let mut types = BTreeMap::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        types.insert(key, kind);
+    }
+    (rows, types)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
+    // Alone: the 100 MB reply keeps Redis busy for everyone for seconds.
+    let lab = Setup::with(&["test_hostile", "pessimistic", "redis_lua"])
+        .own_redis_db()
+        .await
+        .alone()
+        .tune(|c| c.request_timeout_ms = 5_000)
+        .start()
+        .await;
+    let members = lab.members(3).await;
+    let coupon = lab.coupon(10).await;
+    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+    let before = snapshot(&lab).await;
+
+    // Each attack and a word its refusal must carry.
+    let refusals = [
+        ("flushdb", "no permissions"),
+        ("eval-flushdb", "can't run this command"),
+        ("lua-del-total", "can't access"),
+        ("set-outside", "no permissions"),
+        ("lua-set-outside", "can't access"),
+        ("keys", "no permissions"),
+        ("script-flush", "no permissions"),
+        ("xread-block", "no permissions"),
+        ("client-pause", "no permissions"),
+        ("reset", "RESET is not allowed"),
+        ("auth", "AUTH is not allowed"),
+        ("big-reply", "COUPONLAB_MAX_REPLY_BYTES"),
+        ("many-connections", "COUPONLAB_MAX_CONNECTIONS_PER_CALL"),
+        ("drop-table", "DROP statements are not allowed"),
+        ("truncate", "TRUNCATE statements are not allowed"),
+        ("create-user", "CREATE statements are not allowed"),
+        ("read-mysql-user", "may not"),
+        ("raise-total", "may not"),
+        ("insert-member", "may not"),
+        ("set-session", "SET statements are not allowed"),
+        ("autocommit-off", "SET statements are not allowed"),
+        ("sleep", "max_statement_time"),
+        ("big-result", "COUPONLAB_MAX_RESULT_BYTES"),
+        ("many-transactions", "COUPONLAB_MAX_TRANSACTIONS_PER_CALL"),
+        ("big-payload", "too-large"),
+    ];
+    let mut wrong = Vec::new();
+    for (name, word) in refusals {
+        let started = Instant::now();
+        let reply = attack(&lab, coupon, members[1], name).await;
+        let message = reply.body["error"]["message"].as_str().unwrap_or_default();
+        if reply.status != 503 || !message.starts_with("UNAVAILABLE") || !message.contains(word) {
+            wrong.push(format!("{name}: {} {}", reply.status, reply.body));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "{name} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(
+        wrong.is_empty(),
+        "refused without saying why:\n{}",
+        wrong.join("\n")
+    );
+
+    // A named lock is allowed, but it leaves with its call: the connection
+    // that holds it is closed, not handed to the next borrower.
+    attack(&lab, coupon, members[1], "get-lock").await.ok();
+    let free: i64 = sqlx::query_scalar("SELECT IS_FREE_LOCK('couponlab-hostile')")
+        .fetch_one(&lab.db)
+        .await
+        .unwrap();
+    assert_eq!(free, 1, "the component's named lock outlived its call");
+
+    assert_eq!(snapshot(&lab).await, before);
+    let mut redis = lab.redis.clone();
+    let outside: Option<String> = redis::cmd("GET")
+        .arg("victim:outside")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(outside, None);
+    // Every method still issues.
+    lab.issue(coupon, members[1], "PESSIMISTIC").await.ok();
+    lab.issue(coupon, members[2], "REDIS_LUA").await.ok();
+    lab.finish().await;
+}
+
+/// Starts a server on these URLs, which must refuse to start; returns why.
+async fn refused_start(database_url: &str, redis_url: &str) -> String {
+    // A directory of this call's own: both tests start at once.
+    let strategy_dir = std::env::temp_dir().join(format!(
+        "couponlab-refused-{}-{}",
+        std::process::id(),
+        database_url.len() + redis_url.len() * 1000
+    ));
+    let mut config = couponlab::config::Config::parse_from_env();
+    config.database_url = database_url.to_string();
+    config.redis_url = redis_url.to_string();
+    config.strategy_dir = strategy_dir.clone();
+    config.watch = false;
+    let refused = couponlab::Lab::start(config)
+        .await
+        .err()
+        .expect("the start is refused");
+    let _ = std::fs::remove_dir_all(strategy_dir);
+    format!("{refused:#}")
+}
+
+/// A Redis user that may do everything but administer users.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_without_permission_to_create_the_redis_user_says_what_it_needs() {
+    let name = format!("couponlab-test-noacl-{}", std::process::id());
+    let mut admin = redis::Client::open(format!("{REDIS}/0"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&name)
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-@admin")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let message = refused_start(
+        &format!("{MYSQL}/couponlab_test_noacl"),
+        &format!("redis://{name}:secret@127.0.0.1:6379/0"),
+    )
+    .await;
+    assert!(message.contains("ACL SETUSER"), "{message}");
+    assert!(
+        message.contains("COUPONLAB_STRATEGY_REDIS_URL"),
+        "{message}"
+    );
+    let _: () = redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&name)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(MYSQL)
+        .await
+        .unwrap()
+        .execute("DROP DATABASE IF EXISTS couponlab_test_noacl")
+        .await
+        .unwrap();
+}
+
+/// A database user with every privilege on the lab's database, but none to
+/// create users or grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_without_permission_to_create_the_database_user_says_what_it_needs() {
+    let suffix = std::process::id();
+    let (user, db) = (
+        format!("couponlab_nogrant_{suffix}"),
+        format!("couponlab_test_nogrant_{suffix}"),
+    );
+    let root = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(MYSQL)
+        .await
+        .unwrap();
+    for statement in [
+        format!("CREATE DATABASE IF NOT EXISTS `{db}`"),
+        format!("CREATE USER IF NOT EXISTS '{user}'@'localhost' IDENTIFIED BY 'secret'"),
+        format!("CREATE USER IF NOT EXISTS '{user}'@'127.0.0.1' IDENTIFIED BY 'secret'"),
+        format!("GRANT ALL ON `{db}`.* TO '{user}'@'localhost'"),
+        format!("GRANT ALL ON `{db}`.* TO '{user}'@'127.0.0.1'"),
+    ] {
+        root.execute(statement.as_str()).await.unwrap();
+    }
+    let message = refused_start(
+        &format!("mysql://{user}:secret@127.0.0.1:3306/{db}"),
+        &format!("{REDIS}/0"),
+    )
+    .await;
+    assert!(message.contains("CREATE USER and GRANT"), "{message}");
+    assert!(
+        message.contains("COUPONLAB_STRATEGY_DATABASE_URL"),
+        "{message}"
+    );
+    for statement in [
+        format!("DROP USER IF EXISTS '{user}'@'localhost'"),
+        format!("DROP USER IF EXISTS '{user}'@'127.0.0.1'"),
+        format!("DROP DATABASE IF EXISTS `{db}`"),
+    ] {
+        root.execute(statement.as_str()).await.unwrap();
+    }
+}

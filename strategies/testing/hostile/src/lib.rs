@@ -1,0 +1,137 @@
+//! Test fixture TEST_HOSTILE: a component that tries, one request at a
+//! time, what a component must not be able to do. The request's idempotency
+//! key names the attack; the answer is ISSUED with what happened when the
+//! attack went through, or UNAVAILABLE with the error that stopped it.
+
+use couponlab_sdk::redis::{self, Connection};
+use couponlab_sdk::sql::{self, IsolationLevel};
+use couponlab_sdk::{
+    Compensation, Confirmation, Descriptor, IssueRequest, IssueResult, Outcome, Reply, args,
+    compensate, keys, params,
+};
+
+couponlab_sdk::world!("async-issuer", "../../../wit");
+
+use couponlab::strategy::jobs;
+use exports::couponlab::strategy::{job_runner, strategy};
+
+struct Hostile;
+
+impl strategy::Guest for Hostile {
+    fn describe() -> Descriptor {
+        Descriptor {
+            method: "TEST_HOSTILE".into(),
+            summary: "tries what a component must not do (test fixture)".into(),
+        }
+    }
+
+    fn issue(request: IssueRequest) -> IssueResult {
+        let attack = request.idempotency_key.clone().unwrap_or_default();
+        match attack_with(&attack, request.coupon_id) {
+            Ok(done) => IssueResult::issued().detail(done),
+            Err(stopped) => IssueResult::of(Outcome::Unavailable).detail(stopped),
+        }
+    }
+
+    fn compensate(_request: IssueRequest) -> Compensation {
+        compensate::nothing()
+    }
+}
+
+impl job_runner::Guest for Hostile {
+    fn run_job(_payload: String) -> Confirmation {
+        IssueResult::of(Outcome::Unavailable).confirmation(0, 0)
+    }
+}
+
+type Attempt = Result<String, String>;
+
+fn redis_says(reply: Result<Reply, redis::RedisError>) -> Attempt {
+    reply
+        .map(|reply| reply.to_string())
+        .map_err(|err| err.message().to_string())
+}
+
+fn sql_says<T: std::fmt::Debug>(result: Result<T, sql::SqlError>) -> Attempt {
+    result
+        .map(|done| format!("{done:?}"))
+        .map_err(|err| err.message())
+}
+
+fn attack_with(attack: &str, coupon_id: u64) -> Attempt {
+    let script = |source: &str, keys: &[String]| redis_says(redis::eval(source, keys, &[]));
+    match attack {
+        "flushdb" => redis_says(redis::execute("FLUSHDB", &[])),
+        "eval-flushdb" => script("return redis.call('FLUSHDB')", &[]),
+        "lua-del-total" => script(
+            "return redis.call('DEL', KEYS[1])",
+            &args![keys::total(coupon_id)],
+        ),
+        "set-outside" => redis_says(redis::execute("SET", &args!["victim:outside", 1])),
+        "lua-set-outside" => script("return redis.call('SET', 'victim:outside', '1')", &[]),
+        "keys" => redis_says(redis::execute("KEYS", &args!["*"])),
+        "script-flush" => redis_says(redis::execute("SCRIPT", &args!["FLUSH"])),
+        "xread-block" => redis_says(redis::execute(
+            "XREAD",
+            &args!["BLOCK", 0, "STREAMS", keys::ISSUE_STREAM, "$"],
+        )),
+        "client-pause" => on_dedicated(&["CLIENT", "PAUSE", "10000"]),
+        "reset" => on_dedicated(&["RESET"]),
+        "auth" => on_dedicated(&["AUTH", "default", "anything"]),
+        "big-reply" => script("return string.rep('x', 100 * 1024 * 1024)", &[]),
+        "many-connections" => {
+            let mut held = Vec::new();
+            for n in 0..16 {
+                match Connection::open() {
+                    Ok(conn) => held.push(conn),
+                    Err(err) => return Err(format!("connection {}: {}", n + 1, err.message())),
+                }
+            }
+            Ok(format!("held {} dedicated connections", held.len()))
+        }
+        "drop-table" => sql_says(sql::execute("DROP TABLE coupon_issues", &[])),
+        "truncate" => sql_says(sql::execute("TRUNCATE TABLE members", &[])),
+        "create-user" => sql_says(sql::execute("CREATE USER evil IDENTIFIED BY 'evil'", &[])),
+        "read-mysql-user" => sql_says(sql::query("SELECT COUNT(*) FROM mysql.user", &[])),
+        "raise-total" => sql_says(sql::execute(
+            "UPDATE coupons SET total_count = total_count + 1000 WHERE id = ?",
+            &params![coupon_id],
+        )),
+        "insert-member" => sql_says(sql::execute(
+            "INSERT INTO members (name) VALUES ('evil')",
+            &[],
+        )),
+        "set-session" => sql_says(sql::execute(
+            "SET SESSION innodb_lock_wait_timeout = 1000",
+            &[],
+        )),
+        "autocommit-off" => sql_says(sql::execute("SET autocommit = 0", &[])),
+        // Allowed — but its connection must not reach the next borrower.
+        "get-lock" => sql_says(sql::query("SELECT GET_LOCK('couponlab-hostile', 0)", &[])),
+        "sleep" => sql_says(sql::query("SELECT SLEEP(1000)", &[])),
+        "big-result" => sql_says(sql::query("SELECT REPEAT('x', 9000000)", &[])),
+        "many-transactions" => {
+            let mut open = Vec::new();
+            for n in 0..16 {
+                match sql::begin(IsolationLevel::ReadCommitted) {
+                    Ok(tx) => open.push(tx),
+                    Err(err) => return Err(format!("transaction {}: {}", n + 1, err.message())),
+                }
+            }
+            Ok(format!("held {} transactions", open.len()))
+        }
+        "big-payload" => match jobs::submit(&"x".repeat(1 << 20)) {
+            Ok(()) => Ok("queued a 1 MiB job".into()),
+            Err(err) => Err(format!("refused: {err:?}")),
+        },
+        other => Err(format!("no attack named {other:?}")),
+    }
+}
+
+fn on_dedicated(command: &[&str]) -> Attempt {
+    let conn = Connection::open().map_err(|err| err.message().to_string())?;
+    let args: Vec<String> = command[1..].iter().map(|s| s.to_string()).collect();
+    redis_says(conn.execute(command[0], &args))
+}
+
+export!(Hostile);
