@@ -9,7 +9,10 @@
 //! - `cargo xtask services`: only make sure Redis and MySQL/MariaDB answer.
 //! - `cargo xtask loadtest <compare | spike | capacity> [options]`: k6 runs
 //!   and a report (see `loadtest/mod.rs`).
+//! - `cargo xtask bench [options]`: couponlab against its native twin under
+//!   wrk, written to `docs/performance.md` (see `bench.rs`).
 
+mod bench;
 mod loadtest;
 mod services;
 mod strategies;
@@ -56,9 +59,10 @@ fn main() -> anyhow::Result<()> {
             }
         }
         "loadtest" => loadtest::main(&rest),
+        "bench" => bench::main(&rest),
         "help" | "--help" | "-h" => {
             println!(
-                "usage: cargo xtask <strategies | run | test | services | loadtest> [-- args]"
+                "usage: cargo xtask <strategies | run | test | services | loadtest | bench> [-- args]"
             );
             Ok(())
         }

@@ -131,3 +131,56 @@ async fn a_greedy_component_fails_after_the_pool_is_warm() {
     }
     lab.finish().await;
 }
+
+/// Not a pass/fail test: what one call costs the host, without HTTP —
+/// instantiating a component and calling it (TEST_BUILD answers at once),
+/// then REDIS_LUA on a sold-out coupon (one EVALSHA).
+/// `cargo test --release -p couponlab --test lab -- call_cost_benchmark --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run explicitly"]
+async fn call_cost_benchmark() {
+    use couponlab::runtime::bindings::types::IssueRequest;
+    let lab = Setup::with(&["test_build_a", "redis_lua"]).start().await;
+    let members = lab.members(2).await;
+    let coupon = lab.coupon(1).await;
+    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+    let server = couponlab::Lab::start(lab.config.clone()).await.unwrap();
+    for method in ["TEST_BUILD", "REDIS_LUA"] {
+        let strategy = server.registry.get(method).unwrap();
+        let request = IssueRequest {
+            coupon_id: coupon,
+            member_id: members[1],
+            duplicate_check: true,
+            idempotency_key: None,
+            quantity: 1,
+        };
+        for _ in 0..500 {
+            let _ = server.runtime.issue(&strategy, &request).await;
+        }
+        let calls = 5_000;
+        let started = Instant::now();
+        for _ in 0..calls {
+            let _ = server.runtime.issue(&strategy, &request).await;
+        }
+        println!(
+            "{method}: {:.1} µs a call, one at a time",
+            started.elapsed().as_secs_f64() * 1e6 / calls as f64
+        );
+    }
+    let redis = &server.runtime.capabilities().redis;
+    let script = include_str!("../../../lua/reserve.lua");
+    let keys = [
+        format!("coupon:issued:{coupon}"),
+        format!("coupon:total:{coupon}"),
+    ];
+    let args = [members[1].to_string()];
+    let started = Instant::now();
+    for _ in 0..5_000 {
+        redis.eval(script, &keys, &args).await.unwrap();
+    }
+    println!(
+        "the EVALSHA alone: {:.1} µs",
+        started.elapsed().as_secs_f64() * 1e6 / 5_000.0
+    );
+    lab.finish().await;
+}

@@ -29,8 +29,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use self::http::Api;
+pub use self::http::Api;
 use self::report::Row;
+pub use self::server::database_url;
 use crate::root;
 
 /// How long an asynchronous method may take to confirm what it accepted.

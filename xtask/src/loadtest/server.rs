@@ -80,7 +80,7 @@ impl Drop for Server {
 }
 
 /// The scratch database's URL, named after the migrations it holds.
-fn database_url() -> anyhow::Result<String> {
+pub fn database_url() -> anyhow::Result<String> {
     let mut files: Vec<_> = std::fs::read_dir(root().join("migrations"))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|path| path.extension().is_some_and(|ext| ext == "sql"))

@@ -1,0 +1,607 @@
+//! `cargo xtask bench`: how much of an answer is the method and how much is
+//! the lab. Runs couponlab's `REDIS_LUA` and `native-twin` (the same work
+//! written natively: `host/src/bin/native-twin.rs`) side by side, in one
+//! run, alternating A B A B, under `wrk`, and writes `docs/performance.md`.
+//!
+//! ```text
+//! cargo xtask bench [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]
+//! ```
+//!
+//! Two pairs:
+//!
+//! - **sold out**: a coupon already sold out, so every request is Redis
+//!   only (one EVALSHA: GET the total, SISMEMBER, SCARD → SOLD_OUT);
+//! - **issue**: a coupon with stock for everyone, a fresh member per
+//!   request (the EVALSHA reservation, then the confirm transaction).
+//!
+//! For each pair: throughput and p99 at `--connections`, p50 at one
+//! connection, each the median of the rounds; and `redis-benchmark` of the
+//! EVALSHA alone as the physical limit. Both servers share one database
+//! (`couponlab_bench_<migrations>`) and Redis database 11.
+
+use std::fmt::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::json;
+
+use crate::loadtest::Api;
+use crate::{root, run, services, strategies};
+
+const REDIS_URL: &str = "redis://127.0.0.1:6379/11";
+const USAGE: &str = "usage: cargo xtask bench [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]";
+
+struct Options {
+    duration: String,
+    rounds: usize,
+    connections: usize,
+    out: PathBuf,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> anyhow::Result<Options> {
+        let mut options = Options {
+            duration: "10s".into(),
+            rounds: 3,
+            connections: 50,
+            out: root().join("docs").join("performance.md"),
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = || {
+                args.next()
+                    .with_context(|| format!("{arg} needs a value; {USAGE}"))
+            };
+            match arg.as_str() {
+                "--duration" => options.duration = value()?.clone(),
+                "--rounds" => options.rounds = value()?.parse().context("--rounds")?,
+                "--connections" => {
+                    options.connections = value()?.parse().context("--connections")?
+                }
+                "--out" => options.out = PathBuf::from(value()?),
+                "--help" | "-h" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => bail!("unknown option {other:?}; {USAGE}"),
+            }
+        }
+        anyhow::ensure!(options.rounds > 0, "--rounds must be at least 1");
+        anyhow::ensure!(options.connections > 0, "--connections must be at least 1");
+        Ok(options)
+    }
+}
+
+pub fn main(args: &[String]) -> anyhow::Result<()> {
+    let options = Options::parse(args)?;
+    services::ensure()?;
+    let wrk = ensure_wrk()?;
+    let dist = root().join("strategies").join("dist");
+    strategies::build_and_install(&dist)?;
+    run(Command::new(cargo())
+        .args(["build", "--release", "--package", "couponlab", "--bins"])
+        .current_dir(root()))?;
+
+    let database = database_url()?;
+    let lab = Process::start(
+        "couponlab",
+        &["serve"],
+        &[
+            ("DATABASE_URL", database.clone()),
+            ("REDIS_URL", REDIS_URL.into()),
+            ("COUPONLAB_STRATEGY_DIR", dist.display().to_string()),
+            ("COUPONLAB_WATCH", "false".into()),
+        ],
+        "COUPONLAB_BIND",
+    )?;
+    let api = Api::new(&lab.base_url())?;
+    lab.wait_until_answering(&api)?;
+    api.delete_data()?;
+    let twin = Process::start(
+        "native-twin",
+        &[],
+        &[("DATABASE_URL", database), ("REDIS_URL", REDIS_URL.into())],
+        "--bind",
+    )?;
+    twin.wait_until_listening()?;
+    let servers = [("couponlab", &lab), ("native twin", &twin)];
+
+    // Sold out: total 1, issued once.
+    let members = api.post("/lab/members", &json!({ "count": 2 }))?;
+    let first = members["firstId"].as_u64().context("firstId")?;
+    let sold_out = create_coupon(&api, 1)?;
+    api.post(
+        &format!("/lab/coupons/{sold_out}/issue"),
+        &json!({ "memberId": first, "method": "REDIS_LUA" }),
+    )?;
+    let sold_out_body = json!({ "memberId": first + 1, "method": "REDIS_LUA" }).to_string();
+    let script = write_script("sold-out.lua", &sold_out_script(&sold_out_body))?;
+
+    let mut report = Report::default();
+    for (_, process) in &servers {
+        wrk_run(&wrk, process, &script, &sold_out, options.connections, "2s")?;
+    }
+    let coupon = || Ok(sold_out.clone());
+    measure_pair(
+        "sold out",
+        &options,
+        &wrk,
+        &servers,
+        &script,
+        coupon,
+        &mut report,
+    )?;
+
+    // Issue: a fresh member per request and a fresh coupon per run, so the
+    // same million members serve every run.
+    let members = api.post("/lab/members", &json!({ "count": ISSUE_MEMBERS }))?;
+    let pool = members["firstId"].as_u64().context("firstId")?;
+    let script = write_script("issue.lua", &issue_script(pool))?;
+    let coupon = || create_coupon(&api, 100_000_000);
+    measure_pair(
+        "issue",
+        &options,
+        &wrk,
+        &servers,
+        &script,
+        coupon,
+        &mut report,
+    )?;
+
+    let raw = redis_benchmark(&sold_out, first + 1)?;
+    println!("redis-benchmark EVALSHA of lua/reserve.lua: {raw:.0} requests/s");
+    let rss = [
+        ("couponlab", lab.rss_kib()),
+        ("native twin", twin.rss_kib()),
+    ];
+    let markdown = report.markdown(&options, raw, &rss);
+    write_between_markers(&options.out, &markdown)?;
+    println!("\n{markdown}\nwritten to {}", options.out.display());
+    Ok(())
+}
+
+/// `options.rounds` rounds of one pair, alternating the servers: each
+/// round runs `options.connections` connections, then one, each on the
+/// coupon `coupon` gives (a fresh one per run where stock runs out).
+fn measure_pair(
+    pair: &'static str,
+    options: &Options,
+    wrk: &Path,
+    servers: &[(&'static str, &Process)],
+    script: &Path,
+    mut coupon: impl FnMut() -> anyhow::Result<String>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    println!(
+        "{pair} pair: {} rounds of {}",
+        options.rounds, options.duration
+    );
+    for round in 0..options.rounds {
+        for &(server, process) in servers {
+            let loaded = wrk_run(
+                wrk,
+                process,
+                script,
+                &coupon()?,
+                options.connections,
+                &options.duration,
+            )?;
+            let single = wrk_run(wrk, process, script, &coupon()?, 1, &options.duration)?;
+            println!(
+                "  round {}: {server}: {loaded}, c=1 p50 {:.0} µs",
+                round + 1,
+                single.p50_us
+            );
+            report.add(pair, server, loaded, single);
+        }
+    }
+    Ok(())
+}
+
+const START: &str = "<!-- bench:start -->";
+const END: &str = "<!-- bench:end -->";
+
+/// Replaces what stands between the markers in `file`, keeping the text
+/// around them; a file without them is written whole.
+fn write_between_markers(file: &Path, measured: &str) -> anyhow::Result<()> {
+    let existing = std::fs::read_to_string(file).unwrap_or_default();
+    let text = match (existing.find(START), existing.find(END)) {
+        (Some(start), Some(end)) if start < end => format!(
+            "{}{START}\n{measured}{}",
+            &existing[..start],
+            &existing[end..]
+        ),
+        _ => format!("{START}\n{measured}{END}\n"),
+    };
+    std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// `wrk`, installed from Debian's packages when missing.
+fn ensure_wrk() -> anyhow::Result<PathBuf> {
+    let wrk = PathBuf::from("/usr/bin/wrk");
+    if !wrk.exists() {
+        println!("installing wrk (apt-get install wrk)");
+        run(Command::new("apt-get").args(["install", "-y", "-q", "wrk"]))?;
+    }
+    Ok(wrk)
+}
+
+fn create_coupon(api: &Api, total: u64) -> anyhow::Result<String> {
+    let coupon = api.post(
+        "/lab/coupons",
+        &json!({ "name": "bench", "totalCount": total }),
+    )?;
+    Ok(coupon["id"].as_u64().context("coupon id")?.to_string())
+}
+
+/// A server process of the bench's own, on a free port.
+struct Process {
+    child: Child,
+    port: u16,
+}
+
+impl Process {
+    fn start(
+        binary: &str,
+        args: &[&str],
+        env: &[(&str, String)],
+        bind: &str,
+    ) -> anyhow::Result<Process> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut command = Command::new(root().join("target").join("release").join(binary));
+        command
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let address = format!("127.0.0.1:{port}");
+        if bind.starts_with("--") {
+            command.arg(bind).arg(&address);
+        } else {
+            command.env(bind, &address);
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("cannot start target/release/{binary}"))?;
+        Ok(Process { child, port })
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_until_answering(&self, api: &Api) -> anyhow::Result<()> {
+        let started = Instant::now();
+        while api.get("/lab/strategies").is_err() {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(60),
+                "the lab did not answer within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    fn wait_until_listening(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(30),
+                "the native twin did not listen within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Resident memory now, from /proc.
+    fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// The scratch database, named after the migrations it holds.
+fn database_url() -> anyhow::Result<String> {
+    Ok(crate::loadtest::database_url()?.replace("couponlab_loadtest_", "couponlab_bench_"))
+}
+
+fn write_script(name: &str, source: &str) -> anyhow::Result<PathBuf> {
+    let dir = root().join("target").join("bench");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(name);
+    std::fs::write(&path, source)?;
+    Ok(path)
+}
+
+/// The same POST again and again.
+fn sold_out_script(body: &str) -> String {
+    let body = body.replace('\\', "\\\\").replace('"', "\\\"");
+    format!(
+        "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nwrk.body = \"{body}\"\n"
+    )
+}
+
+/// Members one issue run may use: each of wrk's (at most two) threads
+/// counts through its own half, at up to 50,000 requests a second for 10 s.
+const ISSUE_MEMBERS: u64 = 1_000_000;
+
+/// A fresh member per request, from the pool starting at `first`.
+fn issue_script(first: u64) -> String {
+    format!(
+        r#"wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local threads = 0
+function setup(thread)
+  thread:set("id", threads)
+  threads = threads + 1
+end
+function init(args)
+  next_member = {first} + id * {half}
+end
+function request()
+  next_member = next_member + 1
+  return wrk.format(nil, nil, nil, '{{"memberId": ' .. next_member .. ', "method": "REDIS_LUA"}}')
+end
+function response(status, headers, body)
+  if status ~= 200 then
+    io.write("REFUSED ", status, " ", body, "\n")
+  end
+end
+"#,
+        half = ISSUE_MEMBERS / 2 - 1
+    )
+}
+
+/// What one wrk run measured.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    requests_per_s: f64,
+    /// Answers other than 2xx, per second (the sold-out pair's 409s).
+    refused_per_s: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.0} req/s, p50 {:.0} µs, p99 {:.0} µs",
+            self.requests_per_s, self.p50_us, self.p99_us
+        )
+    }
+}
+
+fn wrk_run(
+    wrk: &Path,
+    process: &Process,
+    script: &Path,
+    coupon: &str,
+    connections: usize,
+    duration: &str,
+) -> anyhow::Result<Run> {
+    let threads = connections.min(2);
+    let url = format!("{}/lab/coupons/{coupon}/issue", process.base_url());
+    let output = Command::new(wrk)
+        .args([
+            "--latency",
+            "-t",
+            &threads.to_string(),
+            "-c",
+            &connections.to_string(),
+        ])
+        .args(["-d", duration, "-s"])
+        .arg(script)
+        .arg(&url)
+        .output()
+        .context("cannot run wrk")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(output.status.success(), "wrk failed: {text}");
+    if let Some(refused) = text.lines().find(|line| line.starts_with("REFUSED ")) {
+        println!("  (refused answers, the first: {refused})");
+    }
+    parse_wrk(&text).with_context(|| format!("cannot read wrk's report:\n{text}"))
+}
+
+/// Reads `Requests/sec` and the 50 % and 99 % lines of `--latency`.
+fn parse_wrk(text: &str) -> Option<Run> {
+    let percentile = |label: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|line| line.strip_prefix(label))
+            .and_then(|value| micros(value.trim()))
+    };
+    let requests_per_s: f64 = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Requests/sec:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    // "  120000 requests in 10.00s, 20.00MB read"
+    let seconds = text.lines().find_map(|line| {
+        let (_, rest) = line.trim().split_once(" requests in ")?;
+        Some(micros(rest.split(',').next()?.trim())? / 1e6)
+    })?;
+    let refused: f64 = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Non-2xx or 3xx responses:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0.0);
+    Some(Run {
+        requests_per_s,
+        refused_per_s: refused / seconds,
+        p50_us: percentile("50.000%").or_else(|| percentile("50%"))?,
+        p99_us: percentile("99.000%").or_else(|| percentile("99%"))?,
+    })
+}
+
+/// `221.00us`, `7.10ms`, `1.02s` in microseconds.
+fn micros(value: &str) -> Option<f64> {
+    let (number, factor) = if let Some(n) = value.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = value.strip_suffix("ms") {
+        (n, 1_000.0)
+    } else if let Some(n) = value.strip_suffix('s') {
+        (n, 1_000_000.0)
+    } else {
+        return None;
+    };
+    Some(number.trim().parse::<f64>().ok()? * factor)
+}
+
+/// `redis-benchmark` of the reservation script alone: what one Redis core
+/// can do for this coupon at 50 clients.
+fn redis_benchmark(coupon: &str, member: u64) -> anyhow::Result<f64> {
+    let script = std::fs::read_to_string(root().join("lua").join("reserve.lua"))?;
+    let load = Command::new("redis-cli")
+        .args(["-n", "11", "SCRIPT", "LOAD", &script])
+        .output()
+        .context("cannot run redis-cli")?;
+    let sha = String::from_utf8_lossy(&load.stdout).trim().to_string();
+    let output = Command::new("redis-benchmark")
+        .args([
+            "-n", "200000", "-c", "50", "-q", "--dbnum", "11", "EVALSHA", &sha, "2",
+        ])
+        .arg(format!("coupon:issued:{coupon}"))
+        .arg(format!("coupon:total:{coupon}"))
+        .arg(member.to_string())
+        .output()
+        .context("cannot run redis-benchmark")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    // Progress lines end in \r; the last one says
+    // "EVALSHA ...: 93632.96 requests per second, p50=0.271 msec".
+    let last = text
+        .rsplit('\r')
+        .find(|line| line.contains("requests per second"));
+    last.and_then(|line| line.rsplit(": ").next())
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("cannot read redis-benchmark's report: {text}"))
+}
+
+/// Every run, by pair and server.
+#[derive(Default)]
+struct Report {
+    runs: Vec<(&'static str, &'static str, Run, Run)>,
+}
+
+impl Report {
+    fn add(&mut self, pair: &'static str, server: &'static str, loaded: Run, single: Run) {
+        self.runs.push((pair, server, loaded, single));
+    }
+
+    /// The median of `figure` over a server's rounds of a pair.
+    fn median(&self, pair: &str, server: &str, figure: impl Fn(&Run, &Run) -> f64) -> f64 {
+        let mut values: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|(p, s, ..)| *p == pair && *s == server)
+            .map(|(_, _, loaded, single)| figure(loaded, single))
+            .collect();
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+
+    fn markdown(&self, options: &Options, raw: f64, rss: &[(&str, Option<u64>)]) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Measured by `cargo xtask bench --duration {} --rounds {} --connections {}` on this \
+             machine (2 cores, server, twin, wrk, MariaDB and Redis together), alternating \
+             couponlab and `native-twin` run by run; each figure is the median of the rounds.\n",
+            options.duration, options.rounds, options.connections
+        );
+        let _ = writeln!(
+            out,
+            "| pair | couponlab req/s | twin req/s | throughput ratio | couponlab p99 | twin p99 | p99 ratio | couponlab p50 c=1 | twin p50 c=1 | overhead per request |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for pair in ["sold out", "issue"] {
+            // What counts for the issue pair is what issued.
+            let answered = |run: &Run| match pair {
+                "issue" => run.requests_per_s - run.refused_per_s,
+                _ => run.requests_per_s,
+            };
+            let lab_rps = self.median(pair, "couponlab", |l, _| answered(l));
+            let twin_rps = self.median(pair, "native twin", |l, _| answered(l));
+            let lab_p99 = self.median(pair, "couponlab", |l, _| l.p99_us);
+            let twin_p99 = self.median(pair, "native twin", |l, _| l.p99_us);
+            let lab_p50 = self.median(pair, "couponlab", |_, s| s.p50_us);
+            let twin_p50 = self.median(pair, "native twin", |_, s| s.p50_us);
+            let _ = writeln!(
+                out,
+                "| {pair} | {lab_rps:.0} | {twin_rps:.0} | {:.2}× | {:.2} ms | {:.2} ms | {:.2}× | {lab_p50:.0} µs | {twin_p50:.0} µs | {:+.0} µs |",
+                lab_rps / twin_rps,
+                lab_p99 / 1000.0,
+                twin_p99 / 1000.0,
+                lab_p99 / twin_p99,
+                lab_p50 - twin_p50,
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n`redis-benchmark` of the same EVALSHA (50 clients): {raw:.0} requests/s — the \
+             physical limit of the sold-out path on one Redis core.\n"
+        );
+        for (server, kib) in rss {
+            if let Some(kib) = kib {
+                let _ = writeln!(
+                    out,
+                    "- resident memory of {server} after the run: {:.0} MiB",
+                    *kib as f64 / 1024.0
+                );
+            }
+        }
+        out.push_str("\nEvery run (refused: answers other than 2xx, the sold-out pair's 409s):\n\n| pair | server | c | req/s | refused/s | p50 | p99 | c=1 p50 |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+        for (pair, server, loaded, single) in &self.runs {
+            let _ = writeln!(
+                out,
+                "| {pair} | {server} | {} | {:.0} | {:.0} | {:.0} µs | {:.0} µs | {:.0} µs |",
+                options.connections,
+                loaded.requests_per_s,
+                loaded.refused_per_s,
+                loaded.p50_us,
+                loaded.p99_us,
+                single.p50_us
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrk_reports_are_read() {
+        let text = "Running 10s test @ http://x\n  2 threads and 50 connections\n  Latency Distribution\n     50%  221.00us\n     75%  400.00us\n     90%    1.20ms\n     99%    7.10ms\n  120000 requests in 10.00s, 20.00MB read\nRequests/sec:  12200.50\nTransfer/sec:      2.00MB\n";
+        let run = parse_wrk(text).unwrap();
+        assert_eq!(run.requests_per_s, 12200.5);
+        assert_eq!(run.refused_per_s, 0.0);
+        assert_eq!(run.p50_us, 221.0);
+        assert_eq!(run.p99_us, 7100.0);
+        assert_eq!(micros("1.5s"), Some(1_500_000.0));
+    }
+}
