@@ -124,32 +124,20 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     for (_, process) in &servers {
         wrk_run(&wrk, process, &script, &sold_out, options.connections, "2s")?;
     }
-    let coupon = || Ok(sold_out.clone());
-    measure_pair(
-        "sold out",
-        &options,
-        &wrk,
-        &servers,
-        &script,
-        coupon,
-        &mut report,
-    )?;
+    let mut bench = Bench {
+        options: &options,
+        wrk: &wrk,
+        servers: &servers,
+        report: &mut report,
+    };
+    bench.pair("sold out", &script, || Ok(sold_out.clone()))?;
 
     // Issue: a fresh member per request and a fresh coupon per run, so the
     // same million members serve every run.
     let members = api.post("/lab/members", &json!({ "count": ISSUE_MEMBERS }))?;
     let pool = members["firstId"].as_u64().context("firstId")?;
     let script = write_script("issue.lua", &issue_script(pool))?;
-    let coupon = || create_coupon(&api, 100_000_000);
-    measure_pair(
-        "issue",
-        &options,
-        &wrk,
-        &servers,
-        &script,
-        coupon,
-        &mut report,
-    )?;
+    bench.pair("issue", &script, || create_coupon(&api, 100_000_000))?;
 
     let raw = redis_benchmark(&sold_out, first + 1)?;
     println!("redis-benchmark EVALSHA of lua/reserve.lua: {raw:.0} requests/s");
@@ -163,42 +151,50 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `options.rounds` rounds of one pair, alternating the servers: each
-/// round runs `options.connections` connections, then one, each on the
-/// coupon `coupon` gives (a fresh one per run where stock runs out).
-fn measure_pair(
-    pair: &'static str,
-    options: &Options,
-    wrk: &Path,
-    servers: &[(&'static str, &Process)],
-    script: &Path,
-    mut coupon: impl FnMut() -> anyhow::Result<String>,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    println!(
-        "{pair} pair: {} rounds of {}",
-        options.rounds, options.duration
-    );
-    for round in 0..options.rounds {
-        for &(server, process) in servers {
-            let loaded = wrk_run(
-                wrk,
-                process,
-                script,
-                &coupon()?,
-                options.connections,
-                &options.duration,
-            )?;
-            let single = wrk_run(wrk, process, script, &coupon()?, 1, &options.duration)?;
-            println!(
-                "  round {}: {server}: {loaded}, c=1 p50 {:.0} µs",
-                round + 1,
-                single.p50_us
-            );
-            report.add(pair, server, loaded, single);
+/// What every pair is measured with.
+struct Bench<'a> {
+    options: &'a Options,
+    wrk: &'a Path,
+    servers: &'a [(&'static str, &'a Process)],
+    report: &'a mut Report,
+}
+
+impl Bench<'_> {
+    /// `options.rounds` rounds of one pair, alternating the servers: each
+    /// round runs `options.connections` connections, then one, each on the
+    /// coupon `coupon` gives (a fresh one per run where stock runs out).
+    fn pair(
+        &mut self,
+        pair: &'static str,
+        script: &Path,
+        mut coupon: impl FnMut() -> anyhow::Result<String>,
+    ) -> anyhow::Result<()> {
+        let options = self.options;
+        println!(
+            "{pair} pair: {} rounds of {}",
+            options.rounds, options.duration
+        );
+        for round in 0..options.rounds {
+            for &(server, process) in self.servers {
+                let loaded = wrk_run(
+                    self.wrk,
+                    process,
+                    script,
+                    &coupon()?,
+                    options.connections,
+                    &options.duration,
+                )?;
+                let single = wrk_run(self.wrk, process, script, &coupon()?, 1, &options.duration)?;
+                println!(
+                    "  round {}: {server}: {loaded}, c=1 p50 {:.0} µs",
+                    round + 1,
+                    single.p50_us
+                );
+                self.report.add(pair, server, loaded, single);
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 const START: &str = "<!-- bench:start -->";
