@@ -160,11 +160,7 @@ async fn bad_input_gets_400_in_the_envelope() {
     }
     // Nothing above created anything.
     assert!(lab.issued_members(coupon).await.is_empty());
-    let coupons: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM coupons")
-        .fetch_one(&lab.db)
-        .await
-        .unwrap();
-    assert_eq!(coupons, 1);
+    assert_eq!(lab.number("SELECT COUNT(*) FROM coupons").await, 1);
     lab.finish().await;
 }
 
@@ -217,41 +213,26 @@ async fn delete_data_truncates_the_tables_and_the_coupon_keys() {
     let members = lab.members(3).await;
     let coupon = lab.coupon(5).await;
     lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
-    let mut redis = lab.redis.clone();
-    let _: () = redis::cmd("SET")
-        .arg("unrelated:key")
-        .arg(1)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let _: () = lab
+        .redis_query(redis::cmd("SET").arg("unrelated:key").arg(1))
+        .await;
 
     let reply = lab.request(Method::DELETE, "/lab/data", None).await;
     assert_eq!(reply.ok()["deletedRedisKeys"], json!(2), "{}", reply.body);
 
     for table in ["members", "coupons", "coupon_issues"] {
-        let rows: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
-            .fetch_one(&lab.db)
-            .await
-            .unwrap();
+        let rows = lab.number(&format!("SELECT COUNT(*) FROM {table}")).await;
         assert_eq!(rows, 0, "{table}");
     }
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg("coupon:*")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let left: Vec<String> = lab.redis_query(redis::cmd("KEYS").arg("coupon:*")).await;
     assert!(left.is_empty(), "{left:?}");
-    let unrelated: Option<i64> = redis::cmd("GET")
-        .arg("unrelated:key")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let unrelated: Option<i64> = lab
+        .redis_query(redis::cmd("GET").arg("unrelated:key"))
+        .await;
     assert_eq!(unrelated, Some(1));
-    let _: () = redis::cmd("DEL")
-        .arg("unrelated:key")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let _: () = lab
+        .redis_query(redis::cmd("DEL").arg("unrelated:key"))
+        .await;
     lab.finish().await;
 }
 

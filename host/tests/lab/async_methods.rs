@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::future::join_all;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::process::Child;
 
-use crate::common::{PUBSUB, Setup, TestLab, statuses, until};
+use crate::common::{
+    DRAIN, PUBSUB, Setup, TestLab, hold_coupon_row, statuses, stops_cleanly_on_sigterm, until,
+};
 
 const ASYNC_COMPONENTS: [&str; 4] = [
     "redis_async",
@@ -17,24 +18,6 @@ const ASYNC_COMPONENTS: [&str; 4] = [
     "redis_stream",
     "redis_stream_atomic",
 ];
-/// Generous: a loaded shared machine can slow a drain tenfold.
-const DRAIN: Duration = Duration::from_secs(120);
-
-/// Waits until every 202 of `coupon` has its outcome; returns the result.
-async fn drained(lab: &TestLab, coupon: u64, accepted: u64) -> Value {
-    let started = std::time::Instant::now();
-    loop {
-        let result = lab.result(coupon).await;
-        if result["accepted"] == json!(accepted) && result["pending"] == json!(0) {
-            return result;
-        }
-        assert!(
-            started.elapsed() < DRAIN,
-            "not drained after {DRAIN:?}: {result}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_async_method_accepts_exactly_the_total_and_confirms_it() {
@@ -52,7 +35,7 @@ async fn every_async_method_accepts_exactly_the_total_and_confirms_it() {
     ] {
         let members = lab.members(400).await;
         let coupon = lab.coupon(80).await;
-        let replies = join_all(members.iter().map(|&m| lab.issue(coupon, m, method))).await;
+        let replies = lab.issue_all(coupon, &members, method).await;
         assert_eq!(
             statuses(&replies),
             BTreeMap::from([(202, 80), (409, 320)]),
@@ -62,7 +45,7 @@ async fn every_async_method_accepts_exactly_the_total_and_confirms_it() {
             assert_eq!(reply.ok()["outcome"], json!("ACCEPTED"));
         }
 
-        let result = drained(&lab, coupon, 80).await;
+        let result = lab.drained(coupon, 80).await;
         assert_eq!(
             result["asyncResults"],
             json!({ "ISSUED": 80 }),
@@ -99,7 +82,7 @@ async fn a_full_job_queue_answers_503_and_leaves_no_reservation_behind() {
         .await;
     let members = lab.members(300).await;
     let coupon = lab.coupon(300).await;
-    let replies = join_all(members.iter().map(|&m| lab.issue(coupon, m, "REDIS_ASYNC"))).await;
+    let replies = lab.issue_all(coupon, &members, "REDIS_ASYNC").await;
     let statuses = statuses(&replies);
     let (accepted, refused) = (
         statuses.get(&202).copied().unwrap_or(0),
@@ -115,7 +98,7 @@ async fn a_full_job_queue_answers_503_and_leaves_no_reservation_behind() {
         );
     }
 
-    drained(&lab, coupon, accepted as u64).await;
+    lab.drained(coupon, accepted as u64).await;
     // Every 202 became a row; every 503 took its reservation back.
     let in_db = lab.issued_members(coupon).await;
     assert_eq!(in_db.len(), accepted);
@@ -168,10 +151,6 @@ fn stream_consumer_process(lab: &TestLab) -> Child {
     )
 }
 
-async fn rows(lab: &TestLab, coupon: u64) -> usize {
-    lab.issued_members(coupon).await.len()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stream_consumer_killed_mid_drain_loses_nothing_and_writes_nothing_twice() {
     let lab = Setup::with(&["redis_stream"])
@@ -184,45 +163,31 @@ async fn a_stream_consumer_killed_mid_drain_loses_nothing_and_writes_nothing_twi
     let members = lab.members(TOTAL).await;
     let coupon = lab.coupon(TOTAL).await;
     for chunk in members.chunks(200) {
-        let replies = join_all(chunk.iter().map(|&m| lab.issue(coupon, m, "REDIS_STREAM"))).await;
+        let replies = lab.issue_all(coupon, chunk, "REDIS_STREAM").await;
         assert!(replies.iter().all(|r| r.status == 202));
     }
 
     let mut consumer = stream_consumer_process(&lab);
     until("the consumer has confirmed some", DRAIN, || async {
-        rows(&lab, coupon).await >= 50
+        lab.issue_rows(coupon).await >= 50
     })
     .await;
-    consumer.start_kill().unwrap();
-    consumer.wait().await.unwrap();
-    let at_kill = rows(&lab, coupon).await;
+    consumer.kill().await.unwrap();
+    let at_kill = lab.issue_rows(coupon).await;
     assert!(
         at_kill < TOTAL as usize,
         "the drain finished before the kill; nothing was tested"
     );
 
-    let mut consumer = stream_consumer_process(&lab);
-    let result = drained(&lab, coupon, TOTAL).await;
+    let consumer = stream_consumer_process(&lab);
+    let result = lab.drained(coupon, TOTAL).await;
     assert_eq!(result["issueRows"], json!(TOTAL), "{result}");
     assert_eq!(result["distinctMembers"], json!(TOTAL));
     assert_eq!(result["issuedCount"], json!(TOTAL));
     assert_eq!(lab.issued_members(coupon).await, members);
     assert_eq!(result["stream"]["pending"], json!(0), "{result}");
 
-    // SIGTERM: it stops reading, finishes what it holds, and exits cleanly.
-    let pid = consumer.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = tokio::time::timeout(Duration::from_secs(10), consumer.wait())
-        .await
-        .expect("it stops")
-        .unwrap();
-    assert!(status.success(), "{status}");
+    stops_cleanly_on_sigterm(consumer).await;
     lab.finish().await;
 }
 
@@ -242,33 +207,25 @@ async fn an_entry_that_always_fails_is_dead_lettered_after_three_deliveries() {
     let coupon = lab.coupon(5).await;
 
     // Hold the coupon row: every confirm waits out the lock and fails.
-    let mut blocker = lab.db.begin().await.unwrap();
-    sqlx::query("SELECT id FROM coupons WHERE id = ? FOR UPDATE")
-        .bind(coupon)
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
+    let blocker = hold_coupon_row(&lab, coupon).await;
     lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
 
-    let mut redis = lab.redis.clone();
     until("the entry is dead-lettered", DRAIN, || async {
-        let dead: u64 = redis::cmd("XLEN")
-            .arg("coupon:issue:stream:dead")
-            .query_async(&mut redis.clone())
+        lab.redis_query::<u64>(redis::cmd("XLEN").arg("coupon:issue:stream:dead"))
             .await
-            .unwrap();
-        dead > 0
+            > 0
     })
     .await;
     blocker.rollback().await.unwrap();
 
-    let dead: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg("coupon:issue:stream:dead")
-        .arg("-")
-        .arg("+")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let dead: Vec<(String, Vec<(String, String)>)> = lab
+        .redis_query(
+            redis::cmd("XRANGE")
+                .arg("coupon:issue:stream:dead")
+                .arg("-")
+                .arg("+"),
+        )
+        .await;
     assert_eq!(dead.len(), 1);
     let fields: BTreeMap<String, String> = dead[0].1.iter().cloned().collect();
     assert_eq!(fields["memberId"], members[0].to_string());
@@ -300,7 +257,7 @@ async fn a_duplicate_delivery_is_acked_without_a_second_row() {
     let members = lab.members(1).await;
     let coupon = lab.coupon(5).await;
     lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
-    drained(&lab, coupon, 1).await;
+    lab.drained(coupon, 1).await;
 
     // The same request delivered again, as after a crash between commit and XACK.
     let mut redis = lab.redis.clone();
@@ -355,7 +312,7 @@ async fn a_restarted_server_still_reports_what_was_accepted_and_its_stream() {
     for &member in &members {
         assert_eq!(lab.issue(coupon, member, "REDIS_STREAM").await.status, 202);
     }
-    drained(&lab, coupon, 5).await;
+    lab.drained(coupon, 5).await;
 
     lab.restart().await;
     // The new process answered nothing for this coupon; Redis remembers.

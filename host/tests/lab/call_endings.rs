@@ -7,20 +7,15 @@
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::common::{
-    PUBSUB, Setup, TestLab, hold_coupon_row, outcome, subscriber_listening, until,
-};
+use crate::common::{PUBSUB, Setup, TestLab, hold_coupon_row, outcome, subscriber_listening};
 
 const STALL: &str = "TEST_STALL";
 
+/// A TEST_STALL request that stalls at `where_` until the call's deadline.
 async fn stall(lab: &TestLab, coupon: u64, member: u64, where_: &str) -> crate::common::Reply {
-    lab.post(
-        &format!("/lab/coupons/{coupon}/issue"),
-        json!({ "memberId": member, "method": STALL, "idempotencyKey": where_ }),
-    )
-    .await
+    lab.issue_keyed(coupon, member, STALL, where_).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,12 +92,12 @@ async fn the_database_cuts_a_statement_at_the_call_deadline() {
     assert!(message.contains("max_statement_time"), "{message}");
     assert!(took < Duration::from_millis(1_500), "took {took:?}");
     // Nothing of it keeps running on the server.
-    let sleeping: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP(600)%'",
-    )
-    .fetch_one(&lab.db)
-    .await
-    .unwrap();
+    let sleeping = lab
+        .number(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE INFO LIKE 'SELECT SLEEP(600)%'",
+        )
+        .await;
     assert_eq!(sleeping, 0);
     lab.finish().await;
 }
@@ -171,7 +166,7 @@ async fn confirmations_that_meet_a_busy_instance_pool_are_confirmed_later() {
         .sum();
         assert!(busy > 0, "{method}: the slot was never busy");
 
-        let result = drained(lab, coupon, 30).await;
+        let result = lab.drained(coupon, 30).await;
         assert_eq!(
             result["asyncResults"],
             json!({ "ISSUED": 30 }),
@@ -180,19 +175,6 @@ async fn confirmations_that_meet_a_busy_instance_pool_are_confirmed_later() {
         assert_eq!(lab.issued_members(coupon).await, members, "{method}");
     }
     lab.finish().await;
-}
-
-async fn drained(lab: &TestLab, coupon: u64, accepted: u64) -> Value {
-    until(
-        "every 202 is confirmed",
-        Duration::from_secs(120),
-        || async {
-            let result = lab.result(coupon).await;
-            result["accepted"] == json!(accepted) && result["pending"] == json!(0)
-        },
-    )
-    .await;
-    lab.result(coupon).await
 }
 
 /// A stream entry whose confirm waits on a row lock for longer than the
@@ -235,7 +217,7 @@ async fn an_entry_being_confirmed_is_not_claimed_away_from_its_consumer() {
         most, 1,
         "the entry was delivered {most} times while being confirmed"
     );
-    drained(&lab, coupon, 1).await;
+    lab.drained(coupon, 1).await;
     assert_eq!(lab.issued_members(coupon).await, members);
     lab.finish().await;
 }

@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use couponlab::Lab;
 use couponlab::config::Config;
+use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::Executor;
@@ -384,11 +385,76 @@ impl TestLab {
         .await
     }
 
+    /// An issue request with an idempotency key: what test components read
+    /// as the scenario to play.
+    pub async fn issue_keyed(&self, coupon: u64, member: u64, method: &str, key: &str) -> Reply {
+        self.post(
+            &format!("/lab/coupons/{coupon}/issue"),
+            json!({ "memberId": member, "method": method, "idempotencyKey": key }),
+        )
+        .await
+    }
+
+    /// Every one of `members` asks for `coupon` at once; the replies in
+    /// their order.
+    pub async fn issue_all(&self, coupon: u64, members: &[u64], method: &str) -> Vec<Reply> {
+        join_all(members.iter().map(|&m| self.issue(coupon, m, method))).await
+    }
+
     pub async fn result(&self, coupon: u64) -> Value {
         self.get(&format!("/lab/coupons/{coupon}/result"))
             .await
             .ok()
             .clone()
+    }
+
+    /// Waits (at most two minutes: a loaded shared machine can slow a drain
+    /// tenfold) until `accepted` requests of `coupon` were answered 202 and
+    /// every one has its outcome; returns the result.
+    pub async fn drained(&self, coupon: u64, accepted: u64) -> Value {
+        let started = std::time::Instant::now();
+        loop {
+            let result = self.result(coupon).await;
+            if result["accepted"] == json!(accepted) && result["pending"] == json!(0) {
+                return result;
+            }
+            assert!(
+                started.elapsed() < DRAIN,
+                "not drained after {DRAIN:?}: {result}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The issue rows of `coupon`, counted in the table.
+    pub async fn issue_rows(&self, coupon: u64) -> usize {
+        let rows: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ?")
+                .bind(coupon)
+                .fetch_one(&self.db)
+                .await
+                .unwrap();
+        rows as usize
+    }
+
+    /// The one number `query` selects from this test's database.
+    pub async fn number(&self, query: &str) -> i64 {
+        sqlx::query_scalar(query).fetch_one(&self.db).await.unwrap()
+    }
+
+    /// Runs `statement` with `binds` on this test's database, for what a
+    /// test writes behind the server's back.
+    pub async fn execute(&self, statement: &str, binds: &[u64]) {
+        let mut query = sqlx::query(statement);
+        for &bind in binds {
+            query = query.bind(bind);
+        }
+        query.execute(&self.db).await.unwrap();
+    }
+
+    /// Runs `command` on this test's Redis, which must not fail.
+    pub async fn redis_query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> T {
+        command.query_async(&mut self.redis.clone()).await.unwrap()
     }
 
     /// Members with an issue row for `coupon`, sorted.
@@ -466,6 +532,27 @@ impl TestLab {
         .await;
         let _ = std::fs::remove_dir_all(&self.strategy_dir);
     }
+}
+
+/// How long a test waits for accepted requests to be confirmed.
+pub const DRAIN: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Sends SIGTERM to a consumer process and asserts that it stops, within 10
+/// seconds, with a clean exit: it stops reading and finishes what it holds.
+pub async fn stops_cleanly_on_sigterm(mut consumer: tokio::process::Child) {
+    let pid = consumer.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::time::timeout(std::time::Duration::from_secs(10), consumer.wait())
+        .await
+        .expect("the consumer stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
 }
 
 /// Pub/sub channels span every Redis database: tests that publish take turns.

@@ -9,18 +9,16 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::common::{Reply, Setup, TestLab, hold_coupon_row, until};
+use crate::common::{Reply, Setup, TestLab, hold_coupon_row, outcome, until};
 
 const METHOD: &str = "REDIS_LUA_GATE";
 const COMPONENT: &str = "redis_lua_gate";
 
 async fn issue(lab: &TestLab, coupon: u64, member: u64, key: Option<&str>) -> Reply {
-    let mut body = json!({ "memberId": member, "method": METHOD });
-    if let Some(key) = key {
-        body["idempotencyKey"] = json!(key);
+    match key {
+        Some(key) => lab.issue_keyed(coupon, member, METHOD, key).await,
+        None => lab.issue(coupon, member, METHOD).await,
     }
-    lab.post(&format!("/lab/coupons/{coupon}/issue"), body)
-        .await
 }
 
 async fn seed(lab: &TestLab, coupon: u64, quantity: u64) -> Reply {
@@ -39,16 +37,7 @@ async fn cancel(lab: &TestLab, coupon: u64, member: u64, key: &str) -> Reply {
     .await
 }
 
-/// The outcome a reply names: `response.outcome`, or the error message's
-/// prefix (`SOLD_OUT: ...`).
-fn outcome(reply: &Reply) -> String {
-    if reply.status.is_success() {
-        return reply.ok()["outcome"].as_str().unwrap().to_string();
-    }
-    let message = reply.fails_with(reply.status.as_u16());
-    message.split(':').next().unwrap().to_string()
-}
-
+/// How many replies had each status and outcome.
 fn tally(replies: &[Reply]) -> BTreeMap<(u16, String), usize> {
     let mut tally = BTreeMap::new();
     for reply in replies {
@@ -59,20 +48,20 @@ fn tally(replies: &[Reply]) -> BTreeMap<(u16, String), usize> {
     tally
 }
 
+/// A [`tally`] written out: (status, outcome, how many).
+fn tallied(counts: &[(u16, &str, usize)]) -> BTreeMap<(u16, String), usize> {
+    counts
+        .iter()
+        .map(|&(status, outcome, count)| ((status, outcome.to_string()), count))
+        .collect()
+}
+
 async fn get(lab: &TestLab, key: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut lab.redis.clone())
-        .await
-        .unwrap()
+    lab.redis_query(redis::cmd("GET").arg(key)).await
 }
 
 async fn ttl(lab: &TestLab, key: &str) -> i64 {
-    redis::cmd("TTL")
-        .arg(key)
-        .query_async(&mut lab.redis.clone())
-        .await
-        .unwrap()
+    lab.redis_query(redis::cmd("TTL").arg(key)).await
 }
 
 async fn remaining(lab: &TestLab, coupon: u64) -> Option<i64> {
@@ -89,6 +78,13 @@ async fn marker(lab: &TestLab, coupon: u64, key: &str) -> Option<String> {
     get(lab, &format!("coupon:gate:{coupon}:reserved:{key}")).await
 }
 
+/// Asserts that `member`'s count and the marker of its keyless request
+/// (keyed `member-{id}` by the gate) are gone: the gate gave them back.
+async fn assert_gave_back(lab: &TestLab, coupon: u64, member: u64) {
+    assert_eq!(held_by(lab, coupon, member).await, None);
+    assert_eq!(marker(lab, coupon, &format!("member-{member}")).await, None);
+}
+
 async fn issued_count(lab: &TestLab, coupon: u64) -> i64 {
     sqlx::query_scalar("SELECT issued_count FROM coupons WHERE id = ?")
         .bind(coupon)
@@ -100,13 +96,11 @@ async fn issued_count(lab: &TestLab, coupon: u64) -> i64 {
 /// Confirms of this test's database running their UPDATE of the coupon row:
 /// while the row is held, each of them holds a permit and waits.
 async fn confirms_waiting(lab: &TestLab) -> i64 {
-    sqlx::query_scalar(
+    lab.number(
         "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
          WHERE DB = DATABASE() AND INFO LIKE 'UPDATE coupons SET issued_count%'",
     )
-    .fetch_one(&lab.db)
     .await
-    .unwrap()
 }
 
 fn gate_labels(result: &Value) -> &Value {
@@ -131,10 +125,7 @@ async fn stock_100_and_500_concurrent_reserves_admit_exactly_100_and_sell_out_40
     let replies = join_all(members.iter().map(|&m| issue(&lab, coupon, m, None))).await;
     assert_eq!(
         tally(&replies),
-        BTreeMap::from([
-            ((200, "ISSUED".to_string()), 100),
-            ((409, "SOLD_OUT".to_string()), 400)
-        ])
+        tallied(&[(200, "ISSUED", 100), (409, "SOLD_OUT", 400)])
     );
     assert_eq!(remaining(&lab, coupon).await, Some(0));
     let admitted: Vec<u64> = members
@@ -177,10 +168,7 @@ async fn the_same_idempotency_key_twice_is_already_reserved_and_takes_stock_once
     let replies = join_all((0..20).map(|_| issue(&lab, coupon, member, Some("order-1")))).await;
     assert_eq!(
         tally(&replies),
-        BTreeMap::from([
-            ((200, "ISSUED".to_string()), 1),
-            ((409, "DUPLICATE".to_string()), 19)
-        ])
+        tallied(&[(200, "ISSUED", 1), (409, "DUPLICATE", 19)])
     );
     for reply in replies.iter().filter(|r| r.status == 409) {
         assert!(
@@ -403,21 +391,14 @@ async fn a_drop_seeded_above_the_coupon_drains_at_the_database_guard() {
     let replies = join_all(members[..8].iter().map(|&m| issue(&lab, coupon, m, None))).await;
     assert_eq!(
         tally(&replies),
-        BTreeMap::from([
-            ((200, "ISSUED".to_string()), 5),
-            ((409, "SOLD_OUT_AT_DB".to_string()), 3)
-        ])
+        tallied(&[(200, "ISSUED", 5), (409, "SOLD_OUT_AT_DB", 3)])
     );
     // The units the database had no stock for stay taken; the members'
     // counts and markers go back.
     assert_eq!(remaining(&lab, coupon).await, Some(0));
     for (&member, reply) in members.iter().zip(&replies) {
         if reply.status == 409 {
-            assert_eq!(held_by(&lab, coupon, member).await, None);
-            assert_eq!(
-                marker(&lab, coupon, &format!("member-{member}")).await,
-                None
-            );
+            assert_gave_back(&lab, coupon, member).await;
         }
     }
     let late = issue(&lab, coupon, members[8], None).await;
@@ -460,18 +441,11 @@ async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_r
     let (first, throttled) = tokio::join!(first, the_rest);
 
     assert_eq!(outcome(&first), "ISSUED", "{}", first.body);
-    assert_eq!(
-        tally(&throttled),
-        BTreeMap::from([((503, "THROTTLED".to_string()), 20)])
-    );
+    assert_eq!(tally(&throttled), tallied(&[(503, "THROTTLED", 20)]));
     // Every throttled reservation was given back.
     assert_eq!(remaining(&lab, coupon).await, Some(99));
     for &member in &members[1..] {
-        assert_eq!(held_by(&lab, coupon, member).await, None);
-        assert_eq!(
-            marker(&lab, coupon, &format!("member-{member}")).await,
-            None
-        );
+        assert_gave_back(&lab, coupon, member).await;
     }
     assert_eq!(lab.issued_members(coupon).await, vec![members[0]]);
     let result = lab.result(coupon).await;
@@ -529,10 +503,7 @@ async fn a_drop_never_seeded_is_seeded_from_the_coupon_on_first_use() {
     let replies = join_all(members[1..].iter().map(|&m| issue(&lab, coupon, m, None))).await;
     assert_eq!(
         tally(&replies),
-        BTreeMap::from([
-            ((200, "ISSUED".to_string()), 3),
-            ((409, "SOLD_OUT".to_string()), 2)
-        ])
+        tallied(&[(200, "ISSUED", 3), (409, "SOLD_OUT", 2)])
     );
     assert_eq!(remaining(&lab, coupon).await, Some(0));
     let lives = ttl(&lab, &format!("coupon:gate:{coupon}:remaining")).await;
@@ -541,11 +512,9 @@ async fn a_drop_never_seeded_is_seeded_from_the_coupon_on_first_use() {
     assert_eq!(issued_count(&lab, coupon).await, 4);
 
     // DELETE /lab/data-style cleanup: the drop's keys match `coupon:*`.
-    let mut keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("coupon:gate:{coupon}:*"))
-        .query_async(&mut lab.redis.clone())
-        .await
-        .unwrap();
+    let mut keys: Vec<String> = lab
+        .redis_query(redis::cmd("KEYS").arg(format!("coupon:gate:{coupon}:*")))
+        .await;
     keys.sort();
     assert_eq!(
         keys.len(),

@@ -59,11 +59,18 @@ async fn serving(lab: &TestLab, which: &str) -> Duration {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn replacing_a_component_under_traffic_fails_no_request() {
-    let lab = Arc::new(Setup::with(&[]).start().await);
+/// A server with no component but TEST_BUILD's build a, installed once
+/// the server runs and serving.
+async fn serving_build_a() -> TestLab {
+    let lab = Setup::with(&[]).start().await;
     install(&lab.strategy_dir, SERVED, &build("a"));
     serving(&lab, "a").await;
+    lab
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacing_a_component_under_traffic_fails_no_request() {
+    let lab = Arc::new(serving_build_a().await);
 
     let stop = Arc::new(AtomicBool::new(false));
     let traffic: Vec<_> = (0..8)
@@ -119,9 +126,7 @@ async fn replacing_a_component_under_traffic_fails_no_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_file_leaves_the_previous_version_serving() {
-    let lab = Setup::with(&[]).start().await;
-    install(&lab.strategy_dir, SERVED, &build("a"));
-    serving(&lab, "a").await;
+    let lab = serving_build_a().await;
 
     let valid = build("b");
     let broken: [(&str, Vec<u8>, &str); 4] = [
@@ -176,9 +181,7 @@ async fn a_broken_file_leaves_the_previous_version_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_file_claiming_a_served_method_is_rejected() {
-    let lab = Setup::with(&[]).start().await;
-    install(&lab.strategy_dir, SERVED, &build("a"));
-    serving(&lab, "a").await;
+    let lab = serving_build_a().await;
 
     install(&lab.strategy_dir, "impostor.wasm", &build("b"));
     until("the impostor is rejected", WAIT, || async {
@@ -198,9 +201,7 @@ async fn a_second_file_claiming_a_served_method_is_rejected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_component_unloads_its_method_until_it_is_back() {
-    let lab = Setup::with(&[]).start().await;
-    install(&lab.strategy_dir, SERVED, &build("a"));
-    serving(&lab, "a").await;
+    let lab = serving_build_a().await;
 
     std::fs::remove_file(lab.strategy_dir.join(SERVED)).unwrap();
     until("TEST_BUILD is unknown", WAIT, || async {
@@ -221,9 +222,7 @@ async fn deleting_a_component_unloads_its_method_until_it_is_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unchanged_file_is_not_reloaded() {
-    let lab = Setup::with(&[]).start().await;
-    install(&lab.strategy_dir, SERVED, &build("a"));
-    serving(&lab, "a").await;
+    let lab = serving_build_a().await;
     let loaded_at = entry(&strategies(&lab).await, "TEST_BUILD").unwrap()["loadedAt"].clone();
 
     // The same bytes again, then a change to another file as a marker: once
@@ -251,9 +250,7 @@ async fn an_unchanged_file_is_not_reloaded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark; run explicitly"]
 async fn hot_reload_benchmark() {
-    let lab = Arc::new(Setup::with(&[]).start().await);
-    install(&lab.strategy_dir, SERVED, &build("a"));
-    serving(&lab, "a").await;
+    let lab = Arc::new(serving_build_a().await);
 
     // Constant closed-loop traffic; each answer is time-stamped.
     let started = Instant::now();

@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use sqlx::Executor;
 
 use crate::common::{MYSQL, REDIS, Reply, Setup, TestLab};
@@ -15,11 +14,7 @@ use crate::common::{MYSQL, REDIS, Reply, Setup, TestLab};
 const HOSTILE: &str = "TEST_HOSTILE";
 
 async fn attack(lab: &TestLab, coupon: u64, member: u64, attack: &str) -> Reply {
-    lab.post(
-        &format!("/lab/coupons/{coupon}/issue"),
-        json!({ "memberId": member, "method": HOSTILE, "idempotencyKey": attack }),
-    )
-    .await
+    lab.issue_keyed(coupon, member, HOSTILE, attack).await
 }
 
 /// Every table with its row count, and every key of the test's Redis
@@ -31,25 +26,13 @@ async fn snapshot(lab: &TestLab) -> (BTreeMap<String, i64>, BTreeMap<String, Str
         .unwrap();
     let mut rows = BTreeMap::new();
     for table in tables {
-        let count: i64 = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM `{table}`"))
-            .fetch_one(&lab.db)
-            .await
-            .unwrap();
+        let count = lab.number(&format!("SELECT COUNT(*) FROM `{table}`")).await;
         rows.insert(table, count);
     }
-    let mut redis = lab.redis.clone();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let keys: Vec<String> = lab.redis_query(redis::cmd("KEYS").arg("*")).await;
     let mut types = BTreeMap::new();
     for key in keys {
-        let kind: String = redis::cmd("TYPE")
-            .arg(&key)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
+        let kind: String = lab.redis_query(redis::cmd("TYPE").arg(&key)).await;
         types.insert(key, kind);
     }
     (rows, types)
@@ -121,19 +104,13 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
     // A named lock is allowed, but it leaves with its call: the connection
     // that holds it is closed, not handed to the next borrower.
     attack(&lab, coupon, members[1], "get-lock").await.ok();
-    let free: i64 = sqlx::query_scalar("SELECT IS_FREE_LOCK('couponlab-hostile')")
-        .fetch_one(&lab.db)
-        .await
-        .unwrap();
+    let free = lab.number("SELECT IS_FREE_LOCK('couponlab-hostile')").await;
     assert_eq!(free, 1, "the component's named lock outlived its call");
 
     assert_eq!(snapshot(&lab).await, before);
-    let mut redis = lab.redis.clone();
-    let outside: Option<String> = redis::cmd("GET")
-        .arg("victim:outside")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let outside: Option<String> = lab
+        .redis_query(redis::cmd("GET").arg("victim:outside"))
+        .await;
     assert_eq!(outside, None);
     // Every method still issues.
     lab.issue(coupon, members[1], "PESSIMISTIC").await.ok();
@@ -141,8 +118,9 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
     lab.finish().await;
 }
 
-/// Starts a server on these URLs, which must refuse to start; returns why.
-async fn refused_start(database_url: &str, redis_url: &str) -> String {
+/// Starts a server on these URLs, which must refuse to start with a message
+/// that names each of `needs`: what the operator has to provide.
+async fn refused_start_names(database_url: &str, redis_url: &str, needs: &[&str]) {
     // A directory of this call's own: both tests start at once.
     let strategy_dir = std::env::temp_dir().join(format!(
         "couponlab-refused-{}-{}",
@@ -159,7 +137,10 @@ async fn refused_start(database_url: &str, redis_url: &str) -> String {
         .err()
         .expect("the start is refused");
     let _ = std::fs::remove_dir_all(strategy_dir);
-    format!("{refused:#}")
+    let message = format!("{refused:#}");
+    for need in needs {
+        assert!(message.contains(need), "{message}");
+    }
 }
 
 /// A Redis user that may do everything but administer users.
@@ -183,16 +164,12 @@ async fn start_up_without_permission_to_create_the_redis_user_says_what_it_needs
         .query_async(&mut admin)
         .await
         .unwrap();
-    let message = refused_start(
+    refused_start_names(
         &format!("{MYSQL}/couponlab_test_noacl"),
         &format!("redis://{name}:secret@127.0.0.1:6379/0"),
+        &["ACL SETUSER", "COUPONLAB_STRATEGY_REDIS_URL"],
     )
     .await;
-    assert!(message.contains("ACL SETUSER"), "{message}");
-    assert!(
-        message.contains("COUPONLAB_STRATEGY_REDIS_URL"),
-        "{message}"
-    );
     let _: () = redis::cmd("ACL")
         .arg("DELUSER")
         .arg(&name)
@@ -232,16 +209,12 @@ async fn start_up_without_permission_to_create_the_database_user_says_what_it_ne
     ] {
         root.execute(statement.as_str()).await.unwrap();
     }
-    let message = refused_start(
+    refused_start_names(
         &format!("mysql://{user}:secret@127.0.0.1:3306/{db}"),
         &format!("{REDIS}/0"),
+        &["CREATE USER and GRANT", "COUPONLAB_STRATEGY_DATABASE_URL"],
     )
     .await;
-    assert!(message.contains("CREATE USER and GRANT"), "{message}");
-    assert!(
-        message.contains("COUPONLAB_STRATEGY_DATABASE_URL"),
-        "{message}"
-    );
     for statement in [
         format!("DROP USER IF EXISTS '{user}'@'localhost'"),
         format!("DROP USER IF EXISTS '{user}'@'127.0.0.1'"),

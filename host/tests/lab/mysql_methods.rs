@@ -14,7 +14,7 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 use sqlx::{MySql, Transaction};
 
-use crate::common::{Reply, Setup, TestLab};
+use crate::common::{self, Reply, Setup, TestLab, hold_coupon_row};
 
 const COMPONENTS: [&str; 6] = [
     "read_committed",
@@ -61,19 +61,14 @@ async fn issue(
 /// The outcome a reply names, checking the envelope and the status the
 /// contract gives that outcome on the way.
 fn outcome(reply: &Reply) -> String {
-    if reply.status.is_success() {
-        let outcome = reply.ok()["outcome"].as_str().unwrap().to_string();
-        assert_eq!((outcome.as_str(), reply.status.as_u16()), ("ISSUED", 200));
-        return outcome;
-    }
-    let message = reply.fails_with(reply.status.as_u16());
-    let outcome = message.split(':').next().unwrap().to_string();
+    let outcome = common::outcome(reply);
     let status = match outcome.as_str() {
+        "ISSUED" => 200,
         "SOLD_OUT" | "DUPLICATE" => 409,
         "DEADLOCK" | "LOCK_WAIT_TIMEOUT" | "VERSION_CONFLICT" => 503,
-        other => panic!("unexpected outcome {other}: {message}"),
+        other => panic!("unexpected outcome {other}: {}", reply.body),
     };
-    assert_eq!(reply.status.as_u16(), status, "{message}");
+    assert_eq!(reply.status.as_u16(), status, "{}", reply.body);
     outcome
 }
 
@@ -267,17 +262,6 @@ fn blocked_at(method: &str) -> &'static str {
         "SERIALIZABLE" | "PESSIMISTIC" => "SELECT total_count",
         _ => "UPDATE coupons",
     }
-}
-
-/// Locks the coupon row in a transaction of the test's own.
-async fn hold_coupon_row(lab: &TestLab, coupon: u64) -> Transaction<'static, MySql> {
-    let mut hold = lab.db.begin().await.unwrap();
-    sqlx::query("SELECT id FROM coupons WHERE id = ? FOR UPDATE")
-        .bind(coupon)
-        .fetch_one(&mut *hold)
-        .await
-        .unwrap();
-    hold
 }
 
 /// Two members ask at once while the test holds the coupon row; the test
@@ -552,25 +536,21 @@ async fn the_result_reports_over_issue_as_rows_minus_total() {
     let over = lab.coupon(3).await;
     let within = lab.coupon(3).await;
     for (coupon, holders) in [(over, &members[..]), (within, &members[..2])] {
-        for member in holders {
-            sqlx::query("INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)")
-                .bind(coupon)
-                .bind(member)
-                .execute(&lab.db)
-                .await
-                .unwrap();
+        for &member in holders {
+            lab.execute(
+                "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
+                &[coupon, member],
+            )
+            .await;
         }
     }
-    sqlx::query("UPDATE coupons SET issued_count = 4 WHERE id = ?")
-        .bind(over)
-        .execute(&lab.db)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE coupons SET issued_count = 2 WHERE id = ?")
-        .bind(within)
-        .execute(&lab.db)
-        .await
-        .unwrap();
+    for (coupon, issued_count) in [(over, 4), (within, 2)] {
+        lab.execute(
+            "UPDATE coupons SET issued_count = ? WHERE id = ?",
+            &[issued_count, coupon],
+        )
+        .await;
+    }
 
     let result = lab.result(over).await;
     assert_eq!(result["totalCount"], json!(3));

@@ -6,12 +6,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use futures::future::join_all;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::common::{REDIS, Reply, Setup, TestLab};
+use crate::common::{REDIS, Setup, TestLab, outcome};
 
 const COMPONENTS: [&str; 4] = [
     "redis_set_only",
@@ -30,16 +29,6 @@ const METHODS: [&str; 4] = [
 /// add to and remove from the set to change it.
 const PHANTOM_MEMBER: u64 = 0;
 
-/// The outcome name of an answer: the success's `outcome`, or the failure
-/// message's prefix.
-fn outcome_of(reply: &Reply) -> String {
-    if reply.status.is_success() {
-        return reply.ok()["outcome"].as_str().unwrap().to_string();
-    }
-    let message = reply.fails_with(reply.status.as_u16());
-    message.split(':').next().unwrap().to_string()
-}
-
 /// How a race of 400 distinct members for a coupon of 60 ended.
 struct Race {
     outcomes: BTreeMap<String, u64>,
@@ -51,17 +40,12 @@ struct Race {
 async fn race_400_for_60(lab: &TestLab, method: &str) -> Race {
     let members = lab.members(400).await;
     let coupon = lab.coupon(60).await;
-    let replies = join_all(
-        members
-            .iter()
-            .map(|&member| lab.issue(coupon, member, method)),
-    )
-    .await;
+    let replies = lab.issue_all(coupon, &members, method).await;
 
     let mut outcomes = BTreeMap::new();
     let mut answered_issued = Vec::new();
     for (&member, reply) in members.iter().zip(&replies) {
-        let outcome = outcome_of(reply);
+        let outcome = outcome(reply);
         let expected_status = match outcome.as_str() {
             "ISSUED" => 200,
             "SOLD_OUT" | "SOLD_OUT_AT_DB" => 409,
@@ -126,8 +110,9 @@ fn count(race: &Race, outcome: &str) -> u64 {
     race.outcomes.get(outcome).copied().unwrap_or(0)
 }
 
-fn compensations(race: &Race, method: &str) -> u64 {
-    race.result["requests"]["byMethod"][method]["compensations"]
+/// How many reservations `method` took back, as `result` counts them.
+fn compensations(result: &Value, method: &str) -> u64 {
+    result["requests"]["byMethod"][method]["compensations"]
         .as_u64()
         .unwrap()
 }
@@ -143,7 +128,7 @@ async fn redis_set_only_never_issues_more_than_60_of_400_concurrent_requests() {
     );
     // Every reservation the database guard refused was taken back.
     assert_eq!(
-        compensations(&race, "REDIS_SET_ONLY"),
+        compensations(&race.result, "REDIS_SET_ONLY"),
         count(&race, "SOLD_OUT_AT_DB")
     );
     lab.finish().await;
@@ -158,7 +143,7 @@ async fn redis_multi_exec_issues_exactly_60_of_400_concurrent_requests() {
     assert_eq!(count(&race, "SOLD_OUT_AT_DB"), 0);
     // SADD ran for every refused request too, so each one took its member back.
     assert_eq!(
-        compensations(&race, "REDIS_MULTI_EXEC"),
+        compensations(&race.result, "REDIS_MULTI_EXEC"),
         count(&race, "SOLD_OUT")
     );
     assert_eq!(count(&race, "SOLD_OUT"), 340);
@@ -171,7 +156,7 @@ async fn redis_watch_issues_exactly_60_of_400_concurrent_requests() {
     let race = race_400_for_60(&lab, "REDIS_WATCH").await;
     assert_eq!(race.answered_issued.len(), 60);
     assert_eq!(count(&race, "SOLD_OUT_AT_DB"), 0);
-    assert_eq!(compensations(&race, "REDIS_WATCH"), 0);
+    assert_eq!(compensations(&race.result, "REDIS_WATCH"), 0);
     let retries = race.result["requests"]["byMethod"]["REDIS_WATCH"]["retries"]
         .as_u64()
         .unwrap();
@@ -189,7 +174,7 @@ async fn redis_lua_issues_exactly_60_of_400_concurrent_requests() {
     let race = race_400_for_60(&lab, "REDIS_LUA").await;
     assert_eq!(race.answered_issued.len(), 60);
     assert_eq!(count(&race, "SOLD_OUT"), 340);
-    assert_eq!(compensations(&race, "REDIS_LUA"), 0);
+    assert_eq!(compensations(&race.result, "REDIS_LUA"), 0);
     lab.finish().await;
 }
 
@@ -263,22 +248,19 @@ impl Hammer {
     /// Kills the hammer's connection: Redis frees it at once, so none of
     /// the changes still queued runs afterwards.
     async fn stop(self, lab: &TestLab) {
-        let mut redis = lab.redis.clone();
-        let killed: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("ID")
-            .arg(self.client_id)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
+        let killed: i64 = lab
+            .redis_query(
+                redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("ID")
+                    .arg(self.client_id),
+            )
+            .await;
         assert_eq!(killed, 1, "the hammer was still connected");
         // A pair cut in half leaves the phantom member behind.
-        let _: i64 = redis::cmd("SREM")
-            .arg(&self.key)
-            .arg(PHANTOM_MEMBER)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
+        let _: i64 = lab
+            .redis_query(redis::cmd("SREM").arg(&self.key).arg(PHANTOM_MEMBER))
+            .await;
         tokio::task::spawn_blocking(move || self.thread.join().unwrap())
             .await
             .unwrap();
@@ -406,11 +388,11 @@ async fn a_reservation_the_database_refuses_is_taken_back() {
         // The database says sold out while Redis still has room: the guarded
         // UPDATE touches no row.
         let coupon = lab.coupon(5).await;
-        sqlx::query("UPDATE coupons SET issued_count = total_count WHERE id = ?")
-            .bind(coupon)
-            .execute(&lab.db)
-            .await
-            .unwrap();
+        lab.execute(
+            "UPDATE coupons SET issued_count = total_count WHERE id = ?",
+            &[coupon],
+        )
+        .await;
         let message = lab
             .issue(coupon, members[0], method)
             .await
@@ -429,11 +411,7 @@ async fn a_reservation_the_database_refuses_is_taken_back() {
         assert!(lab.reserved_members(coupon).await.is_empty(), "{method}");
         assert!(lab.issued_members(coupon).await.is_empty(), "{method}");
         let result = lab.result(coupon).await;
-        assert_eq!(
-            result["requests"]["byMethod"][method]["compensations"],
-            json!(2),
-            "{method}"
-        );
+        assert_eq!(compensations(&result, method), 2, "{method}");
         assert_eq!(
             result["requests"]["byOutcome"],
             json!({ "SOLD_OUT_AT_DB": 1, "UNKNOWN_MEMBER": 1 }),
@@ -457,18 +435,11 @@ async fn a_duplicate_key_keeps_the_reservation_and_the_result_compares_set_and_r
         assert!(again.fails_with(409).starts_with("DUPLICATE"), "{method}");
 
         // Redis loses the set: the member is in the database only.
-        let _: () = redis::cmd("DEL")
-            .arg(&key)
-            .query_async(&mut lab.redis.clone())
-            .await
-            .unwrap();
+        let _: () = lab.redis_query(redis::cmd("DEL").arg(&key)).await;
         // A member reserved in Redis and never issued.
-        let _: () = redis::cmd("SADD")
-            .arg(&key)
-            .arg(members[1])
-            .query_async(&mut lab.redis.clone())
-            .await
-            .unwrap();
+        let _: () = lab
+            .redis_query(redis::cmd("SADD").arg(&key).arg(members[1]))
+            .await;
         let result = lab.result(coupon).await;
         assert_eq!(
             result["redis"],
@@ -491,11 +462,7 @@ async fn a_duplicate_key_keeps_the_reservation_and_the_result_compares_set_and_r
         assert_eq!(lab.issued_members(coupon).await, [members[0]], "{method}");
         let result = lab.result(coupon).await;
         assert_eq!(result["redis"]["dbOnlyMembers"]["count"], json!(0));
-        assert_eq!(
-            result["requests"]["byMethod"][method]["compensations"],
-            json!(0),
-            "{method}"
-        );
+        assert_eq!(compensations(&result, method), 0, "{method}");
     }
     lab.finish().await;
 }
@@ -507,17 +474,9 @@ async fn a_missing_total_is_re_read_from_the_database_and_set_again() {
     for method in METHODS {
         let coupon = lab.coupon(1).await;
         let total_key = format!("coupon:total:{coupon}");
-        let _: () = redis::cmd("DEL")
-            .arg(&total_key)
-            .query_async(&mut lab.redis.clone())
-            .await
-            .unwrap();
+        let _: () = lab.redis_query(redis::cmd("DEL").arg(&total_key)).await;
         lab.issue(coupon, members[0], method).await.ok();
-        let total: Option<String> = redis::cmd("GET")
-            .arg(&total_key)
-            .query_async(&mut lab.redis.clone())
-            .await
-            .unwrap();
+        let total: Option<String> = lab.redis_query(redis::cmd("GET").arg(&total_key)).await;
         assert_eq!(total.as_deref(), Some("1"), "{method}");
         // The re-read total is the one that counts.
         let sold_out = lab.issue(coupon, members[1], method).await;

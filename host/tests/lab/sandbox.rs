@@ -92,10 +92,7 @@ async fn memory_kept_resident_is_reset_for_every_call() {
     let coupon = lab.coupon(1).await;
     for _ in 0..20 {
         let reply = lab
-            .post(
-                &format!("/lab/coupons/{coupon}/issue"),
-                serde_json::json!({ "memberId": 1, "method": "TEST_PROBE", "idempotencyKey": "memory-reset" }),
-            )
+            .issue_keyed(coupon, 1, "TEST_PROBE", "memory-reset")
             .await;
         assert_eq!(reply.ok()["detail"], "found 0");
     }
@@ -111,17 +108,11 @@ async fn a_greedy_component_fails_after_the_pool_is_warm() {
         .start()
         .await;
     let coupon = lab.coupon(1).await;
-    let path = format!("/lab/coupons/{coupon}/issue");
     for round in 0..3 {
-        join_all((0..20).map(|_| {
-            lab.post(
-                &path,
-                serde_json::json!({ "memberId": 1, "method": "TEST_PROBE", "idempotencyKey": "memory-reset" }),
-            )
-        }))
-        .await
-        .iter()
-        .for_each(|reply| assert_eq!(reply.ok()["detail"], "found 0"));
+        join_all((0..20).map(|_| lab.issue_keyed(coupon, 1, "TEST_PROBE", "memory-reset")))
+            .await
+            .iter()
+            .for_each(|reply| assert_eq!(reply.ok()["detail"], "found 0"));
         let message = lab
             .issue(coupon, 1, "TEST_HOG")
             .await

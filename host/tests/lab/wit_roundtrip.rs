@@ -1,17 +1,12 @@
 //! The WIT capabilities end to end, through the TEST_PROBE component: reply
 //! nesting, rollback of a dropped transaction, typed SQL errors.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::common::{Setup, TestLab};
 
 async fn probe(lab: &TestLab, scenario: &str, a: u64, b: u64) -> String {
-    let reply = lab
-        .post(
-            &format!("/lab/coupons/{a}/issue"),
-            json!({ "memberId": b, "method": "TEST_PROBE", "idempotencyKey": scenario }),
-        )
-        .await;
+    let reply = lab.issue_keyed(a, b, "TEST_PROBE", scenario).await;
     match &reply.ok()["detail"] {
         Value::String(detail) => detail.clone(),
         other => panic!("no detail: {other}"),
@@ -41,11 +36,7 @@ async fn a_dropped_transaction_rolls_back() {
         probe(&lab, "tx-drop", 77, member).await,
         "rows after drop: 0"
     );
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = 77")
-        .fetch_one(&lab.db)
-        .await
-        .unwrap();
-    assert_eq!(rows, 0);
+    assert_eq!(lab.issue_rows(77).await, 0);
     lab.finish().await;
 }
 

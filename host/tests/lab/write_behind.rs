@@ -5,36 +5,24 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use futures::future::join_all;
 use redis::AsyncCommands;
 use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamRangeReply};
 use serde_json::{Value, json};
 use tokio::process::Child;
 
-use crate::common::{Reply, Setup, TestLab, statuses, until};
+use crate::common::{Reply, Setup, TestLab, statuses, stops_cleanly_on_sigterm, until};
 
 const COMPONENTS: [&str; 2] = ["redis_write_behind", "redis_write_behind_no_tx"];
 const METHODS: [&str; 2] = ["REDIS_WRITE_BEHIND", "REDIS_WRITE_BEHIND_NO_TX"];
 const STREAM: &str = "coupon:wb:stream";
 const GROUP: &str = "coupon-wb-loaders";
 const DEAD_LETTERS: &str = "coupon:wb:stream:dead";
+/// How long a test waits for the loader.
 const DRAIN: Duration = Duration::from_secs(60);
 
 /// `couponlab consume write-behind` as a process of its own.
 fn loader_process(lab: &TestLab) -> Child {
     lab.consumer_process("write-behind", &[("COUPONLAB_DB_POOL_SIZE", "4")])
-}
-
-async fn issue_all(lab: &TestLab, coupon: u64, members: &[u64], method: &str) -> Vec<Reply> {
-    join_all(members.iter().map(|&m| lab.issue(coupon, m, method))).await
-}
-
-async fn rows(lab: &TestLab, coupon: u64) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ?")
-        .bind(coupon)
-        .fetch_one(&lab.db)
-        .await
-        .unwrap()
 }
 
 /// Every row of `coupon` as (member, row id, issued_at): a row written
@@ -114,7 +102,7 @@ async fn both_methods_accept_exactly_the_total_and_the_loader_writes_it() {
     for method in METHODS {
         let members = lab.members(400).await;
         let coupon = lab.coupon(100).await;
-        let replies = issue_all(&lab, coupon, &members, method).await;
+        let replies = lab.issue_all(coupon, &members, method).await;
         assert_eq!(
             statuses(&replies),
             BTreeMap::from([(202, 100), (409, 300)]),
@@ -130,7 +118,7 @@ async fn both_methods_accept_exactly_the_total_and_the_loader_writes_it() {
         until(
             "the loader has written every accepted request",
             DRAIN,
-            || async { rows(&lab, coupon).await == 100 && caught_up(&lab).await },
+            || async { lab.issue_rows(coupon).await == 100 && caught_up(&lab).await },
         )
         .await;
         let in_db = lab.issued_members(coupon).await;
@@ -175,9 +163,10 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
     let lab = Setup::with(&COMPONENTS).own_redis_db().await.start().await;
     let members = lab.members(150).await;
     let coupon = lab.coupon(100).await;
-    issue_all(&lab, coupon, &members[..120], "REDIS_WRITE_BEHIND").await;
+    lab.issue_all(coupon, &members[..120], "REDIS_WRITE_BEHIND")
+        .await;
     until("the loader has written the 100", DRAIN, || async {
-        rows(&lab, coupon).await == 100 && caught_up(&lab).await
+        lab.issue_rows(coupon).await == 100 && caught_up(&lab).await
     })
     .await;
 
@@ -188,15 +177,14 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
         .into_iter()
         .step_by(13)
         .collect();
-    for member in &deleted {
-        sqlx::query("DELETE FROM coupon_issues WHERE coupon_id = ? AND member_id = ?")
-            .bind(coupon)
-            .bind(member)
-            .execute(&lab.db)
-            .await
-            .unwrap();
+    for &member in &deleted {
+        lab.execute(
+            "DELETE FROM coupon_issues WHERE coupon_id = ? AND member_id = ?",
+            &[coupon, member],
+        )
+        .await;
     }
-    assert_eq!(rows(&lab, coupon).await, 100 - deleted.len() as i64);
+    assert_eq!(lab.issue_rows(coupon).await, 100 - deleted.len());
     let report = reconcile(&lab, coupon).await.ok().clone();
     assert_eq!(ids(&report["inserted"]), deleted, "{report}");
     assert_eq!(report["onlyInDb"], json!([]), "{report}");
@@ -222,7 +210,9 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
         .await
         .unwrap();
     let latecomers = &members[120..];
-    let replies = issue_all(&lab, coupon, latecomers, "REDIS_WRITE_BEHIND_NO_TX").await;
+    let replies = lab
+        .issue_all(coupon, latecomers, "REDIS_WRITE_BEHIND_NO_TX")
+        .await;
     assert_eq!(
         statuses(&replies),
         BTreeMap::from([(202, 5), (409, latecomers.len() - 5)])
@@ -230,7 +220,7 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
     until(
         "the loader has written the 5 over-issued",
         DRAIN,
-        || async { rows(&lab, coupon).await == 105 && caught_up(&lab).await },
+        || async { lab.issue_rows(coupon).await == 105 && caught_up(&lab).await },
     )
     .await;
     let report = reconcile(&lab, coupon).await.ok().clone();
@@ -256,7 +246,8 @@ async fn a_poisoned_entry_is_dead_lettered_after_three_deliveries_and_its_batch_
         .await;
     let members = lab.members(20).await;
     let coupon = lab.coupon(50).await;
-    issue_all(&lab, coupon, &members[..10], "REDIS_WRITE_BEHIND").await;
+    lab.issue_all(coupon, &members[..10], "REDIS_WRITE_BEHIND")
+        .await;
     // A member that does not exist: its row fails the foreign key, and with
     // it the whole batch's transaction.
     let ghost = members[19] + 1_000_000;
@@ -275,13 +266,14 @@ async fn a_poisoned_entry_is_dead_lettered_after_three_deliveries_and_its_batch_
         )
         .await
         .unwrap();
-    issue_all(&lab, coupon, &members[10..], "REDIS_WRITE_BEHIND_NO_TX").await;
+    lab.issue_all(coupon, &members[10..], "REDIS_WRITE_BEHIND_NO_TX")
+        .await;
     // Twenty 202s and not one row: nothing is written on the request path.
     assert_eq!(lab.reserved_members(coupon).await, members);
-    assert_eq!(rows(&lab, coupon).await, 0);
+    assert_eq!(lab.issue_rows(coupon).await, 0);
 
     // The loader starts with all 21 entries waiting: one batch.
-    let mut loader = loader_process(&lab);
+    let loader = loader_process(&lab);
     until("the poisoned entry is dead-lettered", DRAIN, || async {
         !dead_letters(&lab).await.is_empty()
     })
@@ -294,19 +286,7 @@ async fn a_poisoned_entry_is_dead_lettered_after_three_deliveries_and_its_batch_
     assert_eq!(lab.issued_members(coupon).await, members);
     until("everything is acked", DRAIN, || caught_up(&lab)).await;
 
-    let pid = loader.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = tokio::time::timeout(Duration::from_secs(10), loader.wait())
-        .await
-        .expect("the loader stops on SIGTERM")
-        .unwrap();
-    assert!(status.success(), "{status}");
+    stops_cleanly_on_sigterm(loader).await;
     lab.finish().await;
 }
 
@@ -337,7 +317,9 @@ async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
     let members = lab.members(TOTAL).await;
     let coupon = lab.coupon(TOTAL).await;
     for chunk in members.chunks(200) {
-        let replies = issue_all(&lab, coupon, chunk, "REDIS_WRITE_BEHIND_NO_TX").await;
+        let replies = lab
+            .issue_all(coupon, chunk, "REDIS_WRITE_BEHIND_NO_TX")
+            .await;
         assert!(replies.iter().all(|r| r.status == 202));
     }
 
@@ -355,8 +337,7 @@ async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
         lock_waits(&lab).await > 0
     })
     .await;
-    loader.start_kill().unwrap();
-    loader.wait().await.unwrap();
+    loader.kill().await.unwrap();
     let held_batch = pending(&lab).await;
     assert!(
         (1..=100).contains(&held_batch),
@@ -370,16 +351,15 @@ async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
     // its commit and its XACK.
     let mut loader = loader_process(&lab);
     until("the restarted loader has written more", DRAIN, || async {
-        rows(&lab, coupon).await >= first_kill.len() as i64 + 300
+        lab.issue_rows(coupon).await >= first_kill.len() + 300
     })
     .await;
-    loader.start_kill().unwrap();
-    loader.wait().await.unwrap();
+    loader.kill().await.unwrap();
     let second_kill = row_snapshot(&lab, coupon).await;
 
     let mut loader = loader_process(&lab);
     until("the loader has written everything", DRAIN, || async {
-        rows(&lab, coupon).await == TOTAL as i64 && caught_up(&lab).await
+        lab.issue_rows(coupon).await == TOTAL as usize && caught_up(&lab).await
     })
     .await;
     let all = row_snapshot(&lab, coupon).await;
@@ -405,7 +385,6 @@ async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
     until("the copies are read and acked", DRAIN, || caught_up(&lab)).await;
     assert_eq!(row_snapshot(&lab, coupon).await, all);
     assert!(dead_letters(&lab).await.is_empty());
-    loader.start_kill().unwrap();
-    loader.wait().await.unwrap();
+    loader.kill().await.unwrap();
     lab.finish().await;
 }
