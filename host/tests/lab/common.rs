@@ -327,6 +327,17 @@ impl Reply {
         assert!(!message.is_empty());
         message
     }
+
+    /// Asserts a failure envelope with `status` whose message starts with
+    /// `prefix` (an outcome name, and maybe more); returns the message.
+    pub fn fails_as(&self, status: u16, prefix: &str) -> &str {
+        let message = self.fails_with(status);
+        assert!(
+            message.starts_with(prefix),
+            "expected {prefix}, got {message}"
+        );
+        message
+    }
 }
 
 impl TestLab {
@@ -531,6 +542,19 @@ impl TestLab {
         })
         .await;
         let _ = std::fs::remove_dir_all(&self.strategy_dir);
+    }
+}
+
+/// Asserts that exactly `accepted` of `replies` were accepted with 202 and
+/// the rest refused with 409.
+pub fn assert_accepts_exactly(replies: &[Reply], accepted: usize, method: &str) {
+    assert_eq!(
+        statuses(replies),
+        std::collections::BTreeMap::from([(202, accepted), (409, replies.len() - accepted)]),
+        "{method}"
+    );
+    for reply in replies.iter().filter(|r| r.status == 202) {
+        assert_eq!(reply.ok()["outcome"], json!("ACCEPTED"));
     }
 }
 
