@@ -37,7 +37,11 @@ struct Race {
     result: Value,
 }
 
-async fn race_400_for_60(lab: &TestLab, method: &str) -> Race {
+/// A server of its own for every Redis method, on which 400 members race
+/// for a coupon of 60 with `method`; every answer is checked against the
+/// rows, the set and the result.
+async fn race_400_for_60(method: &str) -> Race {
+    let lab = Setup::with(&COMPONENTS).start().await;
     let members = lab.members(400).await;
     let coupon = lab.coupon(60).await;
     let replies = lab.issue_all(coupon, &members, method).await;
@@ -99,6 +103,7 @@ async fn race_400_for_60(lab: &TestLab, method: &str) -> Race {
         by_outcome, outcomes,
         "{method}: the result counts what was answered"
     );
+    lab.finish().await;
     Race {
         outcomes,
         answered_issued,
@@ -119,8 +124,7 @@ fn compensations(result: &Value, method: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_set_only_never_issues_more_than_60_of_400_concurrent_requests() {
-    let lab = Setup::with(&COMPONENTS).start().await;
-    let race = race_400_for_60(&lab, "REDIS_SET_ONLY").await;
+    let race = race_400_for_60("REDIS_SET_ONLY").await;
     assert!(
         race.answered_issued.len() <= 60,
         "{} issued",
@@ -131,13 +135,11 @@ async fn redis_set_only_never_issues_more_than_60_of_400_concurrent_requests() {
         compensations(&race.result, "REDIS_SET_ONLY"),
         count(&race, "SOLD_OUT_AT_DB")
     );
-    lab.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_multi_exec_issues_exactly_60_of_400_concurrent_requests() {
-    let lab = Setup::with(&COMPONENTS).start().await;
-    let race = race_400_for_60(&lab, "REDIS_MULTI_EXEC").await;
+    let race = race_400_for_60("REDIS_MULTI_EXEC").await;
     assert_eq!(race.answered_issued.len(), 60);
     // EXEC serializes the counts, so the database never has to refuse.
     assert_eq!(count(&race, "SOLD_OUT_AT_DB"), 0);
@@ -147,13 +149,11 @@ async fn redis_multi_exec_issues_exactly_60_of_400_concurrent_requests() {
         count(&race, "SOLD_OUT")
     );
     assert_eq!(count(&race, "SOLD_OUT"), 340);
-    lab.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_watch_issues_exactly_60_of_400_concurrent_requests() {
-    let lab = Setup::with(&COMPONENTS).start().await;
-    let race = race_400_for_60(&lab, "REDIS_WATCH").await;
+    let race = race_400_for_60("REDIS_WATCH").await;
     assert_eq!(race.answered_issued.len(), 60);
     assert_eq!(count(&race, "SOLD_OUT_AT_DB"), 0);
     assert_eq!(compensations(&race.result, "REDIS_WATCH"), 0);
@@ -165,17 +165,14 @@ async fn redis_watch_issues_exactly_60_of_400_concurrent_requests() {
         retries >= 10 * count(&race, "VERSION_CONFLICT"),
         "{retries} retries"
     );
-    lab.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_lua_issues_exactly_60_of_400_concurrent_requests() {
-    let lab = Setup::with(&COMPONENTS).start().await;
-    let race = race_400_for_60(&lab, "REDIS_LUA").await;
+    let race = race_400_for_60("REDIS_LUA").await;
     assert_eq!(race.answered_issued.len(), 60);
     assert_eq!(count(&race, "SOLD_OUT"), 340);
     assert_eq!(compensations(&race.result, "REDIS_LUA"), 0);
-    lab.finish().await;
 }
 
 /// A thread that keeps changing a set (SADD then SREM of [`PHANTOM_MEMBER`])
@@ -311,14 +308,22 @@ impl WatchCounter {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn redis_watch_retries_when_the_set_changes_between_watch_and_exec() {
+/// A REDIS_WATCH server, alone (MONITOR and the hammer load Redis for
+/// everyone), with one member and a coupon of 10 whose reservation set the
+/// hammer keeps changing while every WATCH on it is counted.
+async fn hammered_coupon() -> (TestLab, Vec<u64>, u64, WatchCounter, Hammer) {
     let lab = Setup::with(&["redis_watch"]).alone().start().await;
     let members = lab.members(1).await;
     let coupon = lab.coupon(10).await;
     let key = format!("coupon:issued:{coupon}");
     let watches = WatchCounter::start(&key).await;
     let hammer = Hammer::start(&key).await;
+    (lab, members, coupon, watches, hammer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_watch_retries_when_the_set_changes_between_watch_and_exec() {
+    let (lab, members, coupon, watches, hammer) = hammered_coupon().await;
 
     // The set keeps changing while the first attempt runs; the hammer stops
     // once the request has come back for a second WATCH.
@@ -346,12 +351,7 @@ async fn redis_watch_retries_when_the_set_changes_between_watch_and_exec() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_watch_gives_up_with_503_after_10_retries() {
-    let lab = Setup::with(&["redis_watch"]).alone().start().await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(10).await;
-    let key = format!("coupon:issued:{coupon}");
-    let watches = WatchCounter::start(&key).await;
-    let hammer = Hammer::start(&key).await;
+    let (lab, members, coupon, watches, hammer) = hammered_coupon().await;
 
     let reply = lab.issue(coupon, members[0], "REDIS_WATCH").await;
     hammer.stop(&lab).await;
