@@ -17,7 +17,8 @@ use hdrhistogram::Histogram;
 use redis::RedisError;
 use serde::Serialize;
 
-use crate::recorder::{LatencySummary, Outcome};
+use crate::outcome::Outcome;
+use crate::recorder::LatencySummary;
 use crate::runtime::bindings::types::Confirmation;
 use redis::aio::ConnectionManager;
 

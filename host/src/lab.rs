@@ -104,9 +104,16 @@ impl Lab {
             watcher: OnceLock::new(),
         }));
         if watch {
-            let _ = lab
-                .watcher
-                .set(watcher::watch(&dir, Arc::downgrade(&lab.0))?);
+            let owner = Arc::downgrade(&lab.0);
+            let watching = watcher::watch(&dir, move |files| {
+                let lab = owner.upgrade()?;
+                Some(async move {
+                    for file in files {
+                        lab.registry.reload_file(&lab.runtime, &file).await;
+                    }
+                })
+            })?;
+            let _ = lab.watcher.set(watching);
             tracing::info!(dir = %dir.display(), "watching for strategy changes");
         }
         Ok(lab)

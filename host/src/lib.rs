@@ -26,7 +26,9 @@ pub mod consumers;
 pub mod db;
 pub mod http;
 pub mod lab;
+pub mod outcome;
 pub mod recorder;
+pub mod results;
 pub mod runtime;
 pub mod telemetry;
 

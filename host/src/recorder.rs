@@ -13,76 +13,7 @@ use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::runtime::bindings::types::Outcome as WitOutcome;
-
-/// Every way an issue request can end, as the result endpoint names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Outcome {
-    Issued,
-    Accepted,
-    SoldOut,
-    SoldOutAtDb,
-    Duplicate,
-    VersionConflict,
-    Deadlock,
-    LockWaitTimeout,
-    Throttled,
-    QueueFull,
-    Unavailable,
-    UnknownMember,
-    UnknownCoupon,
-    /// The component trapped.
-    Failed,
-    /// The component ran past its deadline.
-    TimedOut,
-    /// No instance slot was free.
-    Busy,
-}
-
-impl From<WitOutcome> for Outcome {
-    fn from(outcome: WitOutcome) -> Self {
-        match outcome {
-            WitOutcome::Issued => Outcome::Issued,
-            WitOutcome::Accepted => Outcome::Accepted,
-            WitOutcome::SoldOut => Outcome::SoldOut,
-            WitOutcome::SoldOutAtDb => Outcome::SoldOutAtDb,
-            WitOutcome::Duplicate => Outcome::Duplicate,
-            WitOutcome::VersionConflict => Outcome::VersionConflict,
-            WitOutcome::Deadlock => Outcome::Deadlock,
-            WitOutcome::LockWaitTimeout => Outcome::LockWaitTimeout,
-            WitOutcome::Throttled => Outcome::Throttled,
-            WitOutcome::QueueFull => Outcome::QueueFull,
-            WitOutcome::Unavailable => Outcome::Unavailable,
-            WitOutcome::UnknownMember => Outcome::UnknownMember,
-            WitOutcome::UnknownCoupon => Outcome::UnknownCoupon,
-        }
-    }
-}
-
-impl Outcome {
-    /// The name used in responses and results.
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Issued => "ISSUED",
-            Outcome::Accepted => "ACCEPTED",
-            Outcome::SoldOut => "SOLD_OUT",
-            Outcome::SoldOutAtDb => "SOLD_OUT_AT_DB",
-            Outcome::Duplicate => "DUPLICATE",
-            Outcome::VersionConflict => "VERSION_CONFLICT",
-            Outcome::Deadlock => "DEADLOCK",
-            Outcome::LockWaitTimeout => "LOCK_WAIT_TIMEOUT",
-            Outcome::Throttled => "THROTTLED",
-            Outcome::QueueFull => "QUEUE_FULL",
-            Outcome::Unavailable => "UNAVAILABLE",
-            Outcome::UnknownMember => "UNKNOWN_MEMBER",
-            Outcome::UnknownCoupon => "UNKNOWN_COUPON",
-            Outcome::Failed => "FAILED",
-            Outcome::TimedOut => "TIMED_OUT",
-            Outcome::Busy => "BUSY",
-        }
-    }
-}
+use crate::outcome::Outcome;
 
 /// A request that has arrived and not yet been answered.
 pub struct Arrival {
@@ -196,11 +127,10 @@ impl Recorder {
         record.lock().in_flight.keys().copied().collect()
     }
 
-    /// Records how the request ended; returns its latency.
-    pub fn finish(&self, arrival: Arrival, method: &Arc<str>, ending: Ending) -> Duration {
+    /// Records how the request ended.
+    pub fn finish(&self, arrival: Arrival, method: &Arc<str>, ending: Ending) {
         let latency = arrival.started.elapsed();
         Self::record(arrival, method, ending, latency);
-        latency
     }
 
     fn record(arrival: Arrival, method: &Arc<str>, ending: Ending, latency: Duration) {

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::{pause_unless_cancelled, until_answered};
 use crate::confirmations;
 use crate::lab::Lab;
-use crate::runtime::{Role, Strategy};
+use crate::runtime::Strategy;
 
 pub const CHANNEL: &str = "coupon:issue:requests";
 
@@ -111,6 +111,6 @@ fn handler(lab: &Lab) -> Option<Arc<Strategy>> {
     lab.registry
         .strategies()
         .values()
-        .find(|s| s.role == Role::PubsubIssuer)
+        .find(|s| s.world.message_handler().is_some())
         .cloned()
 }

@@ -30,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 use super::{pause_unless_cancelled, until_answered};
 use crate::confirmations;
 use crate::lab::Lab;
+use crate::runtime::Strategy;
 use crate::runtime::bindings::types::{Disposition, StreamEntry};
-use crate::runtime::{Role, Strategy};
 
 pub const STREAM: &str = "coupon:issue:stream";
 pub const GROUP: &str = "coupon-issuers";
@@ -348,57 +348,11 @@ fn owner(lab: &Lab, entry: &StreamEntry) -> Option<Arc<Strategy>> {
     let method = &entry.fields.iter().find(|(field, _)| field == "method")?.1;
     lab.registry
         .get(method)
-        .filter(|s| s.role == Role::StreamIssuer)
+        .filter(|s| s.world.stream_consumer().is_some())
 }
 
 async fn record(lab: &Lab, confirmation: &crate::runtime::bindings::types::Confirmation) {
     if let Err(err) = confirmations::record_confirmed(lab.redis(), confirmation).await {
         tracing::warn!(error = %err, "could not record a confirmation");
     }
-}
-
-/// A stream as a whole, for the result endpoint.
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StreamSummary {
-    /// Entries ever added (acked entries stay; the stream is not trimmed).
-    pub length: u64,
-    /// Delivered to a consumer, not acked yet.
-    pub pending: u64,
-    /// Entries in its dead-letter stream.
-    pub dead_letters: u64,
-}
-
-/// Reads the stream's figures; `None` when it does not exist yet.
-pub async fn summary(
-    redis: &redis::aio::ConnectionManager,
-    group: Group,
-) -> RedisResult<Option<StreamSummary>> {
-    let mut redis = redis.clone();
-    let length: u64 = redis.xlen(group.stream).await?;
-    if length == 0 {
-        return Ok(None);
-    }
-    let pending = match redis::cmd("XPENDING")
-        .arg(group.stream)
-        .arg(group.name)
-        .query_async::<redis::Value>(&mut redis)
-        .await
-    {
-        Ok(redis::Value::Array(summary)) => summary
-            .into_iter()
-            .next()
-            .and_then(|count| redis::from_redis_value::<u64>(count).ok())
-            .unwrap_or(0),
-        Ok(_) => 0,
-        // No consumer has created the group yet: everything is unread, nothing pending.
-        Err(err) if err.code() == Some("NOGROUP") => 0,
-        Err(err) => return Err(err),
-    };
-    let dead_letters: u64 = redis.xlen(group.dead_letters).await?;
-    Ok(Some(StreamSummary {
-        length,
-        pending,
-        dead_letters,
-    }))
 }

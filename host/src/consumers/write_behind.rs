@@ -24,8 +24,8 @@ use super::stream::{BLOCK_MS, Group, delivery_counts, keep_running, to_wit};
 use super::{pause_unless_cancelled, until_answered};
 use crate::confirmations;
 use crate::lab::Lab;
+use crate::runtime::Strategy;
 use crate::runtime::bindings::types::{Confirmation, Outcome, StreamEntry};
-use crate::runtime::{Role, Strategy};
 
 pub const STREAM: &str = "coupon:wb:stream";
 pub const GROUP: &str = "coupon-wb-loaders";
@@ -132,7 +132,7 @@ async fn load_round(
         let Some(strategy) = lab
             .registry
             .get(&method)
-            .filter(|s| s.role == Role::WriteBehindIssuer)
+            .filter(|s| s.world.write_behind().is_some())
         else {
             tracing::warn!(%method, entries = entries.len(), "no write-behind component for these entries; left pending");
             all_loaded = false;

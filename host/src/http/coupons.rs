@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 
-use super::envelope::{Answer, ApiError, AppJson, positive};
+use super::envelope::{Answer, ApiError, AppJson, positive_up_to, sized};
 use crate::lab::Lab;
 
 const MAX_TOTAL: u64 = 100_000_000;
@@ -44,23 +44,10 @@ async fn create(
     AppJson(body): AppJson<CreateCoupon>,
 ) -> Result<Answer<Created>, ApiError> {
     let name = body.name.trim().to_string();
-    if name.is_empty() || name.chars().count() > MAX_NAME {
-        return Err(ApiError::bad_request(format!(
-            "name must be 1 to {MAX_NAME} characters"
-        )));
-    }
-    let total_count = positive("totalCount", body.total_count)?;
-    if total_count > MAX_TOTAL {
-        return Err(ApiError::bad_request(format!(
-            "totalCount must be at most {MAX_TOTAL}, got {total_count}"
-        )));
-    }
-    let per_member_limit = positive("perMemberLimit", body.per_member_limit.unwrap_or(1))?;
-    if per_member_limit > MAX_TOTAL {
-        return Err(ApiError::bad_request(format!(
-            "perMemberLimit must be at most {MAX_TOTAL}, got {per_member_limit}"
-        )));
-    }
+    sized("name", &name, name.chars().count(), MAX_NAME, "characters")?;
+    let total_count = positive_up_to("totalCount", body.total_count, MAX_TOTAL)?;
+    let per_member_limit = body.per_member_limit.unwrap_or(1);
+    let per_member_limit = positive_up_to("perMemberLimit", per_member_limit, MAX_TOTAL)?;
     let id =
         sqlx::query("INSERT INTO coupons (name, total_count, per_member_limit) VALUES (?, ?, ?)")
             .bind(&name)

@@ -10,10 +10,10 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 
-use super::envelope::{Answer, ApiError, AppJson, AppPath, positive};
+use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
-use crate::runtime::Role;
+use crate::runtime::World;
 
 const MAX_QUANTITY: u64 = 100_000_000;
 const DEFAULT_TTL_SECONDS: u64 = 24 * 60 * 60;
@@ -48,23 +48,11 @@ async fn seed(
     AppJson(body): AppJson<SeedBody>,
 ) -> Result<Answer<Seeded>, ApiError> {
     let coupon_id = positive("couponId", coupon_id)?;
-    let quantity = positive("quantity", body.quantity)?;
-    if quantity > MAX_QUANTITY {
-        return Err(ApiError::bad_request(format!(
-            "quantity must be at most {MAX_QUANTITY}, got {quantity}"
-        )));
-    }
-    let ttl = positive(
-        "ttlSeconds",
-        body.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS as i64),
-    )?;
-    if ttl > MAX_TTL_SECONDS {
-        return Err(ApiError::bad_request(format!(
-            "ttlSeconds must be at most {MAX_TTL_SECONDS}, got {ttl}"
-        )));
-    }
+    let quantity = positive_up_to("quantity", body.quantity, MAX_QUANTITY)?;
+    let ttl = body.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS as i64);
+    let ttl = positive_up_to("ttlSeconds", ttl, MAX_TTL_SECONDS)?;
     coupon_exists(&lab, coupon_id).await?;
-    let strategy = serving(&lab, Role::GateIssuer)?;
+    let strategy = serving(&lab, World::GATE_ISSUER)?;
     let answer = lab
         .runtime
         .seed(&strategy, coupon_id, quantity as u32, ttl as u32)
@@ -103,13 +91,16 @@ async fn cancel(
 ) -> Result<Answer<Cancelled>, ApiError> {
     let coupon_id = positive("couponId", coupon_id)?;
     let member_id = positive("memberId", body.member_id)?;
-    if body.idempotency_key.is_empty() || body.idempotency_key.len() > MAX_IDEMPOTENCY_KEY {
-        return Err(ApiError::bad_request(format!(
-            "idempotencyKey must be 1 to {MAX_IDEMPOTENCY_KEY} bytes"
-        )));
-    }
+    let key = &body.idempotency_key;
+    sized(
+        "idempotencyKey",
+        key,
+        key.len(),
+        MAX_IDEMPOTENCY_KEY,
+        "bytes",
+    )?;
     coupon_exists(&lab, coupon_id).await?;
-    let strategy = serving(&lab, Role::GateIssuer)?;
+    let strategy = serving(&lab, World::GATE_ISSUER)?;
     let cancelled = lab
         .runtime
         .cancel(&strategy, coupon_id, member_id, &body.idempotency_key)

@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::outcome::Outcome;
 use crate::runtime::CallError;
 
 #[derive(Debug, Serialize)]
@@ -110,14 +111,7 @@ impl From<redis::RedisError> for ApiError {
 impl From<CallError> for ApiError {
     fn from(err: CallError) -> Self {
         tracing::error!(error = %err, "strategy call failed");
-        let status = match err {
-            CallError::Trapped(_) | CallError::Unsupported { .. } => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
-            CallError::DeadlineExceeded(_) => StatusCode::GATEWAY_TIMEOUT,
-            CallError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
-        };
-        Self::new(status, err.to_string())
+        Self::new(Outcome::from(&err).status(), err.to_string())
     }
 }
 
@@ -149,4 +143,25 @@ pub fn positive(name: &str, value: i64) -> Result<u64, ApiError> {
     u64::try_from(value).ok().filter(|v| *v > 0).ok_or_else(|| {
         ApiError::bad_request(format!("{name} must be a positive integer, got {value}"))
     })
+}
+
+/// Checks that a numeric input is positive and at most `max`.
+pub fn positive_up_to(name: &str, value: i64, max: u64) -> Result<u64, ApiError> {
+    let value = positive(name, value)?;
+    if value > max {
+        return Err(ApiError::bad_request(format!(
+            "{name} must be at most {max}, got {value}"
+        )));
+    }
+    Ok(value)
+}
+
+/// Checks that a text input has 1 to `max` of `unit` (`len` counts them).
+pub fn sized(name: &str, text: &str, len: usize, max: usize, unit: &str) -> Result<(), ApiError> {
+    if text.is_empty() || len > max {
+        return Err(ApiError::bad_request(format!(
+            "{name} must be 1 to {max} {unit}"
+        )));
+    }
+    Ok(())
 }

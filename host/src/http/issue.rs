@@ -6,16 +6,16 @@
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 
-use super::envelope::{Answer, ApiError, AppJson, AppPath, positive};
+use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
 use crate::confirmations;
 use crate::lab::Lab;
-use crate::recorder::{Ending, Outcome};
+use crate::outcome::Outcome;
+use crate::recorder::Ending;
+use crate::runtime::Unanswered;
 use crate::runtime::bindings::types::IssueRequest;
-use crate::runtime::{CallError, Unanswered};
 
 /// Most coupons one request may ask for.
 const MAX_QUANTITY: u64 = 100;
@@ -57,20 +57,15 @@ async fn issue(
 ) -> Result<Answer<Issued>, ApiError> {
     let coupon_id = positive("couponId", coupon_id)?;
     let member_id = positive("memberId", body.member_id)?;
-    let quantity = positive("quantity", body.quantity.unwrap_or(1))?;
-    if quantity > MAX_QUANTITY {
-        return Err(ApiError::bad_request(format!(
-            "quantity must be at most {MAX_QUANTITY}, got {quantity}"
-        )));
-    }
-    if body
-        .idempotency_key
-        .as_ref()
-        .is_some_and(|key| key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
-    {
-        return Err(ApiError::bad_request(format!(
-            "idempotencyKey must be 1 to {MAX_IDEMPOTENCY_KEY} bytes"
-        )));
+    let quantity = positive_up_to("quantity", body.quantity.unwrap_or(1), MAX_QUANTITY)?;
+    if let Some(key) = &body.idempotency_key {
+        sized(
+            "idempotencyKey",
+            key,
+            key.len(),
+            MAX_IDEMPOTENCY_KEY,
+            "bytes",
+        )?;
     }
     let method = body.method.trim().to_ascii_uppercase();
     let Some(strategy) = lab.registry.get(&method) else {
@@ -111,11 +106,7 @@ async fn issue(
             compensation,
         }) => {
             tracing::error!(method = %strategy.method, %error, "strategy call failed");
-            let outcome = match error {
-                CallError::Trapped(_) | CallError::Unsupported { .. } => Outcome::Failed,
-                CallError::DeadlineExceeded(_) => Outcome::TimedOut,
-                CallError::Busy(_) => Outcome::Busy,
-            };
+            let outcome = Outcome::from(&error);
             let (compensations, undone) = match compensation {
                 None => (0, String::new()),
                 Some(Ok(done)) => (
@@ -156,8 +147,9 @@ async fn issue(
         });
     }
 
-    match status_of(outcome) {
-        Ok(status) => Ok(Answer(
+    let status = outcome.status();
+    if status.is_success() {
+        Ok(Answer(
             status,
             Issued {
                 coupon_id,
@@ -168,58 +160,12 @@ async fn issue(
                 detail,
                 retries,
             },
-        )),
-        Err(status) => {
-            let detail = detail.unwrap_or_else(|| default_message(outcome, coupon_id, member_id));
-            Err(ApiError::new(
-                status,
-                format!("{}: {detail}", outcome.name()),
-            ))
-        }
-    }
-}
-
-/// The status of the contract (DESIGN §5) for each outcome: `Ok` for a
-/// success, `Err` for a failure.
-fn status_of(outcome: Outcome) -> Result<StatusCode, StatusCode> {
-    match outcome {
-        Outcome::Issued => Ok(StatusCode::OK),
-        Outcome::Accepted => Ok(StatusCode::ACCEPTED),
-        Outcome::SoldOut | Outcome::SoldOutAtDb | Outcome::Duplicate => Err(StatusCode::CONFLICT),
-        Outcome::VersionConflict
-        | Outcome::Deadlock
-        | Outcome::LockWaitTimeout
-        | Outcome::Throttled
-        | Outcome::QueueFull
-        | Outcome::Unavailable
-        | Outcome::Busy => Err(StatusCode::SERVICE_UNAVAILABLE),
-        Outcome::UnknownMember | Outcome::UnknownCoupon => Err(StatusCode::NOT_FOUND),
-        Outcome::Failed => Err(StatusCode::INTERNAL_SERVER_ERROR),
-        Outcome::TimedOut => Err(StatusCode::GATEWAY_TIMEOUT),
-    }
-}
-
-fn default_message(outcome: Outcome, coupon_id: u64, member_id: u64) -> String {
-    match outcome {
-        Outcome::SoldOut => format!("coupon {coupon_id} is sold out"),
-        Outcome::SoldOutAtDb => {
-            format!("coupon {coupon_id} is sold out (caught by the database guard)")
-        }
-        Outcome::Duplicate => format!("member {member_id} already has coupon {coupon_id}"),
-        Outcome::VersionConflict => {
-            "the coupon row changed under this request (optimistic version conflict)".into()
-        }
-        Outcome::Deadlock => "the database chose this request as a deadlock victim".into(),
-        Outcome::LockWaitTimeout => "a row lock was not granted in time".into(),
-        Outcome::Throttled => "no permit was free in time".into(),
-        Outcome::QueueFull => "the confirmation queue is full".into(),
-        Outcome::Unavailable => "a dependency is unavailable".into(),
-        Outcome::UnknownMember => format!("member {member_id} does not exist"),
-        Outcome::UnknownCoupon => format!("coupon {coupon_id} does not exist"),
-        Outcome::Issued
-        | Outcome::Accepted
-        | Outcome::Failed
-        | Outcome::TimedOut
-        | Outcome::Busy => outcome.name().to_string(),
+        ))
+    } else {
+        let detail = detail.unwrap_or_else(|| outcome.default_message(coupon_id, member_id));
+        Err(ApiError::new(
+            status,
+            format!("{}: {detail}", outcome.name()),
+        ))
     }
 }

@@ -7,7 +7,7 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use sqlx::{MySql, QueryBuilder};
 
-use super::envelope::{Answer, ApiError, AppJson, positive};
+use super::envelope::{Answer, ApiError, AppJson, positive_up_to};
 use crate::lab::Lab;
 
 /// Most members one request may create.
@@ -38,12 +38,7 @@ async fn create(
     State(lab): State<Lab>,
     AppJson(body): AppJson<CreateMembers>,
 ) -> Result<Answer<Created>, ApiError> {
-    let count = positive("count", body.count)?;
-    if count > MAX_MEMBERS {
-        return Err(ApiError::bad_request(format!(
-            "count must be at most {MAX_MEMBERS}, got {count}"
-        )));
-    }
+    let count = positive_up_to("count", body.count, MAX_MEMBERS)?;
     let mut tx = lab.db().begin().await?;
     let mut first_id = None;
     let mut last_id = 0;

@@ -20,7 +20,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
 use crate::lab::Lab;
-use crate::runtime::{Role, Strategy};
+use crate::runtime::Strategy;
 
 pub use envelope::{ApiError, Envelope};
 
@@ -69,17 +69,17 @@ async fn coupon_exists(lab: &Lab, coupon_id: u64) -> Result<(), ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("coupon {coupon_id} does not exist")))
 }
 
-/// The loaded component of `role` (the first by method name), or 503.
-fn serving(lab: &Lab, role: Role) -> Result<Arc<Strategy>, ApiError> {
+/// The loaded component of the world named `world` (the first by method
+/// name), or 503.
+fn serving(lab: &Lab, world: &str) -> Result<Arc<Strategy>, ApiError> {
     lab.registry
         .strategies()
         .values()
-        .find(|s| s.role == role)
+        .find(|s| s.world.name() == world)
         .cloned()
         .ok_or_else(|| {
             ApiError::unavailable(format!(
-                "no component of the {} world is loaded; run `cargo xtask strategies`",
-                role.world()
+                "no component of the {world} world is loaded; run `cargo xtask strategies`"
             ))
         })
 }

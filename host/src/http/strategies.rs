@@ -54,7 +54,7 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
             summary: s.summary.clone(),
             file: s.file.display().to_string(),
             sha256: s.sha256.clone(),
-            world: s.role.world(),
+            world: s.world.name(),
             loaded_at: s.loaded_at,
             // A broken replacement of this method's file, which left this
             // version serving.

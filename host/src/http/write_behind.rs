@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::envelope::{Answer, ApiError, AppPath, positive};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
-use crate::runtime::Role;
+use crate::runtime::World;
 
 pub fn router() -> Router<Lab> {
     Router::new().route(
@@ -41,7 +41,7 @@ async fn reconcile(
 ) -> Result<Answer<Reconciled>, ApiError> {
     let coupon_id = positive("couponId", coupon_id)?;
     coupon_exists(&lab, coupon_id).await?;
-    let strategy = serving(&lab, Role::WriteBehindIssuer)?;
+    let strategy = serving(&lab, World::WRITE_BEHIND_ISSUER)?;
     let report = lab
         .runtime
         .reconcile(&strategy, coupon_id)

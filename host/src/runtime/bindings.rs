@@ -1,7 +1,7 @@
 //! The host side of the `couponlab:strategy` WIT package, generated once
 //! from the `lab-host` world: every import the host provides and every
 //! export it can call. Components target narrower worlds; the host finds
-//! their exports one interface at a time (see `registry::Exports`).
+//! their exports one interface at a time (see `world::World`).
 //!
 //! Every import is async (host calls await pools without blocking a thread)
 //! and trappable (a broken resource handle traps the guest instead of being

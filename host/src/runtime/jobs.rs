@@ -11,8 +11,8 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use super::Strategy;
 use super::bindings::jobs::{self, SubmitError};
+use super::registry::Strategy;
 use super::store::HostState;
 
 /// A queued job: the payload and the component version that will run it.
@@ -52,11 +52,12 @@ impl JobQueue {
 }
 
 impl jobs::Host for HostState {
+    #[tracing::instrument(name = "jobs.submit", level = "debug", skip_all, fields(method = %self.method))]
     async fn submit(&mut self, payload: String) -> wasmtime::Result<Result<(), SubmitError>> {
         let Some(strategy) = self.strategy.clone() else {
             wasmtime::bail!("jobs.submit is not available while a component is being loaded");
         };
-        if strategy.exports.job_runner.is_none() {
+        if strategy.world.job_runner().is_none() {
             // Accepting the job would strand it: nothing could ever run it.
             wasmtime::bail!(
                 "{} submitted a job but exports no job-runner",

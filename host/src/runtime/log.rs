@@ -9,6 +9,7 @@ const MAX_MESSAGE: usize = 2048;
 impl log::Host for HostState {
     /// At most `COUPONLAB_MAX_LOG_LINES` lines per call; the first line
     /// past the cap says the rest are dropped.
+    #[tracing::instrument(name = "log.write", level = "debug", skip_all, fields(method = %self.method))]
     async fn write(&mut self, level: Level, mut message: String) -> wasmtime::Result<()> {
         let cap = self.caps.caps.max_log_lines;
         self.log_lines = self.log_lines.saturating_add(1);

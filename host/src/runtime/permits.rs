@@ -119,6 +119,7 @@ async fn reap_expired(gates: Weak<Mutex<HashMap<String, Arc<Gate>>>>, every: Dur
 
 impl permits::Host for HostState {
     /// Waits no longer than the call's own deadline.
+    #[tracing::instrument(name = "permits.try_acquire", level = "debug", skip_all, fields(method = %self.method))]
     async fn try_acquire(
         &mut self,
         gate: String,
@@ -135,6 +136,7 @@ impl permits::Host for HostState {
         Ok(permits.try_acquire(&gate, &token, wanted.min(left)).await)
     }
 
+    #[tracing::instrument(name = "permits.release", level = "debug", skip_all, fields(method = %self.method))]
     async fn release(&mut self, gate: String, token: String) -> wasmtime::Result<bool> {
         Ok(self.caps.permits.release(&gate, &token))
     }

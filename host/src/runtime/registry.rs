@@ -14,23 +14,21 @@ use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use wasmtime::Store;
-use wasmtime::component::{Instance, InstancePre};
+use wasmtime::component::InstancePre;
 
+use super::bindings::strategy;
 use super::bindings::types::Descriptor;
-use super::bindings::{
-    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
-};
+use super::engine::Runtime;
 use super::store::HostState;
-use super::{CallError, Runtime};
+use super::world::World;
 
 /// A loaded, checked component, ready to instantiate per call.
 pub struct Strategy {
     pub method: Arc<str>,
     pub summary: String,
-    /// What the component does besides answering issue requests, told by
-    /// the world it implements.
-    pub role: Role,
+    /// What the component does besides answering issue requests, and where
+    /// the export that does it is.
+    pub world: World,
     /// Whether it imports the `redis` capability (the result endpoint's
     /// Redis section means nothing for a method that does not).
     pub uses_redis: bool,
@@ -38,137 +36,14 @@ pub struct Strategy {
     pub sha256: String,
     pub loaded_at: DateTime<Utc>,
     pub(super) pre: InstancePre<HostState>,
-    pub(super) exports: Exports,
-}
-
-impl Strategy {
-    pub(super) fn unsupported(&self, export: &'static str) -> CallError {
-        CallError::Unsupported {
-            method: self.method.to_string(),
-            role: self.role.world(),
-            export,
-        }
-    }
-}
-
-/// The worlds of `wit/strategy.wit` a component can implement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Answers each issue request itself.
-    Issuer,
-    /// Confirms later on the host's job workers (REDIS_ASYNC).
-    AsyncIssuer,
-    /// Confirms as the pub/sub subscriber (REDIS_PUBSUB).
-    PubsubIssuer,
-    /// Confirms as the stream consumer (REDIS_STREAM, REDIS_STREAM_ATOMIC).
-    StreamIssuer,
-    /// Is loaded into the DB by the write-behind loader, and reconciles
-    /// (REDIS_WRITE_BEHIND, REDIS_WRITE_BEHIND_NO_TX).
-    WriteBehindIssuer,
-    /// Holds permits across requests, cancels and seeds (the limited drop).
-    GateIssuer,
-}
-
-impl Role {
-    /// The WIT world's name.
-    pub fn world(self) -> &'static str {
-        match self {
-            Role::Issuer => "issuer",
-            Role::AsyncIssuer => "async-issuer",
-            Role::PubsubIssuer => "pubsub-issuer",
-            Role::StreamIssuer => "stream-issuer",
-            Role::WriteBehindIssuer => "write-behind-issuer",
-            Role::GateIssuer => "gate-issuer",
-        }
-    }
-}
-
-/// Where a component's exports are, found once at load time.
-pub(super) struct Exports {
-    pub strategy: strategy::GuestIndices,
-    pub job_runner: Option<job_runner::GuestIndices>,
-    pub message_handler: Option<message_handler::GuestIndices>,
-    pub stream_consumer: Option<stream_consumer::GuestIndices>,
-    pub write_behind: Option<write_behind::GuestIndices>,
-    pub drop_gate: Option<drop_gate::GuestIndices>,
-}
-
-impl Exports {
-    pub fn find(pre: &InstancePre<HostState>) -> anyhow::Result<Self> {
-        let strategy = strategy::GuestIndices::new(pre).map_err(|err| {
-            anyhow::anyhow!("it does not export the couponlab:strategy/strategy interface ({err})")
-        })?;
-        Ok(Exports {
-            strategy,
-            job_runner: job_runner::GuestIndices::new(pre).ok(),
-            message_handler: message_handler::GuestIndices::new(pre).ok(),
-            stream_consumer: stream_consumer::GuestIndices::new(pre).ok(),
-            write_behind: write_behind::GuestIndices::new(pre).ok(),
-            drop_gate: drop_gate::GuestIndices::new(pre).ok(),
-        })
-    }
-
-    /// Loads every export found, which checks its types.
-    pub fn check(&self, store: &mut Store<HostState>, instance: &Instance) -> anyhow::Result<()> {
-        let wrong = |name: &'static str| {
-            move |err: wasmtime::Error| {
-                anyhow::anyhow!("its {name} export has the wrong type: {err}")
-            }
-        };
-        self.strategy
-            .load(&mut *store, instance)
-            .map_err(wrong("strategy"))?;
-        if let Some(indices) = &self.job_runner {
-            indices
-                .load(&mut *store, instance)
-                .map_err(wrong("job-runner"))?;
-        }
-        if let Some(indices) = &self.message_handler {
-            indices
-                .load(&mut *store, instance)
-                .map_err(wrong("message-handler"))?;
-        }
-        if let Some(indices) = &self.stream_consumer {
-            indices
-                .load(&mut *store, instance)
-                .map_err(wrong("stream-consumer"))?;
-        }
-        if let Some(indices) = &self.write_behind {
-            indices
-                .load(&mut *store, instance)
-                .map_err(wrong("write-behind"))?;
-        }
-        if let Some(indices) = &self.drop_gate {
-            indices
-                .load(&mut *store, instance)
-                .map_err(wrong("drop-gate"))?;
-        }
-        Ok(())
-    }
-
-    /// The role the exports give.
-    pub fn role(&self) -> Role {
-        if self.job_runner.is_some() {
-            Role::AsyncIssuer
-        } else if self.message_handler.is_some() {
-            Role::PubsubIssuer
-        } else if self.stream_consumer.is_some() {
-            Role::StreamIssuer
-        } else if self.write_behind.is_some() {
-            Role::WriteBehindIssuer
-        } else if self.drop_gate.is_some() {
-            Role::GateIssuer
-        } else {
-            Role::Issuer
-        }
-    }
+    pub(super) strategy_export: strategy::GuestIndices,
 }
 
 /// A component that passed every check.
 pub(super) struct Prepared {
     pub pre: InstancePre<HostState>,
-    pub exports: Exports,
-    pub role: Role,
+    pub strategy_export: strategy::GuestIndices,
+    pub world: World,
     pub uses_redis: bool,
     pub descriptor: Descriptor,
 }
@@ -180,17 +55,6 @@ pub struct Rejection {
     pub sha256: Option<String>,
     pub reason: String,
     pub at: DateTime<Utc>,
-}
-
-/// What a reload did, for logs and tests.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reload {
-    Loaded(String),
-    Replaced(String),
-    Unloaded(String),
-    Unchanged,
-    Rejected(String),
-    Gone,
 }
 
 #[derive(Default)]
@@ -240,7 +104,7 @@ impl Registry {
     /// method of a removed file. A file whose content hash is unchanged is
     /// not reloaded. A file that fails any check is rejected with its reason
     /// and whatever it served before keeps serving.
-    pub async fn reload_file(&self, runtime: &Runtime, file: &Path) -> Reload {
+    pub async fn reload_file(&self, runtime: &Runtime, file: &Path) {
         let _one_at_a_time = self.reloading.lock().await;
         let current = self.strategies.load_full();
         let served = current.values().find(|s| s.file == file).cloned();
@@ -249,16 +113,13 @@ impl Registry {
             Ok(bytes) => bytes,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 self.forget_rejection(file);
-                return match served {
-                    Some(old) => {
-                        let mut map = (*current).clone();
-                        map.remove(&*old.method);
-                        self.strategies.store(Arc::new(map));
-                        tracing::info!(method = %old.method, file = %file.display(), "strategy unloaded: its file was removed");
-                        Reload::Unloaded(old.method.to_string())
-                    }
-                    None => Reload::Gone,
-                };
+                if let Some(old) = served {
+                    let mut map = (*current).clone();
+                    map.remove(&*old.method);
+                    self.strategies.store(Arc::new(map));
+                    tracing::info!(method = %old.method, file = %file.display(), "strategy unloaded: its file was removed");
+                }
+                return;
             }
             Err(err) => return self.reject(file, None, format!("cannot read it: {err}")),
         };
@@ -270,7 +131,7 @@ impl Registry {
             .get(file)
             .is_some_and(|r| r.sha256.as_deref() == Some(&sha256));
         if served.as_ref().is_some_and(|s| s.sha256 == sha256) || already_rejected {
-            return Reload::Unchanged;
+            return;
         }
 
         let strategy = match load(runtime, file, bytes, &sha256).await {
@@ -298,14 +159,9 @@ impl Registry {
         self.strategies.store(Arc::new(map));
         self.forget_rejection(file);
         tracing::info!(%method, file = %file.display(), sha256 = %&sha256[..12], "strategy {}", if served.is_some() { "replaced" } else { "loaded" });
-        if served.is_some() {
-            Reload::Replaced(method)
-        } else {
-            Reload::Loaded(method)
-        }
     }
 
-    fn reject(&self, file: &Path, sha256: Option<String>, reason: String) -> Reload {
+    fn reject(&self, file: &Path, sha256: Option<String>, reason: String) {
         tracing::warn!(file = %file.display(), %reason, "strategy file rejected");
         let mut rejections = (*self.rejections.load_full()).clone();
         rejections.insert(
@@ -313,12 +169,11 @@ impl Registry {
             Rejection {
                 file: file.to_path_buf(),
                 sha256,
-                reason: reason.clone(),
+                reason,
                 at: Utc::now(),
             },
         );
         self.rejections.store(Arc::new(rejections));
-        Reload::Rejected(reason)
     }
 
     fn forget_rejection(&self, file: &Path) {
@@ -349,8 +204,8 @@ async fn load(
         .map_err(|err| format!("not a valid WebAssembly component: {err:#}"))?;
     let Prepared {
         pre,
-        exports,
-        role,
+        strategy_export,
+        world,
         uses_redis,
         descriptor,
     } = runtime
@@ -364,12 +219,12 @@ async fn load(
     Ok(Strategy {
         method: Arc::from(method),
         summary: descriptor.summary,
-        role,
+        world,
         uses_redis,
         file: file.to_path_buf(),
         sha256: sha256.to_string(),
         loaded_at: Utc::now(),
         pre,
-        exports,
+        strategy_export,
     })
 }

@@ -9,7 +9,8 @@ use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::{Capabilities, Strategy};
+use super::capabilities::Capabilities;
+use super::registry::Strategy;
 
 /// Bytes of a guest's stderr kept for the error message of a trap (a Rust
 /// panic message lands there).

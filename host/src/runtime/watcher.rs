@@ -1,5 +1,6 @@
 //! Hot reload: watches the strategy directory and hands every changed
-//! `*.wasm` to [`Registry::reload_file`](super::Registry::reload_file).
+//! `*.wasm` to its owner (the lab, which passes each to
+//! [`Registry::reload_file`](super::Registry::reload_file)).
 //!
 //! Events are debounced: a file is reloaded once it has been quiet for
 //! [`QUIET`], so a copy in progress is read whole (and a half-written file
@@ -7,7 +8,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Weak;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,7 +16,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::registry::is_component;
-use crate::lab::LabState;
 
 /// How long a file must be quiet before it is reloaded.
 const QUIET: Duration = Duration::from_millis(50);
@@ -33,8 +32,17 @@ impl Drop for DirectoryWatcher {
     }
 }
 
-/// Watches `dir`. The task holds the lab weakly: the lab owns the watcher.
-pub fn watch(dir: &Path, lab: Weak<LabState>) -> anyhow::Result<DirectoryWatcher> {
+/// Watches `dir`, and calls `reload` with the files that changed once they
+/// are quiet. `reload` answers `None` once its owner is gone (the owner
+/// holds the watcher, so the watcher may hold it only weakly), which ends
+/// the watch.
+pub fn watch<Reload>(
+    dir: &Path,
+    reload: impl Fn(Vec<PathBuf>) -> Option<Reload> + Send + 'static,
+) -> anyhow::Result<DirectoryWatcher>
+where
+    Reload: Future<Output = ()> + Send,
+{
     let (changed, mut changes) = mpsc::unbounded_channel::<PathBuf>();
     let mut watcher =
         notify::recommended_watcher(move |event: notify::Result<Event>| match event {
@@ -57,10 +65,11 @@ pub fn watch(dir: &Path, lab: Weak<LabState>) -> anyhow::Result<DirectoryWatcher
             while let Ok(Some(path)) = tokio::time::timeout(QUIET, changes.recv()).await {
                 pending.insert(path);
             }
-            let Some(lab) = lab.upgrade() else { return };
-            for path in std::mem::take(&mut pending) {
-                lab.registry.reload_file(&lab.runtime, &path).await;
-            }
+            let changed = std::mem::take(&mut pending).into_iter().collect();
+            let Some(reloading) = reload(changed) else {
+                return;
+            };
+            reloading.await;
         }
     });
     Ok(DirectoryWatcher {

@@ -129,7 +129,7 @@ async fn a_broken_file_leaves_the_previous_version_serving() {
     let lab = serving_build_a().await;
 
     let valid = build("b");
-    let broken: [(&str, Vec<u8>, &str); 4] = [
+    let broken: [(&str, Vec<u8>, &str); 5] = [
         (
             "corrupt",
             b"this is not WebAssembly at all".to_vec(),
@@ -149,6 +149,11 @@ async fn a_broken_file_leaves_the_previous_version_serving() {
             "foreign imports",
             std::fs::read(component("test_foreign_imports")).unwrap(),
             "imports something the host does not provide",
+        ),
+        (
+            "two worlds",
+            std::fs::read(component("test_two_worlds")).unwrap(),
+            "exports the interfaces of 5 worlds",
         ),
     ];
     for (case, bytes, reason) in broken {

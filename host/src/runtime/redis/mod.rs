@@ -85,6 +85,7 @@ fn refuse_identity(name: &str) -> Option<WitError> {
 }
 
 impl wit::Host for HostState {
+    #[tracing::instrument(name = "redis.execute", level = "debug", skip_all, fields(method = %self.method))]
     async fn execute(
         &mut self,
         name: String,
@@ -105,6 +106,7 @@ impl wit::Host for HostState {
         Ok(self.reply(result))
     }
 
+    #[tracing::instrument(name = "redis.eval", level = "debug", skip_all, fields(method = %self.method))]
     async fn eval(
         &mut self,
         script: String,
@@ -117,6 +119,7 @@ impl wit::Host for HostState {
 
     /// Waits for a free dedicated connection no longer than the call's
     /// deadline.
+    #[tracing::instrument(name = "redis.open", level = "debug", skip_all, fields(method = %self.method))]
     async fn open(&mut self) -> wasmtime::Result<Result<Resource<RedisConnection>, WitError>> {
         let cap = self.caps.caps.max_connections_per_call;
         if self.open_connections >= cap {
@@ -141,6 +144,7 @@ impl wit::Host for HostState {
 }
 
 impl wit::HostConnection for HostState {
+    #[tracing::instrument(name = "redis.connection.execute", level = "debug", skip_all, fields(method = %self.method))]
     async fn execute(
         &mut self,
         conn: Resource<RedisConnection>,
@@ -155,6 +159,7 @@ impl wit::HostConnection for HostState {
         Ok(self.reply(result))
     }
 
+    #[tracing::instrument(name = "redis.connection.pipeline", level = "debug", skip_all, fields(method = %self.method))]
     async fn pipeline(
         &mut self,
         conn: Resource<RedisConnection>,
@@ -175,6 +180,7 @@ impl wit::HostConnection for HostState {
             .collect())
     }
 
+    #[tracing::instrument(name = "redis.connection.drop", level = "debug", skip_all, fields(method = %self.method))]
     async fn drop(&mut self, conn: Resource<RedisConnection>) -> wasmtime::Result<()> {
         let conn = self.table.delete(conn)?;
         self.open_connections = self.open_connections.saturating_sub(1);

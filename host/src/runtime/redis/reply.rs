@@ -61,6 +61,8 @@ pub fn weight(value: &Value) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The flattened nodes; the redis crate's are written `Value::…`.
+    use wit::Value::{Array, Data, Int, Nil, Status};
 
     fn flat(value: Value) -> Vec<wit::Value> {
         let mut out = Vec::new();
@@ -79,16 +81,10 @@ mod tests {
                 Value::BulkString(b"b".to_vec()),
             ]),
         ]);
+        let (a, b) = (Data(b"a".to_vec()), Data(b"b".to_vec()));
         assert_eq!(
             flat(exec),
-            vec![
-                wit::Value::Array(3),
-                wit::Value::Status("OK".into()),
-                wit::Value::Int(1),
-                wit::Value::Array(2),
-                wit::Value::Data(b"a".to_vec()),
-                wit::Value::Data(b"b".to_vec()),
-            ]
+            [Array(3), Status("OK".into()), Int(1), Array(2), a, b]
         );
     }
 
@@ -98,21 +94,13 @@ mod tests {
             (Value::SimpleString("k".into()), Value::Int(7)),
             (Value::SimpleString("n".into()), Value::Nil),
         ]);
-        assert_eq!(
-            flat(map),
-            vec![
-                wit::Value::Array(4),
-                wit::Value::Status("k".into()),
-                wit::Value::Int(7),
-                wit::Value::Status("n".into()),
-                wit::Value::Nil,
-            ]
-        );
+        let (k, n) = (Status("k".into()), Status("n".into()));
+        assert_eq!(flat(map), [Array(4), k, Int(7), n, Nil]);
     }
 
     #[test]
     fn an_empty_array_is_one_node() {
-        assert_eq!(flat(Value::Array(Vec::new())), vec![wit::Value::Array(0)]);
+        assert_eq!(flat(Value::Array(Vec::new())), [Array(0)]);
     }
 
     #[test]

@@ -23,6 +23,12 @@ use self::value::{ResultCaps, bind, fetch_capped, to_wit_error};
 use super::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
 use super::store::HostState;
 
+/// What a `sql` import answers: a trap (a broken handle), or the call's own
+/// result for the component.
+type Answer<T> = wasmtime::Result<Result<T, SqlError>>;
+type Params = Vec<wit::Value>;
+type Tx = Resource<SqlTransaction>;
+
 /// Whether a transaction may write.
 #[derive(Debug, Clone, Copy)]
 pub enum Access {
@@ -95,11 +101,7 @@ impl SqlTransaction {
         query_on(self.open()?, statement, params, caps).await
     }
 
-    async fn execute(
-        &mut self,
-        statement: &str,
-        params: Vec<wit::Value>,
-    ) -> Result<ExecResult, SqlError> {
+    async fn execute(&mut self, statement: &str, params: Params) -> Result<ExecResult, SqlError> {
         let residue = statement::check(statement).map_err(SqlError::Refused)?;
         let done = self
             .open()?
@@ -155,7 +157,7 @@ impl Drop for SqlTransaction {
 async fn query_on(
     lent: &mut Lent,
     statement: &str,
-    params: Vec<wit::Value>,
+    params: Params,
     caps: ResultCaps,
 ) -> Result<Rows, SqlError> {
     let residue = statement::check(statement).map_err(SqlError::Refused)?;
@@ -179,11 +181,7 @@ impl HostState {
         }
     }
 
-    async fn begin_transaction(
-        &mut self,
-        isolation: IsolationLevel,
-        access: Access,
-    ) -> wasmtime::Result<Result<Resource<SqlTransaction>, SqlError>> {
+    async fn begin_transaction(&mut self, isolation: IsolationLevel, access: Access) -> Answer<Tx> {
         let cap = self.caps.caps.max_transactions_per_call;
         if self.open_transactions >= cap {
             return Ok(Err(SqlError::Refused(format!(
@@ -224,25 +222,18 @@ async fn autocommit<T>(
 }
 
 impl wit::Host for HostState {
-    async fn begin(
-        &mut self,
-        isolation: IsolationLevel,
-    ) -> wasmtime::Result<Result<Resource<SqlTransaction>, SqlError>> {
+    #[tracing::instrument(name = "sql.begin", level = "debug", skip_all, fields(method = %self.method))]
+    async fn begin(&mut self, isolation: IsolationLevel) -> Answer<Tx> {
         self.begin_transaction(isolation, Access::ReadWrite).await
     }
 
-    async fn begin_read_only(
-        &mut self,
-        isolation: IsolationLevel,
-    ) -> wasmtime::Result<Result<Resource<SqlTransaction>, SqlError>> {
+    #[tracing::instrument(name = "sql.begin_read_only", level = "debug", skip_all, fields(method = %self.method))]
+    async fn begin_read_only(&mut self, isolation: IsolationLevel) -> Answer<Tx> {
         self.begin_transaction(isolation, Access::ReadOnly).await
     }
 
-    async fn query(
-        &mut self,
-        statement: String,
-        params: Vec<wit::Value>,
-    ) -> wasmtime::Result<Result<Rows, SqlError>> {
+    #[tracing::instrument(name = "sql.query", level = "debug", skip_all, fields(method = %self.method))]
+    async fn query(&mut self, statement: String, params: Params) -> Answer<Rows> {
         let caps = self.result_caps();
         let mut lent = match Lent::borrow(&self.caps.db).await {
             Ok(lent) => lent,
@@ -251,11 +242,8 @@ impl wit::Host for HostState {
         Ok(query_on(&mut lent, &statement, params, caps).await)
     }
 
-    async fn execute(
-        &mut self,
-        statement: String,
-        params: Vec<wit::Value>,
-    ) -> wasmtime::Result<Result<ExecResult, SqlError>> {
+    #[tracing::instrument(name = "sql.execute", level = "debug", skip_all, fields(method = %self.method))]
+    async fn execute(&mut self, statement: String, params: Params) -> Answer<ExecResult> {
         let done = autocommit(&self.caps.db, &statement, async |conn| {
             bind(sqlx::query(&statement), params)
                 .execute(&mut **conn)
@@ -270,39 +258,28 @@ impl wit::Host for HostState {
 }
 
 impl wit::HostTransaction for HostState {
-    async fn query(
-        &mut self,
-        tx: Resource<SqlTransaction>,
-        statement: String,
-        params: Vec<wit::Value>,
-    ) -> wasmtime::Result<Result<Rows, SqlError>> {
+    #[tracing::instrument(name = "sql.transaction.query", level = "debug", skip_all, fields(method = %self.method))]
+    async fn query(&mut self, tx: Tx, statement: String, params: Params) -> Answer<Rows> {
         Ok(self.table.get_mut(&tx)?.query(&statement, params).await)
     }
 
-    async fn execute(
-        &mut self,
-        tx: Resource<SqlTransaction>,
-        statement: String,
-        params: Vec<wit::Value>,
-    ) -> wasmtime::Result<Result<ExecResult, SqlError>> {
+    #[tracing::instrument(name = "sql.transaction.execute", level = "debug", skip_all, fields(method = %self.method))]
+    async fn execute(&mut self, tx: Tx, statement: String, params: Params) -> Answer<ExecResult> {
         Ok(self.table.get_mut(&tx)?.execute(&statement, params).await)
     }
 
-    async fn commit(
-        &mut self,
-        tx: Resource<SqlTransaction>,
-    ) -> wasmtime::Result<Result<(), SqlError>> {
+    #[tracing::instrument(name = "sql.transaction.commit", level = "debug", skip_all, fields(method = %self.method))]
+    async fn commit(&mut self, tx: Tx) -> Answer<()> {
         Ok(self.table.get_mut(&tx)?.finish("COMMIT").await)
     }
 
-    async fn rollback(
-        &mut self,
-        tx: Resource<SqlTransaction>,
-    ) -> wasmtime::Result<Result<(), SqlError>> {
+    #[tracing::instrument(name = "sql.transaction.rollback", level = "debug", skip_all, fields(method = %self.method))]
+    async fn rollback(&mut self, tx: Tx) -> Answer<()> {
         Ok(self.table.get_mut(&tx)?.finish("ROLLBACK").await)
     }
 
-    async fn drop(&mut self, tx: Resource<SqlTransaction>) -> wasmtime::Result<()> {
+    #[tracing::instrument(name = "sql.transaction.drop", level = "debug", skip_all, fields(method = %self.method))]
+    async fn drop(&mut self, tx: Tx) -> wasmtime::Result<()> {
         let mut tx = self.table.delete(tx)?;
         self.open_transactions = self.open_transactions.saturating_sub(1);
         if tx.lent.is_some() {

@@ -159,3 +159,72 @@ pub fn to_wit_error(err: sqlx::Error) -> SqlError {
         _ => SqlError::Other(message),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Connection;
+
+    use super::*;
+    use wit::Value::{Bytes, Float, Int, Null, Text, Uint};
+
+    /// The MariaDB every test of the repository runs against.
+    const SERVER: &str = "mysql://root@127.0.0.1:3306";
+
+    async fn fetch(statement: &str, caps: ResultCaps) -> Result<Rows, String> {
+        let mut conn = sqlx::MySqlConnection::connect(SERVER)
+            .await
+            .expect("MariaDB on 127.0.0.1:3306");
+        fetch_capped(sqlx::query(statement), &mut conn, caps)
+            .await
+            .expect("the statement runs")
+    }
+
+    const ANY: ResultCaps = ResultCaps {
+        rows: 100,
+        bytes: 1 << 20,
+    };
+
+    #[tokio::test]
+    async fn each_column_type_becomes_its_wit_case() {
+        let rows = fetch(
+            "SELECT CAST(-7 AS SIGNED) AS i, CAST(7 AS UNSIGNED) AS u, 1.5e0 AS f, 'x' AS t, \
+                    NULL AS n, X'0102' AS b, DATE '2026-01-02' AS d, \
+                    TIMESTAMP '2026-01-02 03:04:05.678' AS ts, CAST(1.25 AS DECIMAL(5,2)) AS amount",
+            ANY,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            rows.columns,
+            ["i", "u", "f", "t", "n", "b", "d", "ts", "amount"]
+        );
+        assert_eq!(
+            rows.rows,
+            [vec![
+                Int(-7),
+                Uint(7),
+                Float(1.5),
+                Text("x".into()),
+                Null,
+                Bytes(vec![1, 2]),
+                Text("2026-01-02".into()),
+                Text("2026-01-02 03:04:05.678".into()),
+                Text("1.25".into()),
+            ]]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_result_past_its_caps_is_refused() {
+        let three_rows = "SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3";
+        let rows = fetch(three_rows, ResultCaps { rows: 2, ..ANY }).await;
+        assert!(rows.unwrap_err().contains("more than 2 rows"));
+        let wide = fetch(
+            "SELECT REPEAT('x', 2000)",
+            ResultCaps { bytes: 1000, ..ANY },
+        )
+        .await;
+        assert!(wide.unwrap_err().contains("over 1000 bytes"));
+        assert_eq!(fetch(three_rows, ANY).await.unwrap().rows.len(), 3);
+    }
+}

@@ -1,0 +1,137 @@
+//! How an issue request ended: the component's answer (a WIT `outcome`) or
+//! why there was none (a [`CallError`]), the name results and responses
+//! use, and the HTTP status it is answered with. Every mapping between
+//! them is here, once.
+
+use axum::http::StatusCode;
+use serde::Serialize;
+
+use crate::runtime::CallError;
+use crate::runtime::bindings::types::Outcome as WitOutcome;
+
+/// Every way an issue request can end, as the result endpoint names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Outcome {
+    Issued,
+    Accepted,
+    SoldOut,
+    SoldOutAtDb,
+    Duplicate,
+    VersionConflict,
+    Deadlock,
+    LockWaitTimeout,
+    Throttled,
+    QueueFull,
+    Unavailable,
+    UnknownMember,
+    UnknownCoupon,
+    /// The component trapped.
+    Failed,
+    /// The component ran past its deadline.
+    TimedOut,
+    /// No instance slot was free.
+    Busy,
+}
+
+impl From<WitOutcome> for Outcome {
+    fn from(outcome: WitOutcome) -> Self {
+        match outcome {
+            WitOutcome::Issued => Outcome::Issued,
+            WitOutcome::Accepted => Outcome::Accepted,
+            WitOutcome::SoldOut => Outcome::SoldOut,
+            WitOutcome::SoldOutAtDb => Outcome::SoldOutAtDb,
+            WitOutcome::Duplicate => Outcome::Duplicate,
+            WitOutcome::VersionConflict => Outcome::VersionConflict,
+            WitOutcome::Deadlock => Outcome::Deadlock,
+            WitOutcome::LockWaitTimeout => Outcome::LockWaitTimeout,
+            WitOutcome::Throttled => Outcome::Throttled,
+            WitOutcome::QueueFull => Outcome::QueueFull,
+            WitOutcome::Unavailable => Outcome::Unavailable,
+            WitOutcome::UnknownMember => Outcome::UnknownMember,
+            WitOutcome::UnknownCoupon => Outcome::UnknownCoupon,
+        }
+    }
+}
+
+impl From<&CallError> for Outcome {
+    fn from(error: &CallError) -> Self {
+        match error {
+            CallError::Trapped(_) | CallError::Unsupported { .. } => Outcome::Failed,
+            CallError::DeadlineExceeded(_) => Outcome::TimedOut,
+            CallError::Busy(_) => Outcome::Busy,
+        }
+    }
+}
+
+impl Outcome {
+    /// The HTTP status an answer with this outcome has (the API's table in
+    /// `docs/architecture.md`): 2xx for a coupon issued or accepted, 409
+    /// for a refusal the client caused, 503 for one it may retry, 404 for
+    /// an unknown member or coupon, 500 and 504 for a component that failed.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Outcome::Issued => StatusCode::OK,
+            Outcome::Accepted => StatusCode::ACCEPTED,
+            Outcome::SoldOut | Outcome::SoldOutAtDb | Outcome::Duplicate => StatusCode::CONFLICT,
+            Outcome::VersionConflict
+            | Outcome::Deadlock
+            | Outcome::LockWaitTimeout
+            | Outcome::Throttled
+            | Outcome::QueueFull
+            | Outcome::Unavailable
+            | Outcome::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            Outcome::UnknownMember | Outcome::UnknownCoupon => StatusCode::NOT_FOUND,
+            Outcome::Failed => StatusCode::INTERNAL_SERVER_ERROR,
+            Outcome::TimedOut => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// What a refusal says when the component gave no detail.
+    pub fn default_message(self, coupon_id: u64, member_id: u64) -> String {
+        match self {
+            Outcome::SoldOut => format!("coupon {coupon_id} is sold out"),
+            Outcome::SoldOutAtDb => {
+                format!("coupon {coupon_id} is sold out (caught by the database guard)")
+            }
+            Outcome::Duplicate => format!("member {member_id} already has coupon {coupon_id}"),
+            Outcome::VersionConflict => {
+                "the coupon row changed under this request (optimistic version conflict)".into()
+            }
+            Outcome::Deadlock => "the database chose this request as a deadlock victim".into(),
+            Outcome::LockWaitTimeout => "a row lock was not granted in time".into(),
+            Outcome::Throttled => "no permit was free in time".into(),
+            Outcome::QueueFull => "the confirmation queue is full".into(),
+            Outcome::Unavailable => "a dependency is unavailable".into(),
+            Outcome::UnknownMember => format!("member {member_id} does not exist"),
+            Outcome::UnknownCoupon => format!("coupon {coupon_id} does not exist"),
+            Outcome::Issued
+            | Outcome::Accepted
+            | Outcome::Failed
+            | Outcome::TimedOut
+            | Outcome::Busy => self.name().to_string(),
+        }
+    }
+
+    /// The name used in responses and results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Issued => "ISSUED",
+            Outcome::Accepted => "ACCEPTED",
+            Outcome::SoldOut => "SOLD_OUT",
+            Outcome::SoldOutAtDb => "SOLD_OUT_AT_DB",
+            Outcome::Duplicate => "DUPLICATE",
+            Outcome::VersionConflict => "VERSION_CONFLICT",
+            Outcome::Deadlock => "DEADLOCK",
+            Outcome::LockWaitTimeout => "LOCK_WAIT_TIMEOUT",
+            Outcome::Throttled => "THROTTLED",
+            Outcome::QueueFull => "QUEUE_FULL",
+            Outcome::Unavailable => "UNAVAILABLE",
+            Outcome::UnknownMember => "UNKNOWN_MEMBER",
+            Outcome::UnknownCoupon => "UNKNOWN_COUPON",
+            Outcome::Failed => "FAILED",
+            Outcome::TimedOut => "TIMED_OUT",
+            Outcome::Busy => "BUSY",
+        }
+    }
+}

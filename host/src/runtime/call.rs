@@ -1,0 +1,356 @@
+//! One call into a component: a fresh store and instance, the deadline, the
+//! clean-up of what the call left open, and the typed calls of each world's
+//! exports. Loading a component is a call too (`describe`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio_util::task::TaskTracker;
+use wasmtime::component::{Component, Instance, InstancePre};
+use wasmtime::{PoolConcurrencyLimitError, Store, UpdateDeadline};
+
+use super::bindings::types::{
+    Compensation, Confirmation, Handled, IssueRequest, IssueResult, ReconcileReport, SeedAnswer,
+    StreamEntry,
+};
+use super::bindings::{
+    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
+};
+use super::engine::Runtime;
+use super::registry::{Prepared, Strategy};
+use super::store::HostState;
+use super::world::World;
+
+/// Extra time the async timeout allows past the deadline, so a guest that is
+/// executing wasm is stopped by its epoch deadline (a clean trap) and the
+/// timeout only catches a host call stuck past it.
+const TIMEOUT_GRACE: Duration = Duration::from_millis(500);
+
+/// How long the clean-up of a failed call (rolling back its transactions)
+/// may take before its strategy is asked to compensate anyway.
+const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
+
+/// Why a call produced no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("the strategy trapped: {0}")]
+    Trapped(String),
+    #[error("the strategy ran past its {0:?} deadline")]
+    DeadlineExceeded(Duration),
+    #[error("all {0} strategy instances are busy")]
+    Busy(u32),
+    #[error("{method} is a {world} and exports no {export}")]
+    Unsupported {
+        method: String,
+        world: &'static str,
+        export: &'static str,
+    },
+}
+
+impl CallError {
+    /// Whether the guest ran and stopped somewhere in the middle: what it
+    /// did so far may need undoing.
+    pub fn ended_midway(&self) -> bool {
+        matches!(self, CallError::Trapped(_) | CallError::DeadlineExceeded(_))
+    }
+}
+
+/// An issue call that produced no answer, and what its strategy undid.
+#[derive(Debug)]
+pub struct Unanswered {
+    pub error: CallError,
+    /// For a call that ended midway: the strategy's `compensate`, or why
+    /// that failed too. `None` when the call never ran.
+    pub compensation: Option<Result<Compensation, CallError>>,
+}
+
+/// The error an expired epoch deadline raises inside the guest.
+#[derive(Debug, thiserror::Error)]
+#[error("deadline exceeded")]
+struct DeadlineExceeded;
+
+/// The indices of one exported interface, which load its typed guest.
+trait Export {
+    type Guest;
+    /// The interface's name in `wit/strategy.wit`.
+    const NAME: &'static str;
+    fn load(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<Self::Guest>;
+}
+
+macro_rules! exports {
+    ($($interface:ident $name:literal),* $(,)?) => {$(
+        impl Export for $interface::GuestIndices {
+            type Guest = $interface::Guest;
+            const NAME: &'static str = $name;
+            fn load(
+                &self,
+                store: &mut Store<HostState>,
+                instance: &Instance,
+            ) -> wasmtime::Result<Self::Guest> {
+                $interface::GuestIndices::load(self, store, instance)
+            }
+        }
+    )*};
+}
+
+exports! {
+    strategy "strategy",
+    job_runner "job-runner",
+    message_handler "message-handler",
+    stream_consumer "stream-consumer",
+    write_behind "write-behind",
+    drop_gate "drop-gate",
+}
+
+/// The host's calls of the world exports, one line each: the name of the
+/// call, its arguments and answer, the world accessor that finds the
+/// export, and the export's function.
+macro_rules! world_calls {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident($($arg:ident: $type:ty),*) -> $answer:ty = $export:ident.$function:ident;
+    )*) => {
+        impl Runtime {$(
+            $(#[$doc])*
+            pub async fn $name(
+                &self,
+                strategy: &Arc<Strategy>,
+                $($arg: $type),*
+            ) -> Result<$answer, CallError> {
+                let export = strategy.world.$export();
+                self.call_export(strategy, export, async |guest, store| {
+                    guest.$function(store, $($arg),*).await
+                })
+                .await
+            }
+        )*}
+    };
+}
+
+world_calls! {
+    /// Runs a job `strategy` submitted (stage 4).
+    run_job(payload: &str) -> Confirmation = job_runner.call_run_job;
+    /// Hands one pub/sub message to `strategy` (stage 5).
+    handle_message(payload: &str) -> Option<Confirmation> = message_handler.call_handle_message;
+    /// Hands one stream entry to `strategy` (stage 6).
+    handle_entry(entry: &StreamEntry) -> Handled = stream_consumer.call_handle_entry;
+    /// Asks `strategy` to undo a dead-lettered entry (stage 6).
+    dead_letter(entry: &StreamEntry) -> Confirmation = stream_consumer.call_dead_letter;
+    /// Writes a batch of write-behind entries in one transaction (stage 9).
+    load_batch(entries: &[StreamEntry]) -> Result<(), String> = write_behind.call_load_batch;
+    /// Writes one write-behind entry alone (stage 9).
+    load_entry(entry: &StreamEntry) -> Result<(), String> = write_behind.call_load_entry;
+    /// Reconciles one coupon's DB rows with its Redis set (stage 9).
+    reconcile(coupon_id: u64) -> Result<ReconcileReport, String> = write_behind.call_reconcile;
+    /// Cancels a limited-drop reservation.
+    cancel(coupon_id: u64, member_id: u64, idempotency_key: &str) -> Result<bool, String> = drop_gate.call_cancel;
+    /// Seeds a limited drop's stock if it is not seeded yet.
+    seed(coupon_id: u64, quantity: u32, ttl_seconds: u32) -> Result<SeedAnswer, String> = drop_gate.call_seed;
+}
+
+impl Runtime {
+    /// Checks a compiled component against the worlds the host knows: every
+    /// import provided by the host, the `strategy` export, and the types of
+    /// its world's own export. Then asks it what it is.
+    pub(super) async fn prepare(&self, component: &Component) -> anyhow::Result<Prepared> {
+        let pre = self
+            .linker
+            .instantiate_pre(component)
+            .map_err(anyhow::Error::from)
+            .context("it imports something the host does not provide")?;
+        let (strategy_export, world) = World::find(&pre)?;
+        let mut store = self.new_store(None, Arc::from("(loading)"), TaskTracker::new());
+        // Loading runs the guest too: under the same deadline as a call, so a
+        // component that hangs in describe() is rejected, not waited for.
+        let described = tokio::time::timeout(self.limits.timeout + TIMEOUT_GRACE, async {
+            let instance = self.instantiate(&pre, &mut store).await?;
+            // Loading the exports type-checks them now rather than at first use.
+            world.check(&mut store, &instance)?;
+            strategy_export
+                .load(&mut store, &instance)?
+                .call_describe(&mut store)
+                .await
+                .map_err(|err| anyhow::Error::new(self.call_error(err, &store)))
+        })
+        .await;
+        let descriptor = match described {
+            Ok(described) => described.context("describe() failed")?,
+            Err(_) => anyhow::bail!(
+                "describe() failed: {}",
+                CallError::DeadlineExceeded(self.limits.timeout)
+            ),
+        };
+        let uses_redis = component
+            .component_type()
+            .imports(&self.engine)
+            .any(|(name, _)| name.starts_with("couponlab:strategy/redis"));
+        Ok(Prepared {
+            pre,
+            strategy_export,
+            world,
+            uses_redis,
+            descriptor,
+        })
+    }
+
+    /// Runs one issue request on a fresh instance of `strategy`. A call that
+    /// ends midway (a trap, the deadline) is torn down — its transactions
+    /// rolled back — and then the strategy's `compensate` runs with the same
+    /// request in a fresh instance, so it can undo what the database does
+    /// not hold.
+    pub async fn issue(
+        &self,
+        strategy: &Arc<Strategy>,
+        request: &IssueRequest,
+    ) -> Result<IssueResult, Unanswered> {
+        let export = Some(&strategy.strategy_export);
+        let issued = self.call_export(strategy, export, async |guest, store| {
+            guest.call_issue(store, request).await
+        });
+        let error = match issued.await {
+            Ok(result) => return Ok(result),
+            Err(error) => error,
+        };
+        if !error.ended_midway() {
+            return Err(Unanswered {
+                error,
+                compensation: None,
+            });
+        }
+        let compensation = self
+            .call_export(strategy, export, async |guest, store| {
+                guest.call_compensate(store, request).await
+            })
+            .await;
+        if let Err(failed) = &compensation {
+            tracing::error!(method = %strategy.method, error = %failed, "compensation failed");
+        }
+        Err(Unanswered {
+            error,
+            compensation: Some(compensation),
+        })
+    }
+
+    /// Calls one export of `strategy` (`None`: its world has no such
+    /// export, and the call is `Unsupported`) with `body`.
+    async fn call_export<E: Export, R>(
+        &self,
+        strategy: &Arc<Strategy>,
+        export: Option<&E>,
+        body: impl AsyncFnOnce(E::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let export = export.ok_or_else(|| CallError::Unsupported {
+            method: strategy.method.to_string(),
+            world: strategy.world.name(),
+            export: E::NAME,
+        })?;
+        self.call(strategy, async |store, instance| {
+            let guest = export.load(&mut *store, instance)?;
+            body(guest, store).await
+        })
+        .await
+    }
+
+    /// Instantiates `strategy` in a fresh store and runs `body` on it, within
+    /// the deadline. Returns once the store is gone and what it left open is
+    /// cleaned up: transactions rolled back (or their connections closed),
+    /// dedicated connections reset or closed.
+    async fn call<R>(
+        &self,
+        strategy: &Arc<Strategy>,
+        body: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let cleanup = TaskTracker::new();
+        let mut store = self.new_store(
+            Some(strategy.clone()),
+            strategy.method.clone(),
+            cleanup.clone(),
+        );
+        let call = async {
+            let instance = self.instantiate(&strategy.pre, &mut store).await?;
+            body(&mut store, &instance)
+                .await
+                .map_err(|err| self.call_error(err, &store))
+        };
+        let result = tokio::time::timeout(self.limits.timeout + TIMEOUT_GRACE, call)
+            .await
+            // A host call stuck past the deadline: the call is dropped where
+            // it stands, and the store's resources with it below.
+            .unwrap_or(Err(CallError::DeadlineExceeded(self.limits.timeout)));
+        drop(store);
+        cleanup.close();
+        if tokio::time::timeout(CLEANUP_LIMIT, cleanup.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(method = %strategy.method, "a failed call's clean-up did not finish in {CLEANUP_LIMIT:?}");
+        }
+        result
+    }
+
+    async fn instantiate(
+        &self,
+        pre: &InstancePre<HostState>,
+        store: &mut Store<HostState>,
+    ) -> Result<Instance, CallError> {
+        pre.instantiate_async(&mut *store).await.map_err(|err| {
+            if err.is::<PoolConcurrencyLimitError>() {
+                CallError::Busy(self.limits.max_instances)
+            } else {
+                self.call_error(err, store)
+            }
+        })
+    }
+
+    fn new_store(
+        &self,
+        strategy: Option<Arc<Strategy>>,
+        method: Arc<str>,
+        cleanup: TaskTracker,
+    ) -> Store<HostState> {
+        let deadline = Instant::now() + self.limits.timeout;
+        let state = HostState::new(
+            self.caps.clone(),
+            strategy,
+            method,
+            deadline,
+            self.limits.memory_bytes,
+            cleanup,
+        );
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| state.limiter());
+        store.set_epoch_deadline(1);
+        // Checked at every tick while wasm runs: past the deadline the guest
+        // traps; before it, the guest yields so a busy loop cannot hold a
+        // runtime thread for long.
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Err(wasmtime::Error::new(DeadlineExceeded))
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store
+    }
+
+    fn call_error(&self, err: wasmtime::Error, store: &Store<HostState>) -> CallError {
+        if err.is::<DeadlineExceeded>() {
+            return CallError::DeadlineExceeded(self.limits.timeout);
+        }
+        let stderr = store.data().stderr();
+        let trap = match err.downcast_ref::<wasmtime::Trap>() {
+            Some(trap) => trap.to_string(),
+            None => format!("{err:#}"),
+        };
+        if stderr.is_empty() {
+            CallError::Trapped(trap)
+        } else {
+            CallError::Trapped(format!("{trap}; stderr: {stderr}"))
+        }
+    }
+}

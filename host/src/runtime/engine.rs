@@ -1,0 +1,150 @@
+//! The engine every component runs on, built once per server: the pooling
+//! allocator's settings, epoch interruption, the linker with every
+//! capability, and the cache of compiled components.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use parking_lot::Mutex;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings::LabHost;
+use super::capabilities::Capabilities;
+use super::store::HostState;
+
+/// The sandbox every call runs in.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Wall-clock budget of one call, host calls included.
+    pub timeout: Duration,
+    /// Linear memory one instance may grow to.
+    pub memory_bytes: usize,
+    /// Instances alive at once (the pool's size).
+    pub max_instances: u32,
+}
+
+/// How often the engine's epoch advances: the granularity of deadlines, and
+/// how often a busy guest yields its thread to other requests.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Bytes of each slot's linear memory and tables kept resident between
+/// calls: the components' stack, data and usual heap fit in it.
+const KEEP_RESIDENT: usize = 2 << 20;
+
+/// Slots whose extra pages are given back to the kernel together.
+const DECOMMIT_BATCH: usize = 32;
+
+/// Compiled components kept in memory, by content hash.
+const COMPILED_CACHE: usize = 32;
+
+pub struct Runtime {
+    pub(super) engine: Engine,
+    pub(super) linker: Linker<HostState>,
+    pub(super) caps: Arc<Capabilities>,
+    pub(super) limits: Limits,
+    /// Recently compiled components by the SHA-256 of their bytes, newest
+    /// last, so switching back to a build seen before costs no compilation.
+    /// Keyed by content and compiled from bytes read into memory: nothing
+    /// here is ever mapped from a file that could change under it.
+    compiled: Mutex<VecDeque<(String, Component)>>,
+}
+
+impl Runtime {
+    pub fn new(caps: Arc<Capabilities>, limits: Limits) -> anyhow::Result<Self> {
+        let instances = limits.max_instances.max(1);
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(instances)
+            // A component built by wasm-component-ld holds the program's core
+            // instance plus a few adapter and shim instances.
+            .total_core_instances(instances.saturating_mul(8))
+            .total_memories(instances.saturating_mul(2))
+            .total_tables(instances.saturating_mul(8))
+            .total_stacks(instances)
+            .max_tables_per_module(4)
+            .max_memory_size(limits.memory_bytes)
+            // A slot's pages stay mapped between calls and are reset in place
+            // (the pages a call dirtied are found with PAGEMAP_SCAN where the
+            // kernel has it): returning them to the kernel after every call
+            // cost a TLB shootdown on both cores per call and a page fault
+            // per page touched by the next one. Isolation is unchanged: each
+            // call still starts from the component's initial memory.
+            .linear_memory_keep_resident(KEEP_RESIDENT)
+            .table_keep_resident(KEEP_RESIDENT)
+            .pagemap_scan(Enabled::Auto)
+            // What still goes back to the kernel (memory a call grew past
+            // the resident part) goes in batches: one shootdown per batch.
+            .decommit_batch_size(DECOMMIT_BATCH);
+
+        let mut config = Config::new();
+        config
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)
+            .map_err(anyhow::Error::from)
+            .context("cannot create the wasm engine")?;
+        spawn_epoch_ticker(&engine);
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(anyhow::Error::from)
+            .context("cannot link WASI")?;
+        LabHost::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+            .map_err(anyhow::Error::from)
+            .context("cannot link the couponlab capabilities")?;
+        Ok(Self {
+            engine,
+            linker,
+            caps,
+            limits,
+            compiled: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    pub fn capabilities(&self) -> &Arc<Capabilities> {
+        &self.caps
+    }
+
+    /// Compiles a component on a blocking thread (compilation is CPU-bound
+    /// and must not stall requests on the async runtime), unless a component
+    /// with the same content hash was compiled recently.
+    pub async fn compile(&self, bytes: Vec<u8>, sha256: &str) -> anyhow::Result<Component> {
+        let cached = self
+            .compiled
+            .lock()
+            .iter()
+            .find(|(hash, _)| hash == sha256)
+            .map(|(_, c)| c.clone());
+        if let Some(component) = cached {
+            return Ok(component);
+        }
+        let engine = self.engine.clone();
+        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+            .await
+            .context("the compiler thread panicked")??;
+        let mut compiled = self.compiled.lock();
+        compiled.push_back((sha256.to_string(), component.clone()));
+        if compiled.len() > COMPILED_CACHE {
+            compiled.pop_front();
+        }
+        Ok(component)
+    }
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] for as long as the
+/// engine is alive.
+fn spawn_epoch_ticker(engine: &Engine) {
+    let engine = engine.weak();
+    std::thread::Builder::new()
+        .name("epoch-ticker".into())
+        .spawn(move || {
+            while let Some(engine) = engine.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .expect("spawning the epoch ticker thread");
+}
