@@ -29,7 +29,7 @@ use anyhow::{Context, bail};
 use serde_json::json;
 
 use crate::loadtest::Api;
-use crate::{root, run, services, strategies};
+use crate::{release_binary, root, run, services, strategies};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/11";
 const USAGE: &str = "usage: cargo xtask bench [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]";
@@ -251,7 +251,7 @@ impl Process {
         bind: &str,
     ) -> anyhow::Result<Process> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let mut command = Command::new(root().join("target").join("release").join(binary));
+        let mut command = Command::new(release_binary(binary));
         command
             .args(args)
             .env("RUST_LOG", "warn")
@@ -267,7 +267,7 @@ impl Process {
         }
         let child = command
             .spawn()
-            .with_context(|| format!("cannot start target/release/{binary}"))?;
+            .with_context(|| format!("cannot start {}", release_binary(binary).display()))?;
         Ok(Process { child, port })
     }
 

@@ -78,6 +78,15 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// A release binary of the host crate, where cargo put it: under
+/// `CARGO_TARGET_DIR` when that is set, else the repository's `target/`.
+pub fn release_binary(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    target.join("release").join(name)
+}
+
 /// Where components are installed: `COUPONLAB_STRATEGY_DIR`, as the server
 /// reads it, or `strategies/dist`.
 fn strategy_dir() -> PathBuf {

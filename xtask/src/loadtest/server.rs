@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::http::Api;
-use crate::{root, run, services, strategies};
+use crate::{release_binary, root, run, services, strategies};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
 
@@ -35,7 +35,7 @@ impl Server {
             )?;
         }
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(root().join("target").join("release").join("couponlab"))
+        let child = Command::new(release_binary("couponlab"))
             .arg("serve")
             .env("COUPONLAB_BIND", format!("127.0.0.1:{port}"))
             .env("DATABASE_URL", database_url()?)
@@ -44,7 +44,7 @@ impl Server {
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()
-            .context("cannot start target/release/couponlab")?;
+            .with_context(|| format!("cannot start {}", release_binary("couponlab").display()))?;
         let mut server = Server { child, port };
         let api = Api::new(&server.base_url())?;
         let started = Instant::now();
