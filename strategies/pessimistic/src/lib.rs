@@ -4,30 +4,7 @@
 //! never over-issued, one per member, at the price of one request at a time.
 
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Step, Strategy, compensate,
-    params, settle,
-};
-
-struct Pessimistic;
-
-impl Strategy for Pessimistic {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "PESSIMISTIC".into(),
-            summary: "SELECT ... FOR UPDATE on the coupon row, then check and write under the lock"
-                .into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
-}
+use couponlab_sdk::{IssueResult, Outcome, Step, compensate, params, settle};
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let tx = sql::begin(IsolationLevel::RepeatableRead)?;
@@ -65,4 +42,8 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     Ok(IssueResult::issued())
 }
 
-couponlab_sdk::export_issuer!(Pessimistic);
+couponlab_sdk::strategy! {
+    struct Pessimistic { method: "PESSIMISTIC", summary: "SELECT ... FOR UPDATE on the coupon row, then check and write under the lock" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(_request) { compensate::nothing() }
+}

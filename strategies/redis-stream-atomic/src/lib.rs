@@ -4,8 +4,8 @@
 //! back to this component to confirm.
 
 use couponlab_sdk::{
-    Compensation, Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step,
-    StreamEntry, compensate, keys, reserve, settle, stream,
+    Confirmation, Handled, IssueResult, Outcome, Step, StreamEntry, compensate, keys, reserve,
+    settle, stream,
 };
 
 couponlab_sdk::world!("stream-issuer");
@@ -13,26 +13,6 @@ couponlab_sdk::world!("stream-issuer");
 use exports::couponlab::strategy::{strategy, stream_consumer};
 
 const METHOD: &str = "REDIS_STREAM_ATOMIC";
-
-struct RedisStreamAtomic;
-
-impl strategy::Guest for RedisStreamAtomic {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: METHOD.into(),
-            summary: "one Lua script reserves and XADDs atomically, 202; stream consumers confirm"
-                .into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::carried_by_entry()
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     reserve::and_enqueue(coupon_id, member_id, keys::ISSUE_STREAM, METHOD)?;
@@ -49,4 +29,8 @@ impl stream_consumer::Guest for RedisStreamAtomic {
     }
 }
 
-export!(RedisStreamAtomic);
+couponlab_sdk::strategy! {
+    struct RedisStreamAtomic: strategy::Guest { method: METHOD, summary: "one Lua script reserves and XADDs atomically, 202; stream consumers confirm" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(_request) { compensate::carried_by_entry() }
+}

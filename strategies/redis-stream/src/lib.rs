@@ -5,8 +5,8 @@
 //! confirms it and says whether it may be acked.
 
 use couponlab_sdk::{
-    Compensation, Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step,
-    StreamEntry, args, clock, compensate, confirm, keys, redis, reserve, settle, stream,
+    Confirmation, Handled, IssueResult, Outcome, Step, StreamEntry, args, clock, compensate,
+    confirm, keys, redis, reserve, settle, stream,
 };
 
 couponlab_sdk::world!("stream-issuer");
@@ -14,26 +14,6 @@ couponlab_sdk::world!("stream-issuer");
 use exports::couponlab::strategy::{strategy, stream_consumer};
 
 const METHOD: &str = "REDIS_STREAM";
-
-struct RedisStream;
-
-impl strategy::Guest for RedisStream {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: METHOD.into(),
-            summary: "Lua reservation, then XADD, 202; stream consumers run the DB confirm step"
-                .into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(request: IssueRequest) -> Compensation {
-        compensate::release_unless_issued(request.coupon_id, request.member_id)
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     reserve::with_lua(coupon_id, member_id)?;
@@ -69,4 +49,8 @@ impl stream_consumer::Guest for RedisStream {
     }
 }
 
-export!(RedisStream);
+couponlab_sdk::strategy! {
+    struct RedisStream: strategy::Guest { method: METHOD, summary: "Lua reservation, then XADD, 202; stream consumers run the DB confirm step" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
+}

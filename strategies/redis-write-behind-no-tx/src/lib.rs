@@ -4,35 +4,13 @@
 //! `coupon:wb:stream`, 202; the same loader and reconcile.
 
 use couponlab_sdk::write_behind::{self, ReconcileReport};
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Step, StreamEntry, compensate, params,
-    settle, sql,
-};
+use couponlab_sdk::{IssueResult, Step, StreamEntry, compensate, params, settle, sql};
 
 couponlab_sdk::world!("write-behind-issuer");
 
 use exports::couponlab::strategy::{strategy, write_behind as loader};
 
 const METHOD: &str = "REDIS_WRITE_BEHIND_NO_TX";
-
-struct RedisWriteBehindNoTx;
-
-impl strategy::Guest for RedisWriteBehindNoTx {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: METHOD.into(),
-            summary: "member check as one autocommit SELECT, one Lua script reserves and XADDs, 202; the loader writes the DB in batches".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::carried_by_entry()
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let member = sql::query("SELECT id FROM members WHERE id = ?", &params![member_id])?;
@@ -54,4 +32,8 @@ impl loader::Guest for RedisWriteBehindNoTx {
     }
 }
 
-export!(RedisWriteBehindNoTx);
+couponlab_sdk::strategy! {
+    struct RedisWriteBehindNoTx: strategy::Guest { method: METHOD, summary: "member check as one autocommit SELECT, one Lua script reserves and XADDs, 202; the loader writes the DB in batches" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(_request) { compensate::carried_by_entry() }
+}

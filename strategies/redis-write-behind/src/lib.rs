@@ -7,35 +7,13 @@
 
 use couponlab_sdk::sql::{self, IsolationLevel};
 use couponlab_sdk::write_behind::{self, ReconcileReport};
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Step, StreamEntry, compensate, params,
-    settle,
-};
+use couponlab_sdk::{IssueResult, Step, StreamEntry, compensate, params, settle};
 
 couponlab_sdk::world!("write-behind-issuer");
 
 use exports::couponlab::strategy::{strategy, write_behind as loader};
 
 const METHOD: &str = "REDIS_WRITE_BEHIND";
-
-struct RedisWriteBehind;
-
-impl strategy::Guest for RedisWriteBehind {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: METHOD.into(),
-            summary: "member check in a read-only transaction, one Lua script reserves and XADDs, 202; the loader writes the DB in batches".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::carried_by_entry()
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let tx = sql::begin_read_only(IsolationLevel::RepeatableRead)?;
@@ -59,4 +37,8 @@ impl loader::Guest for RedisWriteBehind {
     }
 }
 
-export!(RedisWriteBehind);
+couponlab_sdk::strategy! {
+    struct RedisWriteBehind: strategy::Guest { method: METHOD, summary: "member check in a read-only transaction, one Lua script reserves and XADDs, 202; the loader writes the DB in batches" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(_request) { compensate::carried_by_entry() }
+}
