@@ -3,30 +3,19 @@
 //! is REDIS_STREAM: 202, then the host's stream consumers hand each entry
 //! back to this component to confirm.
 
-use couponlab_sdk::{
-    Confirmation, Handled, IssueResult, Outcome, Step, StreamEntry, compensate, keys, reserve,
-    settle, stream,
-};
+use couponlab_sdk::{IssueResult, Outcome, Step, compensate, keys, reserve, settle};
 
 couponlab_sdk::world!("stream-issuer");
 
 use exports::couponlab::strategy::{strategy, stream_consumer};
+
+couponlab_sdk::stream_consumer!(RedisStreamAtomic: stream_consumer::Guest);
 
 const METHOD: &str = "REDIS_STREAM_ATOMIC";
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     reserve::and_enqueue(coupon_id, member_id, keys::ISSUE_STREAM, METHOD)?;
     Ok(IssueResult::of(Outcome::Accepted))
-}
-
-impl stream_consumer::Guest for RedisStreamAtomic {
-    fn handle_entry(entry: StreamEntry) -> Handled {
-        stream::handle(&entry)
-    }
-
-    fn dead_letter(entry: StreamEntry) -> Confirmation {
-        stream::dead_letter(&entry)
-    }
 }
 
 couponlab_sdk::strategy! {

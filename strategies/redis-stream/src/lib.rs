@@ -5,13 +5,14 @@
 //! confirms it and says whether it may be acked.
 
 use couponlab_sdk::{
-    Confirmation, Handled, IssueResult, Outcome, Step, StreamEntry, args, clock, compensate,
-    confirm, keys, redis, reserve, settle, stream,
+    IssueResult, Outcome, Step, args, clock, compensate, confirm, keys, redis, reserve, settle,
 };
 
 couponlab_sdk::world!("stream-issuer");
 
 use exports::couponlab::strategy::{strategy, stream_consumer};
+
+couponlab_sdk::stream_consumer!(RedisStream: stream_consumer::Guest);
 
 const METHOD: &str = "REDIS_STREAM";
 
@@ -36,16 +37,6 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
             member_id,
             IssueResult::from(err),
         )),
-    }
-}
-
-impl stream_consumer::Guest for RedisStream {
-    fn handle_entry(entry: StreamEntry) -> Handled {
-        stream::handle(&entry)
-    }
-
-    fn dead_letter(entry: StreamEntry) -> Confirmation {
-        stream::dead_letter(&entry)
     }
 }
 

@@ -3,33 +3,20 @@
 //! The rest is REDIS_WRITE_BEHIND: one EVALSHA reserves and XADDs to
 //! `coupon:wb:stream`, 202; the same loader and reconcile.
 
-use couponlab_sdk::write_behind::{self, ReconcileReport};
-use couponlab_sdk::{IssueResult, Step, StreamEntry, compensate, params, settle, sql};
+use couponlab_sdk::write_behind;
+use couponlab_sdk::{IssueResult, Step, compensate, params, settle, sql};
 
 couponlab_sdk::world!("write-behind-issuer");
 
 use exports::couponlab::strategy::{strategy, write_behind as loader};
 
+couponlab_sdk::write_behind_loader!(RedisWriteBehindNoTx: loader::Guest);
+
 const METHOD: &str = "REDIS_WRITE_BEHIND_NO_TX";
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let member = sql::query("SELECT id FROM members WHERE id = ?", &params![member_id])?;
-    write_behind::member_found(&member, member_id)?;
-    write_behind::accept(coupon_id, member_id, METHOD)
-}
-
-impl loader::Guest for RedisWriteBehindNoTx {
-    fn load_batch(entries: Vec<StreamEntry>) -> Result<(), String> {
-        write_behind::load_batch(&entries)
-    }
-
-    fn load_entry(entry: StreamEntry) -> Result<(), String> {
-        write_behind::load_entry(&entry)
-    }
-
-    fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
-        write_behind::reconcile(coupon_id)
-    }
+    write_behind::accept(&member, coupon_id, member_id, METHOD)
 }
 
 couponlab_sdk::strategy! {

@@ -6,12 +6,14 @@
 //! the entries back here in batches, and reconcile repairs what it missed.
 
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::write_behind::{self, ReconcileReport};
-use couponlab_sdk::{IssueResult, Step, StreamEntry, compensate, params, settle};
+use couponlab_sdk::write_behind;
+use couponlab_sdk::{IssueResult, Step, compensate, params, settle};
 
 couponlab_sdk::world!("write-behind-issuer");
 
 use exports::couponlab::strategy::{strategy, write_behind as loader};
+
+couponlab_sdk::write_behind_loader!(RedisWriteBehind: loader::Guest);
 
 const METHOD: &str = "REDIS_WRITE_BEHIND";
 
@@ -19,22 +21,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let tx = sql::begin_read_only(IsolationLevel::RepeatableRead)?;
     let member = tx.query("SELECT id FROM members WHERE id = ?", &params![member_id])?;
     tx.commit()?;
-    write_behind::member_found(&member, member_id)?;
-    write_behind::accept(coupon_id, member_id, METHOD)
-}
-
-impl loader::Guest for RedisWriteBehind {
-    fn load_batch(entries: Vec<StreamEntry>) -> Result<(), String> {
-        write_behind::load_batch(&entries)
-    }
-
-    fn load_entry(entry: StreamEntry) -> Result<(), String> {
-        write_behind::load_entry(&entry)
-    }
-
-    fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
-        write_behind::reconcile(coupon_id)
-    }
+    write_behind::accept(&member, coupon_id, member_id, METHOD)
 }
 
 couponlab_sdk::strategy! {

@@ -31,6 +31,9 @@
 //! [`world!`] with the world's name: that generates the world's own imports
 //! and export traits in the strategy crate and reuses the sdk's bindings for
 //! everything the worlds share, so every helper here works in every world.
+//! [`stream_consumer!`] and [`write_behind_loader!`] implement the exports of
+//! the stream and write-behind worlds that every method of those worlds
+//! answers the same way.
 
 pub mod bindings {
     wit_bindgen::generate!({
