@@ -15,7 +15,8 @@ use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
 use couponlab_sdk::confirm::{self, Confirmed};
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
 use couponlab_sdk::{
-    Compensation, IssueRequest, IssueResult, Outcome, Step, clock, compensate, params, settle,
+    Compensation, IssueRequest, IssueResult, Outcome, Step, clock, compensate, coupon, params,
+    settle,
 };
 
 couponlab_sdk::world!("gate-issuer");
@@ -178,10 +179,7 @@ fn seed_from_coupon(coupon_id: u64) -> Step<()> {
         "SELECT GREATEST(total_count - issued_count, 0), per_member_limit FROM coupons WHERE id = ?",
         &params![coupon_id],
     )?;
-    let row = rows
-        .rows
-        .first()
-        .ok_or_else(|| IssueResult::of(Outcome::UnknownCoupon))?;
+    let row = coupon::row(&rows)?;
     let left = row.first().and_then(sql::int).unwrap_or(0);
     let per_member_limit = row.get(1).and_then(sql::int).unwrap_or(1);
     store::seed(
