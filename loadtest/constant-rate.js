@@ -12,8 +12,8 @@ import http from 'k6/http';
 import { check } from 'k6';
 import exec from 'k6/execution';
 import { Counter } from 'k6/metrics';
+import { BASE_URL, TREND_STATS, constantRate, issue, post, seconds } from './lib/common.js';
 
-const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 const METHOD = __ENV.METHOD || 'REDIS_LUA';
 const RATE = parseInt(__ENV.RATE || '200', 10);
 const DURATION = __ENV.DURATION || '10s';
@@ -24,32 +24,10 @@ const answers = new Counter('issue_answers');
 
 export const options = {
   scenarios: {
-    issue: {
-      executor: 'constant-arrival-rate',
-      rate: RATE,
-      timeUnit: '1s',
-      duration: DURATION,
-      preAllocatedVUs: VUS,
-      maxVUs: VUS * 4,
-    },
+    issue: constantRate(RATE, DURATION, VUS, VUS * 4),
   },
-  summaryTrendStats: ['med', 'p(95)', 'p(99)', 'max'],
+  summaryTrendStats: TREND_STATS,
 };
-
-function seconds(duration) {
-  const match = /^(\d+)(ms|s|m)$/.exec(duration);
-  if (!match) throw new Error(`DURATION must look like 500ms, 20s or 2m, got ${duration}`);
-  const n = parseInt(match[1], 10);
-  return match[2] === 'ms' ? n / 1000 : match[2] === 's' ? n : n * 60;
-}
-
-function post(path, body) {
-  const res = http.post(`${BASE_URL}${path}`, JSON.stringify(body), {
-    headers: { 'Content-Type': 'application/json' },
-  });
-  if (res.status >= 300) throw new Error(`${path} answered ${res.status}: ${res.body}`);
-  return res.json().response;
-}
 
 export function setup() {
   const planned = Math.ceil(RATE * seconds(DURATION) * 1.1) + 10;
@@ -62,11 +40,7 @@ export default function (data) {
   // Unique across VUs, so every request comes from a distinct member.
   const n = exec.scenario.iterationInTest;
   const memberId = data.firstMember + (n % data.members);
-  const res = http.post(
-    `${BASE_URL}/lab/coupons/${data.coupon}/issue`,
-    JSON.stringify({ memberId, method: METHOD }),
-    { headers: { 'Content-Type': 'application/json' }, tags: { name: 'issue' } },
-  );
+  const res = issue(data.coupon, { memberId, method: METHOD });
   answers.add(1, { status: String(res.status) });
   check(res, { 'answered in the envelope': (r) => r.json('success') !== undefined });
 }

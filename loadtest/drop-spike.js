@@ -21,8 +21,8 @@ import http from 'k6/http';
 import { check, sleep } from 'k6';
 import exec from 'k6/execution';
 import { Counter } from 'k6/metrics';
+import { BASE_URL, TREND_STATS, issue, post } from './lib/common.js';
 
-const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 const METHOD = __ENV.METHOD || 'REDIS_LUA_GATE';
 const REQUESTS = parseInt(__ENV.REQUESTS || '4000', 10);
 const VUS = parseInt(__ENV.VUS || '400', 10);
@@ -41,16 +41,8 @@ export const options = {
       maxDuration: '5m',
     },
   },
-  summaryTrendStats: ['med', 'p(95)', 'p(99)', 'max'],
+  summaryTrendStats: TREND_STATS,
 };
-
-function post(path, body) {
-  const res = http.post(`${BASE_URL}${path}`, JSON.stringify(body), {
-    headers: { 'Content-Type': 'application/json' },
-  });
-  if (res.status >= 300) throw new Error(`${path} answered ${res.status}: ${res.body}`);
-  return res.json().response;
-}
 
 export function setup() {
   const members = post('/lab/members', { count: REQUESTS });
@@ -64,12 +56,9 @@ export function setup() {
 export default function (data) {
   const n = exec.scenario.iterationInTest;
   const memberId = data.firstMember + n;
-  const body = JSON.stringify({ memberId, method: METHOD, idempotencyKey: `spike-${memberId}` });
+  const body = { memberId, method: METHOD, idempotencyKey: `spike-${memberId}` };
   for (let attempt = 0; ; attempt++) {
-    const res = http.post(`${BASE_URL}/lab/coupons/${data.coupon}/issue`, body, {
-      headers: { 'Content-Type': 'application/json' },
-      tags: { name: 'issue' },
-    });
+    const res = issue(data.coupon, body);
     answers.add(1, { status: String(res.status) });
     check(res, { 'answered in the envelope': (r) => r.json('success') !== undefined });
     if (res.status !== 503 || attempt >= RETRIES) break;

@@ -14,11 +14,10 @@
 //   RATE          requests per second (rate)     DURATION    e.g. 10s (rate)
 //   VUS           virtual users (rate: pre-allocated, 10x at most; spike: all at once)
 //   SUMMARY       where handleSummary writes the figures as JSON
-import http from 'k6/http';
 import exec from 'k6/execution';
 import { Counter } from 'k6/metrics';
+import { TREND_STATS, constantRate, issue } from './lib/common.js';
 
-const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 const METHOD = __ENV.METHOD || 'REDIS_LUA';
 const COUPON_ID = __ENV.COUPON_ID;
 const FIRST_MEMBER = parseInt(__ENV.FIRST_MEMBER || '1', 10);
@@ -38,14 +37,7 @@ const answers = new Counter('issue_answers');
 const scenario =
   MODE === 'spike'
     ? { executor: 'shared-iterations', vus: Math.min(VUS, MEMBERS), iterations: MEMBERS, maxDuration: '5m' }
-    : {
-        executor: 'constant-arrival-rate',
-        rate: RATE,
-        timeUnit: '1s',
-        duration: DURATION,
-        preAllocatedVUs: VUS,
-        maxVUs: VUS * 10,
-      };
+    : constantRate(RATE, DURATION, VUS, VUS * 10);
 
 // A threshold that always passes makes k6 keep each sub-metric in the summary.
 const thresholds = { dropped_iterations: ['count>=0'] };
@@ -54,17 +46,13 @@ for (const status of STATUSES) thresholds[`issue_answers{status:${status}}`] = [
 export const options = {
   scenarios: { issue: scenario },
   thresholds,
-  summaryTrendStats: ['med', 'p(95)', 'p(99)', 'max'],
+  summaryTrendStats: TREND_STATS,
 };
 
 export default function () {
   const n = exec.scenario.iterationInTest;
   const memberId = FIRST_MEMBER + (n % MEMBERS);
-  const res = http.post(
-    `${BASE_URL}/lab/coupons/${COUPON_ID}/issue`,
-    JSON.stringify({ memberId, method: METHOD }),
-    { headers: { 'Content-Type': 'application/json' }, tags: { name: 'issue' } },
-  );
+  const res = issue(COUPON_ID, { memberId, method: METHOD });
   answers.add(1, { status: STATUSES.includes(String(res.status)) ? String(res.status) : '0' });
 }
 

@@ -18,8 +18,8 @@
 import http from 'k6/http';
 import exec from 'k6/execution';
 import { Counter } from 'k6/metrics';
+import { BASE_URL, TREND_STATS, constantRate, issue as sendIssue, post, seconds } from './lib/common.js';
 
-const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 const RATE = parseInt(__ENV.RATE || '400', 10);
 const DURATION = __ENV.DURATION || '10s';
 const TOTAL = parseInt(__ENV.TOTAL || '2000', 10);
@@ -39,28 +39,15 @@ const METHODS = (
 const STATUSES = ['200', '409', '503', 'other'];
 const answers = new Counter('issue_answers');
 
-function seconds(duration) {
-  const match = /^(\d+)(ms|s|m)$/.exec(duration);
-  if (!match) throw new Error(`durations look like 500ms, 20s or 2m, got ${duration}`);
-  const n = parseInt(match[1], 10);
-  return match[2] === 'ms' ? n / 1000 : match[2] === 's' ? n : n * 60;
-}
-
 const scenarios = {};
 // A threshold that always passes makes k6 keep the per-method sub-metric.
 const thresholds = {};
 METHODS.forEach((method, i) => {
-  scenarios[method] = {
-    executor: 'constant-arrival-rate',
-    rate: RATE,
-    timeUnit: '1s',
-    duration: DURATION,
-    preAllocatedVUs: VUS,
-    maxVUs: VUS * 10,
+  scenarios[method] = Object.assign(constantRate(RATE, DURATION, VUS, VUS * 10), {
     startTime: `${i * (seconds(DURATION) + seconds(PAUSE))}s`,
     env: { METHOD: method },
     exec: 'issue',
-  };
+  });
   thresholds[`http_req_duration{scenario:${method}}`] = ['max>=0'];
   thresholds[`dropped_iterations{scenario:${method}}`] = ['count>=0'];
   for (const status of STATUSES) {
@@ -71,16 +58,8 @@ METHODS.forEach((method, i) => {
 export const options = {
   scenarios,
   thresholds,
-  summaryTrendStats: ['med', 'p(95)', 'p(99)', 'max'],
+  summaryTrendStats: TREND_STATS,
 };
-
-function post(path, body) {
-  const res = http.post(`${BASE_URL}${path}`, JSON.stringify(body), {
-    headers: { 'Content-Type': 'application/json' },
-  });
-  if (res.status >= 300) throw new Error(`${path} answered ${res.status}: ${res.body}`);
-  return res.json().response;
-}
 
 export function setup() {
   const planned = Math.ceil(RATE * seconds(DURATION) * 1.1) + 10;
@@ -96,15 +75,11 @@ export function issue(data) {
   const method = __ENV.METHOD;
   // Unique within the scenario across VUs: one distinct member per request.
   const n = exec.scenario.iterationInTest;
-  const res = http.post(
-    `${BASE_URL}/lab/coupons/${data.coupons[method]}/issue`,
-    JSON.stringify({
-      memberId: data.firstMember + (n % data.members),
-      method,
-      duplicateCheck: DUPLICATE_CHECK,
-    }),
-    { headers: { 'Content-Type': 'application/json' }, tags: { name: 'issue' } },
-  );
+  const res = sendIssue(data.coupons[method], {
+    memberId: data.firstMember + (n % data.members),
+    method,
+    duplicateCheck: DUPLICATE_CHECK,
+  });
   const status = STATUSES.includes(String(res.status)) ? String(res.status) : 'other';
   answers.add(1, { status });
 }

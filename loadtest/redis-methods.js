@@ -23,8 +23,8 @@
 //   VUS       pre-allocated VUs for RATE (default RATE / 4, at least 50; at most 4x that)
 import http from 'k6/http';
 import exec from 'k6/execution';
+import { BASE_URL, constantRate as arrivalRate, issue as sendIssue, post, seconds } from './lib/common.js';
 
-const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 const METHODS = (__ENV.METHODS || 'REDIS_SET_ONLY,REDIS_MULTI_EXEC,REDIS_WATCH,REDIS_LUA')
   .split(',')
   .map((m) => m.trim())
@@ -35,13 +35,6 @@ const BURST = parseInt(__ENV.BURST || '0', 10);
 const RATE = parseInt(__ENV.RATE || '500', 10);
 const DURATION = __ENV.DURATION || '20s';
 const VUS = parseInt(__ENV.VUS || String(Math.max(Math.ceil(RATE / 4), 50)), 10);
-
-function seconds(duration) {
-  const match = /^(\d+)(ms|s|m)$/.exec(duration);
-  if (!match) throw new Error(`durations look like 500ms, 20s or 2m, got ${duration}`);
-  const n = parseInt(match[1], 10);
-  return match[2] === 'ms' ? n / 1000 : match[2] === 's' ? n : n * 60;
-}
 
 // The most requests one method can be sent; members are created for that many.
 const PER_METHOD = BURST > 0 ? BURST : Math.ceil(RATE * seconds(DURATION)) + 10;
@@ -54,15 +47,7 @@ function burst() {
 }
 
 function constantRate() {
-  return {
-    executor: 'constant-arrival-rate',
-    rate: RATE,
-    timeUnit: '1s',
-    duration: DURATION,
-    preAllocatedVUs: VUS,
-    maxVUs: VUS * 4,
-    gracefulStop: '10s',
-  };
+  return Object.assign(arrivalRate(RATE, DURATION, VUS, VUS * 4), { gracefulStop: '10s' });
 }
 
 const scenarios = {};
@@ -86,21 +71,12 @@ export const options = {
   setupTimeout: '120s',
 };
 
-function post(path, body) {
-  const res = http.post(`${BASE_URL}${path}`, JSON.stringify(body), {
-    headers: { 'Content-Type': 'application/json' },
-    timeout: '120s',
-  });
-  if (res.status >= 300) throw new Error(`${path} answered ${res.status}: ${res.body}`);
-  return res.json().response;
-}
-
 export function setup() {
   // Members can hold one coupon of each method, so the methods share them.
-  const members = post('/lab/members', { count: PER_METHOD });
+  const members = post('/lab/members', { count: PER_METHOD }, '120s');
   const coupons = {};
   for (const method of METHODS) {
-    coupons[method] = post('/lab/coupons', { name: `k6 ${method}`, totalCount: TOTAL }).id;
+    coupons[method] = post('/lab/coupons', { name: `k6 ${method}`, totalCount: TOTAL }, '120s').id;
   }
   return { firstMember: members.firstId, coupons };
 }
@@ -109,11 +85,7 @@ export function issue(data) {
   const method = __ENV.METHOD;
   // Unique within the scenario, so every request comes from a distinct member.
   const memberId = data.firstMember + (exec.scenario.iterationInTest % PER_METHOD);
-  http.post(
-    `${BASE_URL}/lab/coupons/${data.coupons[method]}/issue`,
-    JSON.stringify({ memberId, method }),
-    { headers: { 'Content-Type': 'application/json' } },
-  );
+  sendIssue(data.coupons[method], { memberId, method }, {});
 }
 
 function table(header, rows) {

@@ -24,8 +24,8 @@
 import http from 'k6/http';
 import exec from 'k6/execution';
 import { Counter } from 'k6/metrics';
+import { BASE_URL, TREND_STATS, issue, post } from './lib/common.js';
 
-const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 const METHOD = __ENV.METHOD || 'REDIS_WRITE_BEHIND';
 const VUS = parseInt(__ENV.VUS || '50', 10);
 const DURATION = __ENV.DURATION || '20s';
@@ -45,7 +45,7 @@ export const options = {
   },
   // setup creates up to MEMBERS rows in one request.
   setupTimeout: '5m',
-  summaryTrendStats: ['med', 'p(95)', 'p(99)', 'max'],
+  summaryTrendStats: TREND_STATS,
   thresholds: {
     // One entry per status seen, so the end-of-test summary lists them.
     'issue_answers{status:202}': ['count>=0'],
@@ -54,18 +54,9 @@ export const options = {
   },
 };
 
-function post(path, body) {
-  const res = http.post(`${BASE_URL}${path}`, JSON.stringify(body), {
-    headers: { 'Content-Type': 'application/json' },
-    timeout: '5m',
-  });
-  if (res.status >= 300) throw new Error(`${path} answered ${res.status}: ${res.body}`);
-  return res.json().response;
-}
-
 export function setup() {
-  const firstMember = FIRST_MEMBER || post('/lab/members', { count: MEMBERS }).firstId;
-  const coupon = COUPON || post('/lab/coupons', { name: `k6 ${METHOD}`, totalCount: TOTAL }).id;
+  const firstMember = FIRST_MEMBER || post('/lab/members', { count: MEMBERS }, '5m').firstId;
+  const coupon = COUPON || post('/lab/coupons', { name: `k6 ${METHOD}`, totalCount: TOTAL }, '5m').id;
   console.log(`coupon ${coupon}, members ${firstMember}..${firstMember + MEMBERS - 1}`);
   return { firstMember, coupon };
 }
@@ -76,11 +67,7 @@ export default function (data) {
     // Out of fresh members: a duplicate would measure a different path.
     exec.test.abort(`all ${MEMBERS} members have asked; raise MEMBERS`);
   }
-  const res = http.post(
-    `${BASE_URL}/lab/coupons/${data.coupon}/issue`,
-    JSON.stringify({ memberId: data.firstMember + n, method: METHOD }),
-    { headers: { 'Content-Type': 'application/json' }, tags: { name: 'issue' } },
-  );
+  const res = issue(data.coupon, { memberId: data.firstMember + n, method: METHOD });
   answers.add(1, { status: String(res.status) });
 }
 

@@ -17,8 +17,8 @@
 //! 503 with stock left. Pauses that grow to half a second let the crowd that
 //! won drain first. docs/learning/02-locks.md has the measurements.
 
+use couponlab_sdk::compensate;
 use couponlab_sdk::optimistic::{self, RetryPolicy};
-use couponlab_sdk::{Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate};
 
 const POLICY: RetryPolicy = RetryPolicy {
     max_retries: 10,
@@ -26,25 +26,8 @@ const POLICY: RetryPolicy = RetryPolicy {
     max_backoff_ms: 500,
 };
 
-struct OptimisticRetry;
-
-impl Strategy for OptimisticRetry {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "OPTIMISTIC_RETRY".into(),
-            summary:
-                "version-checked update, retried on conflict at most 10 times with jittered backoff"
-                    .into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        optimistic::issue_with_retries(&request, &POLICY)
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+couponlab_sdk::strategy! {
+    struct OptimisticRetry { method: "OPTIMISTIC_RETRY", summary: "version-checked update, retried on conflict at most 10 times with jittered backoff" }
+    fn issue(request) { optimistic::issue_with_retries(&request, &POLICY) }
+    fn compensate(_request) { compensate::nothing() }
 }
-
-couponlab_sdk::export_issuer!(OptimisticRetry);

@@ -6,27 +6,10 @@
 //! but under contention many requests are refused while stock is left. See
 //! `couponlab_sdk::optimistic`.
 
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate, optimistic,
-};
+use couponlab_sdk::{compensate, optimistic};
 
-struct Optimistic;
-
-impl Strategy for Optimistic {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "OPTIMISTIC".into(),
-            summary: "version-checked update, no lock to read; a conflict is a 503".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        optimistic::issue_once(&request)
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+couponlab_sdk::strategy! {
+    struct Optimistic { method: "OPTIMISTIC", summary: "version-checked update, no lock to read; a conflict is a 503" }
+    fn issue(request) { optimistic::issue_once(&request) }
+    fn compensate(_request) { compensate::nothing() }
 }
-
-couponlab_sdk::export_issuer!(Optimistic);

@@ -6,27 +6,10 @@
 //! over-issued. That is the lesson; see `couponlab_sdk::plain_reads`.
 
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate, plain_reads,
-};
+use couponlab_sdk::{compensate, plain_reads};
 
-struct ReadCommitted;
-
-impl Strategy for ReadCommitted {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "READ_COMMITTED".into(),
-            summary: "plain reads in a READ COMMITTED transaction, unguarded update: over-issues under concurrency".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        plain_reads::issue(IsolationLevel::ReadCommitted, &request)
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+couponlab_sdk::strategy! {
+    struct ReadCommitted { method: "READ_COMMITTED", summary: "plain reads in a READ COMMITTED transaction, unguarded update: over-issues under concurrency" }
+    fn issue(request) { plain_reads::issue(IsolationLevel::ReadCommitted, &request) }
+    fn compensate(_request) { compensate::nothing() }
 }
-
-couponlab_sdk::export_issuer!(ReadCommitted);

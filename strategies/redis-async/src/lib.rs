@@ -5,34 +5,13 @@
 //! memory: a crash loses them, leaving reservations without issue rows.
 
 use couponlab_sdk::{
-    Compensation, Confirmation, Descriptor, IssueRequest, IssueResult, Outcome, Step, compensate,
-    confirm, message, reserve, settle,
+    Confirmation, IssueResult, Outcome, Step, compensate, confirm, message, reserve, settle,
 };
 
 couponlab_sdk::world!("async-issuer");
 
 use couponlab::strategy::jobs;
 use exports::couponlab::strategy::{job_runner, strategy};
-
-struct RedisAsync;
-
-impl strategy::Guest for RedisAsync {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "REDIS_ASYNC".into(),
-            summary: "Lua reservation, 202, then the DB confirm step on the host's job workers"
-                .into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(request: IssueRequest) -> Compensation {
-        compensate::release_unless_issued(request.coupon_id, request.member_id)
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     reserve::with_lua(coupon_id, member_id)?;
@@ -62,4 +41,8 @@ impl job_runner::Guest for RedisAsync {
     }
 }
 
-export!(RedisAsync);
+couponlab_sdk::strategy! {
+    struct RedisAsync: strategy::Guest { method: "REDIS_ASYNC", summary: "Lua reservation, 202, then the DB confirm step on the host's job workers" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
+}

@@ -15,7 +15,7 @@ use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
 use couponlab_sdk::confirm::{self, Confirmed};
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
 use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Step, clock, compensate, params,
+    Compensation, IssueRequest, IssueResult, Outcome, Step, clock, compensate, coupon, params,
     settle,
 };
 
@@ -34,55 +34,40 @@ const GATE: &str = METHOD;
 /// How long a drop seeded on first use lives (the seed route says its own).
 const FIRST_USE_TTL_SECONDS: u32 = 24 * 60 * 60;
 
-struct RedisLuaGate;
-
-impl strategy::Guest for RedisLuaGate {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: METHOD.into(),
-            summary: "limited drop: one Lua gate (idempotency, per-member limit, stock), then a permit, then the DB confirm step".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(&request))
-    }
-
-    /// The failed call may have reserved, taken a permit, or both. The
-    /// permit goes back whatever happened; the reservation stays only if
-    /// its confirm committed, and is otherwise cancelled like a THROTTLED
-    /// one (stock, the member's count and the idempotency marker restored).
-    fn compensate(request: IssueRequest) -> Compensation {
-        let (coupon_id, member_id) = (request.coupon_id, request.member_id);
-        let key = idempotency_key(&request);
-        let released = u32::from(permits::release(GATE, &permit_token(coupon_id, &key)));
-        match compensate::issued(coupon_id, member_id) {
-            Ok(true) => Compensation::of(
-                released,
-                "the member's coupon was issued; the reservation stays",
+/// The failed call may have reserved, taken a permit, or both. The permit
+/// goes back whatever happened; the reservation stays only if its confirm
+/// committed, and is otherwise cancelled like a THROTTLED one (stock, the
+/// member's count and the idempotency marker restored).
+fn undo_failed_call(request: &IssueRequest) -> Compensation {
+    let (coupon_id, member_id) = (request.coupon_id, request.member_id);
+    let key = idempotency_key(request);
+    let released = u32::from(permits::release(GATE, &permit_token(coupon_id, &key)));
+    match compensate::issued(coupon_id, member_id) {
+        Ok(true) => Compensation::of(
+            released,
+            "the member's coupon was issued; the reservation stays",
+        ),
+        Ok(false) => match store::cancel(coupon_id, member_id, &key, Restock::Unit) {
+            Ok(restored) => Compensation::of(
+                released + u32::from(restored),
+                if restored {
+                    "the reservation was given back"
+                } else {
+                    "there was no reservation to give back"
+                },
             ),
-            Ok(false) => match store::cancel(coupon_id, member_id, &key, Restock::Unit) {
-                Ok(restored) => Compensation::of(
-                    released + u32::from(restored),
-                    if restored {
-                        "the reservation was given back"
-                    } else {
-                        "there was no reservation to give back"
-                    },
-                ),
-                Err(err) => Compensation::of(
-                    released,
-                    format!("the reservation could not be given back: {err}"),
-                ),
-            },
             Err(err) => Compensation::of(
                 released,
-                format!(
-                    "the issue rows could not be read ({}); the reservation stays",
-                    err.message()
-                ),
+                format!("the reservation could not be given back: {err}"),
             ),
-        }
+        },
+        Err(err) => Compensation::of(
+            released,
+            format!(
+                "the issue rows could not be read ({}); the reservation stays",
+                err.message()
+            ),
+        ),
     }
 }
 
@@ -194,10 +179,7 @@ fn seed_from_coupon(coupon_id: u64) -> Step<()> {
         "SELECT GREATEST(total_count - issued_count, 0), per_member_limit FROM coupons WHERE id = ?",
         &params![coupon_id],
     )?;
-    let row = rows
-        .rows
-        .first()
-        .ok_or_else(|| IssueResult::of(Outcome::UnknownCoupon))?;
+    let row = coupon::row(&rows)?;
     let left = row.first().and_then(sql::int).unwrap_or(0);
     let per_member_limit = row.get(1).and_then(sql::int).unwrap_or(1);
     store::seed(
@@ -309,4 +291,8 @@ fn revoke_issue(coupon_id: u64, member_id: u64) -> Result<(), SqlError> {
     tx.commit()
 }
 
-export!(RedisLuaGate);
+couponlab_sdk::strategy! {
+    struct RedisLuaGate: strategy::Guest { method: METHOD, summary: "limited drop: one Lua gate (idempotency, per-member limit, stock), then a permit, then the DB confirm step" }
+    fn issue(request) { settle(issue(&request)) }
+    fn compensate(request) { undo_failed_call(&request) }
+}

@@ -7,28 +7,8 @@
 
 use couponlab_sdk::redis::Connection;
 use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Reply, Step, Strategy, args,
-    compensate, confirm, coupon, keys, settle,
+    IssueResult, Outcome, Reply, Step, args, compensate, confirm, coupon, keys, settle,
 };
-
-struct RedisMultiExec;
-
-impl Strategy for RedisMultiExec {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "REDIS_MULTI_EXEC".into(),
-            summary: "MULTI SCARD SADD EXEC, decide from the replies (SREM when over stock), then the DB confirm step".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(request: IssueRequest) -> Compensation {
-        compensate::release_unless_issued(request.coupon_id, request.member_id)
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let total = coupon::total(coupon_id)?;
@@ -64,4 +44,8 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     Ok(confirm::confirm_or_release(coupon_id, member_id))
 }
 
-couponlab_sdk::export_issuer!(RedisMultiExec);
+couponlab_sdk::strategy! {
+    struct RedisMultiExec { method: "REDIS_MULTI_EXEC", summary: "MULTI SCARD SADD EXEC, decide from the replies (SREM when over stock), then the DB confirm step" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
+}

@@ -6,33 +6,13 @@
 //! step, SREM on failure.
 
 use couponlab_sdk::{
-    Compensation, Confirmation, Descriptor, IssueRequest, IssueResult, Outcome, Step, args,
-    compensate, confirm, keys, message, redis, reserve, settle,
+    Confirmation, IssueResult, Outcome, Step, args, compensate, confirm, keys, message, redis,
+    reserve, settle,
 };
 
 couponlab_sdk::world!("pubsub-issuer");
 
 use exports::couponlab::strategy::{message_handler, strategy};
-
-struct RedisPubsub;
-
-impl strategy::Guest for RedisPubsub {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "REDIS_PUBSUB".into(),
-            summary: "Lua reservation, PUBLISH, 202; the subscriber runs the DB confirm step"
-                .into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(request: IssueRequest) -> Compensation {
-        compensate::release_unless_issued(request.coupon_id, request.member_id)
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     reserve::with_lua(coupon_id, member_id)?;
@@ -63,4 +43,8 @@ impl message_handler::Guest for RedisPubsub {
     }
 }
 
-export!(RedisPubsub);
+couponlab_sdk::strategy! {
+    struct RedisPubsub: strategy::Guest { method: "REDIS_PUBSUB", summary: "Lua reservation, PUBLISH, 202; the subscriber runs the DB confirm step" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
+}

@@ -6,28 +6,8 @@
 //! total (SOLD_OUT_AT_DB, then SREM).
 
 use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Step, Strategy, args, compensate,
-    confirm, coupon, keys, redis, settle,
+    IssueResult, Outcome, Step, args, compensate, confirm, coupon, keys, redis, settle,
 };
-
-struct RedisSetOnly;
-
-impl Strategy for RedisSetOnly {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "REDIS_SET_ONLY".into(),
-            summary: "SISMEMBER, SCARD, SADD as separate commands (not atomic), then the DB confirm step (SREM on failure)".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(request: IssueRequest) -> Compensation {
-        compensate::release_unless_issued(request.coupon_id, request.member_id)
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let total = coupon::total(coupon_id)?;
@@ -52,4 +32,8 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     Ok(confirm::confirm_or_release(coupon_id, member_id))
 }
 
-couponlab_sdk::export_issuer!(RedisSetOnly);
+couponlab_sdk::strategy! {
+    struct RedisSetOnly { method: "REDIS_SET_ONLY", summary: "SISMEMBER, SCARD, SADD as separate commands (not atomic), then the DB confirm step (SREM on failure)" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
+}

@@ -3,50 +3,23 @@
 //! is REDIS_STREAM: 202, then the host's stream consumers hand each entry
 //! back to this component to confirm.
 
-use couponlab_sdk::{
-    Compensation, Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step,
-    StreamEntry, compensate, keys, reserve, settle, stream,
-};
+use couponlab_sdk::{IssueResult, Outcome, Step, compensate, keys, reserve, settle};
 
 couponlab_sdk::world!("stream-issuer");
 
 use exports::couponlab::strategy::{strategy, stream_consumer};
 
+couponlab_sdk::stream_consumer!(RedisStreamAtomic: stream_consumer::Guest);
+
 const METHOD: &str = "REDIS_STREAM_ATOMIC";
-
-struct RedisStreamAtomic;
-
-impl strategy::Guest for RedisStreamAtomic {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: METHOD.into(),
-            summary: "one Lua script reserves and XADDs atomically, 202; stream consumers confirm"
-                .into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::carried_by_entry()
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     reserve::and_enqueue(coupon_id, member_id, keys::ISSUE_STREAM, METHOD)?;
     Ok(IssueResult::of(Outcome::Accepted))
 }
 
-impl stream_consumer::Guest for RedisStreamAtomic {
-    fn handle_entry(entry: StreamEntry) -> Handled {
-        stream::handle(&entry)
-    }
-
-    fn dead_letter(entry: StreamEntry) -> Confirmation {
-        stream::dead_letter(&entry)
-    }
+couponlab_sdk::strategy! {
+    struct RedisStreamAtomic: strategy::Guest { method: METHOD, summary: "one Lua script reserves and XADDs atomically, 202; stream consumers confirm" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(_request) { compensate::carried_by_entry() }
 }
-
-export!(RedisStreamAtomic);

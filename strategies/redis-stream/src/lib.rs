@@ -5,35 +5,16 @@
 //! confirms it and says whether it may be acked.
 
 use couponlab_sdk::{
-    Compensation, Confirmation, Descriptor, Handled, IssueRequest, IssueResult, Outcome, Step,
-    StreamEntry, args, clock, compensate, confirm, keys, redis, reserve, settle, stream,
+    IssueResult, Outcome, Step, args, clock, compensate, confirm, keys, redis, reserve, settle,
 };
 
 couponlab_sdk::world!("stream-issuer");
 
 use exports::couponlab::strategy::{strategy, stream_consumer};
 
+couponlab_sdk::stream_consumer!(RedisStream: stream_consumer::Guest);
+
 const METHOD: &str = "REDIS_STREAM";
-
-struct RedisStream;
-
-impl strategy::Guest for RedisStream {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: METHOD.into(),
-            summary: "Lua reservation, then XADD, 202; stream consumers run the DB confirm step"
-                .into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(request: IssueRequest) -> Compensation {
-        compensate::release_unless_issued(request.coupon_id, request.member_id)
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     reserve::with_lua(coupon_id, member_id)?;
@@ -59,14 +40,8 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     }
 }
 
-impl stream_consumer::Guest for RedisStream {
-    fn handle_entry(entry: StreamEntry) -> Handled {
-        stream::handle(&entry)
-    }
-
-    fn dead_letter(entry: StreamEntry) -> Confirmation {
-        stream::dead_letter(&entry)
-    }
+couponlab_sdk::strategy! {
+    struct RedisStream: strategy::Guest { method: METHOD, summary: "Lua reservation, then XADD, 202; stream consumers run the DB confirm step" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 }
-
-export!(RedisStream);

@@ -6,33 +6,10 @@
 //! shared DB confirm step.
 
 use couponlab_sdk::redis::Connection;
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Step, Strategy, args, compensate,
-    confirm, coupon, keys, settle,
-};
+use couponlab_sdk::{IssueResult, Outcome, Step, args, compensate, confirm, coupon, keys, settle};
 
 /// Retries after a nil EXEC, as in the seed: 11 attempts in all.
 const MAX_RETRIES: u32 = 10;
-
-struct RedisWatch;
-
-impl Strategy for RedisWatch {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "REDIS_WATCH".into(),
-            summary: "WATCH, SISMEMBER + SCARD, MULTI SADD EXEC; retry on a nil EXEC (at most 10), then the DB confirm step".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        let mut retries = 0;
-        settle(issue(request.coupon_id, request.member_id, &mut retries)).retries(retries)
-    }
-
-    fn compensate(request: IssueRequest) -> Compensation {
-        compensate::release_unless_issued(request.coupon_id, request.member_id)
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64, retries: &mut u32) -> Step<IssueResult> {
     let total = coupon::total(coupon_id)?;
@@ -91,4 +68,11 @@ fn reserve(coupon_id: u64, member_id: u64, total: u64, retries: &mut u32) -> Ste
     }
 }
 
-couponlab_sdk::export_issuer!(RedisWatch);
+couponlab_sdk::strategy! {
+    struct RedisWatch { method: "REDIS_WATCH", summary: "WATCH, SISMEMBER + SCARD, MULTI SADD EXEC; retry on a nil EXEC (at most 10), then the DB confirm step" }
+    fn issue(request) {
+        let mut retries = 0;
+        settle(issue(request.coupon_id, request.member_id, &mut retries)).retries(retries)
+    }
+    fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
+}

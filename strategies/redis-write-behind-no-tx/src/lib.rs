@@ -3,55 +3,24 @@
 //! The rest is REDIS_WRITE_BEHIND: one EVALSHA reserves and XADDs to
 //! `coupon:wb:stream`, 202; the same loader and reconcile.
 
-use couponlab_sdk::write_behind::{self, ReconcileReport};
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Step, StreamEntry, compensate, params,
-    settle, sql,
-};
+use couponlab_sdk::write_behind;
+use couponlab_sdk::{IssueResult, Step, compensate, params, settle, sql};
 
 couponlab_sdk::world!("write-behind-issuer");
 
 use exports::couponlab::strategy::{strategy, write_behind as loader};
 
+couponlab_sdk::write_behind_loader!(RedisWriteBehindNoTx: loader::Guest);
+
 const METHOD: &str = "REDIS_WRITE_BEHIND_NO_TX";
-
-struct RedisWriteBehindNoTx;
-
-impl strategy::Guest for RedisWriteBehindNoTx {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: METHOD.into(),
-            summary: "member check as one autocommit SELECT, one Lua script reserves and XADDs, 202; the loader writes the DB in batches".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::carried_by_entry()
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let member = sql::query("SELECT id FROM members WHERE id = ?", &params![member_id])?;
-    write_behind::member_found(&member, member_id)?;
-    write_behind::accept(coupon_id, member_id, METHOD)
+    write_behind::accept(&member, coupon_id, member_id, METHOD)
 }
 
-impl loader::Guest for RedisWriteBehindNoTx {
-    fn load_batch(entries: Vec<StreamEntry>) -> Result<(), String> {
-        write_behind::load_batch(&entries)
-    }
-
-    fn load_entry(entry: StreamEntry) -> Result<(), String> {
-        write_behind::load_entry(&entry)
-    }
-
-    fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
-        write_behind::reconcile(coupon_id)
-    }
+couponlab_sdk::strategy! {
+    struct RedisWriteBehindNoTx: strategy::Guest { method: METHOD, summary: "member check as one autocommit SELECT, one Lua script reserves and XADDs, 202; the loader writes the DB in batches" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(_request) { compensate::carried_by_entry() }
 }
-
-export!(RedisWriteBehindNoTx);

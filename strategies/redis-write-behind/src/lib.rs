@@ -6,57 +6,26 @@
 //! the entries back here in batches, and reconcile repairs what it missed.
 
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::write_behind::{self, ReconcileReport};
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Step, StreamEntry, compensate, params,
-    settle,
-};
+use couponlab_sdk::write_behind;
+use couponlab_sdk::{IssueResult, Step, compensate, params, settle};
 
 couponlab_sdk::world!("write-behind-issuer");
 
 use exports::couponlab::strategy::{strategy, write_behind as loader};
 
+couponlab_sdk::write_behind_loader!(RedisWriteBehind: loader::Guest);
+
 const METHOD: &str = "REDIS_WRITE_BEHIND";
-
-struct RedisWriteBehind;
-
-impl strategy::Guest for RedisWriteBehind {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: METHOD.into(),
-            summary: "member check in a read-only transaction, one Lua script reserves and XADDs, 202; the loader writes the DB in batches".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        settle(issue(request.coupon_id, request.member_id))
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::carried_by_entry()
-    }
-}
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let tx = sql::begin_read_only(IsolationLevel::RepeatableRead)?;
     let member = tx.query("SELECT id FROM members WHERE id = ?", &params![member_id])?;
     tx.commit()?;
-    write_behind::member_found(&member, member_id)?;
-    write_behind::accept(coupon_id, member_id, METHOD)
+    write_behind::accept(&member, coupon_id, member_id, METHOD)
 }
 
-impl loader::Guest for RedisWriteBehind {
-    fn load_batch(entries: Vec<StreamEntry>) -> Result<(), String> {
-        write_behind::load_batch(&entries)
-    }
-
-    fn load_entry(entry: StreamEntry) -> Result<(), String> {
-        write_behind::load_entry(&entry)
-    }
-
-    fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
-        write_behind::reconcile(coupon_id)
-    }
+couponlab_sdk::strategy! {
+    struct RedisWriteBehind: strategy::Guest { method: METHOD, summary: "member check in a read-only transaction, one Lua script reserves and XADDs, 202; the loader writes the DB in batches" }
+    fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+    fn compensate(_request) { compensate::carried_by_entry() }
 }
-
-export!(RedisWriteBehind);

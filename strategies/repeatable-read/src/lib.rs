@@ -6,27 +6,10 @@
 //! over-issued, as under READ COMMITTED. See `couponlab_sdk::plain_reads`.
 
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate, plain_reads,
-};
+use couponlab_sdk::{compensate, plain_reads};
 
-struct RepeatableRead;
-
-impl Strategy for RepeatableRead {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "REPEATABLE_READ".into(),
-            summary: "plain reads in a REPEATABLE READ transaction, unguarded update: over-issues under concurrency".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        plain_reads::issue(IsolationLevel::RepeatableRead, &request)
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+couponlab_sdk::strategy! {
+    struct RepeatableRead { method: "REPEATABLE_READ", summary: "plain reads in a REPEATABLE READ transaction, unguarded update: over-issues under concurrency" }
+    fn issue(request) { plain_reads::issue(IsolationLevel::RepeatableRead, &request) }
+    fn compensate(_request) { compensate::nothing() }
 }
-
-couponlab_sdk::export_issuer!(RepeatableRead);

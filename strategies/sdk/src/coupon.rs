@@ -1,8 +1,19 @@
-//! Step [0] of every Redis method: the coupon's total.
+//! The coupon: its row as a query found it, and step [0] of every Redis
+//! method, its total.
 
 use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome};
 use crate::outcome::Step;
+use crate::sql::{Rows, Value};
 use crate::{args, keys, params, redis, sql};
+
+/// The first row of a query for one coupon by id (its columns are the
+/// query's); no row means there is no such coupon: UNKNOWN_COUPON.
+pub fn row(rows: &Rows) -> Step<&[Value]> {
+    rows.rows
+        .first()
+        .map(Vec::as_slice)
+        .ok_or_else(|| IssueResult::of(Outcome::UnknownCoupon))
+}
 
 /// The total from `coupon:total:{id}`; when the key is missing (Redis
 /// restarted, keys deleted) it is re-read from the database and set again.

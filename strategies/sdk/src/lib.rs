@@ -1,8 +1,9 @@
 //! Shared guest code for couponlab strategies, compiled into every component.
 //!
-//! A strategy crate implements [`Strategy`] and calls
-//! `couponlab_sdk::export_issuer!(MyStrategy);`. Everything it needs beyond
-//! its own decisions lives here:
+//! A strategy crate declares its method with [`strategy!`] (which implements
+//! [`Strategy`] and exports the component) or implements [`Strategy`] by
+//! hand and calls `couponlab_sdk::export_issuer!(MyStrategy);`. Everything it
+//! needs beyond its own decisions lives here:
 //!
 //! - [`redis`]: commands, scripts and dedicated connections, with replies as
 //!   a [`Reply`] tree;
@@ -30,6 +31,9 @@
 //! [`world!`] with the world's name: that generates the world's own imports
 //! and export traits in the strategy crate and reuses the sdk's bindings for
 //! everything the worlds share, so every helper here works in every world.
+//! [`stream_consumer!`] and [`write_behind_loader!`] implement the exports of
+//! the stream and write-behind worlds that every method of those worlds
+//! answers the same way.
 
 pub mod bindings {
     wit_bindgen::generate!({
@@ -96,6 +100,73 @@ macro_rules! world {
                 "couponlab:strategy/types@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::types,
             },
         });
+    };
+}
+
+/// Declares a strategy: the unit struct, its `describe()` and the bodies of
+/// `issue` and `compensate`, and exports the component.
+///
+/// Every strategy answers `describe()` with a method name and a summary and
+/// forwards `issue` and `compensate` to its own code; only those pieces
+/// differ from crate to crate, so only they are written out:
+///
+/// ```ignore
+/// couponlab_sdk::strategy! {
+///     struct RedisLua { method: "REDIS_LUA", summary: "one Lua script reserves, then the DB confirm step" }
+///     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
+///     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
+/// }
+/// ```
+///
+/// The bodies are blocks over the `IssueRequest` parameter named in the
+/// parentheses (`_request` when unused), returning `IssueResult` and
+/// `Compensation`. Without a trait the struct implements [`Strategy`] of the
+/// `issuer` world and the component is exported with [`export_issuer!`]. A
+/// crate of another world names the trait its [`world!`] generated,
+/// `struct RedisStream: strategy::Guest { .. }`, and the macro exports with
+/// that world's `export!`, so the world's other export traits must be
+/// implemented in the crate as well.
+#[macro_export]
+macro_rules! strategy {
+    (
+        struct $ty:ident { method: $method:expr, summary: $summary:expr $(,)? }
+        $(#[$issue_attr:meta])* fn issue($request:ident) $issue:block
+        $(#[$compensate_attr:meta])* fn compensate($failed:ident) $compensate:block
+    ) => {
+        $crate::strategy!(@impl $crate::Strategy, $ty, $method, $summary,
+            $(#[$issue_attr])* $request $issue, $(#[$compensate_attr])* $failed $compensate);
+        $crate::export_issuer!($ty);
+    };
+    (
+        struct $ty:ident: $guest:path { method: $method:expr, summary: $summary:expr $(,)? }
+        $(#[$issue_attr:meta])* fn issue($request:ident) $issue:block
+        $(#[$compensate_attr:meta])* fn compensate($failed:ident) $compensate:block
+    ) => {
+        $crate::strategy!(@impl $guest, $ty, $method, $summary,
+            $(#[$issue_attr])* $request $issue, $(#[$compensate_attr])* $failed $compensate);
+        export!($ty);
+    };
+    (
+        @impl $guest:path, $ty:ident, $method:expr, $summary:expr,
+        $(#[$issue_attr:meta])* $request:ident $issue:block,
+        $(#[$compensate_attr:meta])* $failed:ident $compensate:block
+    ) => {
+        struct $ty;
+
+        impl $guest for $ty {
+            fn describe() -> $crate::Descriptor {
+                $crate::Descriptor {
+                    method: ::std::convert::Into::into($method),
+                    summary: ::std::convert::Into::into($summary),
+                }
+            }
+
+            $(#[$issue_attr])*
+            fn issue($request: $crate::IssueRequest) -> $crate::IssueResult $issue
+
+            $(#[$compensate_attr])*
+            fn compensate($failed: $crate::IssueRequest) -> $crate::Compensation $compensate
+        }
     };
 }
 

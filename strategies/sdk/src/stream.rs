@@ -77,3 +77,25 @@ fn unreadable(detail: String) -> Confirmation {
         .detail(detail)
         .confirmation(0, 0)
 }
+
+/// Implements a `stream-issuer` crate's `stream-consumer` export with
+/// [`handle`] and [`dead_letter`]: every stream method confirms its entries
+/// the same way, whichever way it wrote them.
+///
+/// ```ignore
+/// couponlab_sdk::stream_consumer!(RedisStream: stream_consumer::Guest);
+/// ```
+#[macro_export]
+macro_rules! stream_consumer {
+    ($ty:ident: $guest:path) => {
+        impl $guest for $ty {
+            fn handle_entry(entry: $crate::StreamEntry) -> $crate::Handled {
+                $crate::stream::handle(&entry)
+            }
+
+            fn dead_letter(entry: $crate::StreamEntry) -> $crate::Confirmation {
+                $crate::stream::dead_letter(&entry)
+            }
+        }
+    };
+}

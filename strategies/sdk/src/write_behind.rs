@@ -1,8 +1,9 @@
 //! Write-behind (stages 9-10): Redis decides and answers 202; the database
 //! catches up in batches, and reconcile repairs what it missed.
 //!
-//! - [`accept`]: after the member check, one EVALSHA does duplicate → stock
-//!   → XADD `coupon:wb:stream` → SADD. Nothing is written to the database.
+//! - [`accept`]: given the rows of the method's member check, one EVALSHA
+//!   does duplicate → stock → XADD `coupon:wb:stream` → SADD. Nothing is
+//!   written to the database.
 //! - [`load_batch`], [`load_entry`]: what the host's loader asks for, as
 //!   `INSERT ... ON DUPLICATE KEY UPDATE` so an entry delivered again (its
 //!   loader died between commit and XACK) neither fails nor rewrites its row.
@@ -30,19 +31,21 @@ pub const STREAM: &str = "coupon:wb:stream";
 /// Rows one reconcile INSERT writes (two parameters each).
 const INSERT_CHUNK: usize = 500;
 
-/// The member check's answer: the query found the member, or UNKNOWN_MEMBER.
-pub fn member_found(rows: &sql::Rows, member_id: u64) -> Step<()> {
-    if rows.rows.is_empty() {
+/// After the member check (`member`: the rows its query found; how it ran,
+/// in a transaction or not, is the method's own), reserves and enqueues in
+/// one EVALSHA (the stage 6 atomic script with this stream): ACCEPTED (202),
+/// DUPLICATE or SOLD_OUT, or UNKNOWN_MEMBER when the check found no row.
+/// `method` goes into the entry so the loader hands it back here.
+pub fn accept(
+    member: &sql::Rows,
+    coupon_id: u64,
+    member_id: u64,
+    method: &str,
+) -> Step<IssueResult> {
+    if member.rows.is_empty() {
         return Err(IssueResult::of(Outcome::UnknownMember)
             .detail(format!("member {member_id} does not exist")));
     }
-    Ok(())
-}
-
-/// Reserves and enqueues in one EVALSHA (the stage 6 atomic script with
-/// this stream): ACCEPTED (202), DUPLICATE or SOLD_OUT. `method` goes into
-/// the entry so the loader hands it back here.
-pub fn accept(coupon_id: u64, member_id: u64, method: &str) -> Step<IssueResult> {
     reserve::and_enqueue(coupon_id, member_id, STREAM, method)?;
     Ok(IssueResult::of(Outcome::Accepted))
 }
@@ -159,4 +162,38 @@ fn upsert(rows: usize) -> String {
         "INSERT INTO coupon_issues (coupon_id, member_id) VALUES {values} \
          ON DUPLICATE KEY UPDATE member_id = member_id"
     )
+}
+
+/// Implements a `write-behind-issuer` crate's `write-behind` export with
+/// [`load_batch`], [`load_entry`] and [`reconcile`]: the write-behind methods
+/// differ only in how they accept a request, not in how the database catches
+/// up.
+///
+/// ```ignore
+/// couponlab_sdk::write_behind_loader!(RedisWriteBehind: loader::Guest);
+/// ```
+#[macro_export]
+macro_rules! write_behind_loader {
+    ($ty:ident: $guest:path) => {
+        impl $guest for $ty {
+            fn load_batch(
+                entries: ::std::vec::Vec<$crate::StreamEntry>,
+            ) -> ::std::result::Result<(), ::std::string::String> {
+                $crate::write_behind::load_batch(&entries)
+            }
+
+            fn load_entry(
+                entry: $crate::StreamEntry,
+            ) -> ::std::result::Result<(), ::std::string::String> {
+                $crate::write_behind::load_entry(&entry)
+            }
+
+            fn reconcile(
+                coupon_id: u64,
+            ) -> ::std::result::Result<$crate::write_behind::ReconcileReport, ::std::string::String>
+            {
+                $crate::write_behind::reconcile(coupon_id)
+            }
+        }
+    };
 }

@@ -6,27 +6,10 @@
 //! holds; the price is those 503s. See `couponlab_sdk::plain_reads`.
 
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate, plain_reads,
-};
+use couponlab_sdk::{compensate, plain_reads};
 
-struct Serializable;
-
-impl Strategy for Serializable {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "SERIALIZABLE".into(),
-            summary: "plain reads in a SERIALIZABLE transaction (shared locks): never over-issues, deadlocks under concurrency".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
-        plain_reads::issue(IsolationLevel::Serializable, &request)
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+couponlab_sdk::strategy! {
+    struct Serializable { method: "SERIALIZABLE", summary: "plain reads in a SERIALIZABLE transaction (shared locks): never over-issues, deadlocks under concurrency" }
+    fn issue(request) { plain_reads::issue(IsolationLevel::Serializable, &request) }
+    fn compensate(_request) { compensate::nothing() }
 }
-
-couponlab_sdk::export_issuer!(Serializable);
