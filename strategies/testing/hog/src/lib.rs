@@ -1,28 +1,15 @@
 //! Test fixture TEST_HOG: grows memory without bound, so the host's memory
 //! limit must stop it.
 
-use couponlab_sdk::{Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate};
+use couponlab_sdk::compensate;
 
-struct Hog;
-
-impl Strategy for Hog {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "TEST_HOG".into(),
-            summary: "allocates until it fails (test fixture)".into(),
-        }
-    }
-
-    fn issue(_request: IssueRequest) -> IssueResult {
+couponlab_sdk::strategy! {
+    struct Hog { method: "TEST_HOG", summary: "allocates until it fails (test fixture)" }
+    fn issue(_request) {
         let mut hoard: Vec<Vec<u8>> = Vec::new();
         loop {
             hoard.push(std::hint::black_box(vec![1u8; 1 << 20]));
         }
     }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+    fn compensate(_request) { compensate::nothing() }
 }
-
-couponlab_sdk::export_issuer!(Hog);

@@ -1,27 +1,14 @@
 //! Test fixture TEST_SPIN: never returns, so the host's deadline must stop it.
 
-use couponlab_sdk::{Compensation, Descriptor, IssueRequest, IssueResult, Strategy, compensate};
+use couponlab_sdk::compensate;
 
-struct Spin;
-
-impl Strategy for Spin {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "TEST_SPIN".into(),
-            summary: "loops forever (test fixture)".into(),
-        }
-    }
-
-    fn issue(_request: IssueRequest) -> IssueResult {
+couponlab_sdk::strategy! {
+    struct Spin { method: "TEST_SPIN", summary: "loops forever (test fixture)" }
+    fn issue(_request) {
         let mut turns: u64 = 0;
         loop {
             turns = std::hint::black_box(turns.wrapping_add(1));
         }
     }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+    fn compensate(_request) { compensate::nothing() }
 }
-
-couponlab_sdk::export_issuer!(Spin);
