@@ -7,35 +7,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use couponlab_sdk::redis::{self, Connection};
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Strategy, args, clock,
-    compensate, params,
-};
-
-struct Probe;
+use couponlab_sdk::{IssueRequest, IssueResult, Outcome, args, clock, compensate, params};
 
 /// Raised by every "memory-reset" call: each call must find it at zero.
 static LEFT_BEHIND: AtomicU64 = AtomicU64::new(0);
 
-impl Strategy for Probe {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "TEST_PROBE".into(),
-            summary: "WIT round trips (test fixture)".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
+couponlab_sdk::strategy! {
+    struct Probe { method: "TEST_PROBE", summary: "WIT round trips (test fixture)" }
+    fn issue(request) {
         let scenario = request.idempotency_key.clone().unwrap_or_default();
         match run(&scenario, &request) {
             Ok(seen) => IssueResult::issued().detail(seen),
             Err(problem) => IssueResult::of(Outcome::Unavailable).detail(problem),
         }
     }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+    fn compensate(_request) { compensate::nothing() }
 }
 
 fn run(scenario: &str, request: &IssueRequest) -> Result<String, String> {
@@ -160,5 +146,3 @@ fn kind(err: Option<SqlError>) -> String {
     }
     .to_string()
 }
-
-couponlab_sdk::export_issuer!(Probe);

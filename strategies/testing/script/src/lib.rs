@@ -3,21 +3,11 @@
 //! `quantity` milliseconds — so a test knows every figure the result
 //! endpoint should report.
 
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Strategy, clock, compensate,
-};
+use couponlab_sdk::{IssueResult, Outcome, clock, compensate};
 
-struct Script;
-
-impl Strategy for Script {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "TEST_SCRIPT".into(),
-            summary: "answers as scripted (test fixture)".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
+couponlab_sdk::strategy! {
+    struct Script { method: "TEST_SCRIPT", summary: "answers as scripted (test fixture)" }
+    fn issue(request) {
         clock::sleep(request.quantity);
         let outcome = match request.idempotency_key.as_deref() {
             Some("ISSUED") => Outcome::Issued,
@@ -31,10 +21,5 @@ impl Strategy for Script {
         };
         IssueResult::of(outcome)
     }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+    fn compensate(_request) { compensate::nothing() }
 }
-
-couponlab_sdk::export_issuer!(Script);

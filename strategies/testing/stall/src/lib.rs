@@ -9,22 +9,11 @@
 //!   database itself must cut at the deadline.
 
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::{
-    Compensation, Descriptor, IssueRequest, IssueResult, Outcome, Strategy, compensate, params,
-    reserve,
-};
+use couponlab_sdk::{IssueResult, Outcome, compensate, params, reserve};
 
-struct Stall;
-
-impl Strategy for Stall {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "TEST_STALL".into(),
-            summary: "stalls halfway through an issue (test fixture)".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
+couponlab_sdk::strategy! {
+    struct Stall { method: "TEST_STALL", summary: "stalls halfway through an issue (test fixture)" }
+    fn issue(request) {
         let (coupon_id, member_id) = (request.coupon_id, request.member_id);
         match request.idempotency_key.as_deref() {
             Some("in-transaction") => {
@@ -58,8 +47,7 @@ impl Strategy for Stall {
             other => IssueResult::of(Outcome::Unavailable).detail(format!("no stall {other:?}")),
         }
     }
-
-    fn compensate(request: IssueRequest) -> Compensation {
+    fn compensate(request) {
         match request.idempotency_key.as_deref() {
             Some("after-reserve") => {
                 compensate::release_unless_issued(request.coupon_id, request.member_id)
@@ -76,5 +64,3 @@ fn spin() -> ! {
         turns = std::hint::black_box(turns.wrapping_add(1));
     }
 }
-
-couponlab_sdk::export_issuer!(Stall);
