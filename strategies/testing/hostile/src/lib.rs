@@ -5,37 +5,23 @@
 
 use couponlab_sdk::redis::{self, Connection};
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::{
-    Compensation, Confirmation, Descriptor, IssueRequest, IssueResult, Outcome, Reply, args,
-    compensate, keys, params,
-};
+use couponlab_sdk::{Confirmation, IssueResult, Outcome, Reply, args, compensate, keys, params};
 
 couponlab_sdk::world!("async-issuer", "../../../wit");
 
 use couponlab::strategy::jobs;
 use exports::couponlab::strategy::{job_runner, strategy};
 
-struct Hostile;
-
-impl strategy::Guest for Hostile {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "TEST_HOSTILE".into(),
-            summary: "tries what a component must not do (test fixture)".into(),
-        }
-    }
-
-    fn issue(request: IssueRequest) -> IssueResult {
+couponlab_sdk::strategy! {
+    struct Hostile: strategy::Guest { method: "TEST_HOSTILE", summary: "tries what a component must not do (test fixture)" }
+    fn issue(request) {
         let attack = request.idempotency_key.clone().unwrap_or_default();
         match attack_with(&attack, request.coupon_id) {
             Ok(done) => IssueResult::issued().detail(done),
             Err(stopped) => IssueResult::of(Outcome::Unavailable).detail(stopped),
         }
     }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+    fn compensate(_request) { compensate::nothing() }
 }
 
 impl job_runner::Guest for Hostile {
@@ -133,5 +119,3 @@ fn on_dedicated(command: &[&str]) -> Attempt {
     let args: Vec<String> = command[1..].iter().map(|s| s.to_string()).collect();
     redis_says(conn.execute(command[0], &args))
 }
-
-export!(Hostile);

@@ -3,10 +3,7 @@
 //! tell which consumer would serve it and must refuse to load it. Nothing
 //! here is ever called.
 
-use couponlab_sdk::{
-    Compensation, Confirmation, Descriptor, Handled, IssueRequest, IssueResult, StreamEntry,
-    compensate,
-};
+use couponlab_sdk::{Confirmation, Handled, IssueResult, StreamEntry, compensate};
 
 couponlab_sdk::world!("lab-host", "../../../wit");
 
@@ -14,23 +11,10 @@ use exports::couponlab::strategy::{
     drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
 };
 
-struct TwoWorlds;
-
-impl strategy::Guest for TwoWorlds {
-    fn describe() -> Descriptor {
-        Descriptor {
-            method: "TEST_TWO_WORLDS".into(),
-            summary: "exports the interfaces of every world (must be refused)".into(),
-        }
-    }
-
-    fn issue(_request: IssueRequest) -> IssueResult {
-        IssueResult::issued()
-    }
-
-    fn compensate(_request: IssueRequest) -> Compensation {
-        compensate::nothing()
-    }
+couponlab_sdk::strategy! {
+    struct TwoWorlds: strategy::Guest { method: "TEST_TWO_WORLDS", summary: "exports the interfaces of every world (must be refused)" }
+    fn issue(_request) { IssueResult::issued() }
+    fn compensate(_request) { compensate::nothing() }
 }
 
 const NEVER: &str = "the host refuses this component before calling it";
@@ -84,5 +68,3 @@ impl drop_gate::Guest for TwoWorlds {
         unreachable!("{NEVER}")
     }
 }
-
-export!(TwoWorlds);
