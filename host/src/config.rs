@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::runtime::CapabilityArgs;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "couponlab",
@@ -66,18 +68,6 @@ pub struct Config {
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0")]
     pub redis_url: String,
 
-    /// MySQL/MariaDB URL of the restricted user components' SQL runs as.
-    /// Unset: the server creates (or updates) the user `couponlab_strategy`
-    /// with only the grants issuance needs, through DATABASE_URL.
-    #[arg(long, env = "COUPONLAB_STRATEGY_DATABASE_URL")]
-    pub strategy_database_url: Option<String>,
-
-    /// Redis URL of the ACL user components' commands run as. Unset: the
-    /// server creates (or updates) the user `couponlab-strategy`, limited to
-    /// `coupon:*` keys and the commands issuance needs, through REDIS_URL.
-    #[arg(long, env = "COUPONLAB_STRATEGY_REDIS_URL")]
-    pub strategy_redis_url: Option<String>,
-
     /// Directory of strategy components (`*.wasm`).
     #[arg(
         long,
@@ -102,83 +92,17 @@ pub struct Config {
     #[arg(long, env = "COUPONLAB_MAX_INSTANCES", default_value_t = 1000)]
     pub max_instances: u32,
 
-    /// Connections in the MySQL pool components' SQL runs on.
-    #[arg(long, env = "COUPONLAB_DB_POOL_SIZE", default_value_t = 32)]
-    pub db_pool_size: u32,
-
     /// Connections in the server's own MySQL pool (routes, results, reset).
     #[arg(long, env = "COUPONLAB_ADMIN_DB_POOL_SIZE", default_value_t = 8)]
     pub admin_db_pool_size: u32,
 
-    /// innodb_lock_wait_timeout of every pooled connection, in seconds. Kept
-    /// below the request timeout so a long lock wait surfaces as the typed
-    /// lock-wait-timeout error rather than as a cancelled request.
-    #[arg(long, env = "COUPONLAB_LOCK_WAIT_TIMEOUT_S", default_value_t = 5)]
-    pub lock_wait_timeout_s: u32,
-
-    /// Dedicated Redis connections (for WATCH and MULTI/EXEC) open at once.
-    #[arg(long, env = "COUPONLAB_REDIS_CONNECTIONS", default_value_t = 64)]
-    pub redis_connections: usize,
-
-    /// Workers running queued jobs (stage 4; the seed's executor has 4).
-    #[arg(long, env = "COUPONLAB_JOB_WORKERS", default_value_t = 4)]
-    pub job_workers: usize,
-
-    /// Jobs the in-process queue holds before `submit` answers queue-full.
-    #[arg(long, env = "COUPONLAB_JOB_QUEUE", default_value_t = 50_000)]
-    pub job_queue: usize,
-
-    /// Permits of each gate (the limited drop's semaphore buffer).
-    #[arg(long, env = "COUPONLAB_PERMITS", default_value_t = 32)]
-    pub permits: usize,
-
-    /// How long a gate waits for a permit when the component does not say.
-    #[arg(long, env = "COUPONLAB_PERMIT_TIMEOUT_MS", default_value_t = 100)]
-    pub permit_timeout_ms: u64,
-
-    /// How long a permit may stay unreleased before the host drops it.
-    #[arg(long, env = "COUPONLAB_PERMIT_LEASE_MS", default_value_t = 30_000)]
-    pub permit_lease_ms: u64,
+    /// Every capability's settings: pools, queues, gates, and what one
+    /// strategy call may use of them.
+    #[command(flatten)]
+    pub capabilities: CapabilityArgs,
 
     #[command(flatten)]
     pub consumers: ConsumerConfig,
-
-    #[command(flatten)]
-    pub caps: CallCaps,
-}
-
-/// What one strategy call may use. Passing a cap is an error the component
-/// sees (`refused`, naming the cap), never a host out-of-memory.
-#[derive(Debug, Clone, Copy, Args)]
-pub struct CallCaps {
-    /// Bytes of one Redis reply.
-    #[arg(long, env = "COUPONLAB_MAX_REPLY_BYTES", default_value_t = 8 << 20)]
-    pub max_reply_bytes: usize,
-
-    /// Bytes of one SQL result.
-    #[arg(long, env = "COUPONLAB_MAX_RESULT_BYTES", default_value_t = 8 << 20)]
-    pub max_result_bytes: usize,
-
-    /// Rows of one SQL result.
-    #[arg(long, env = "COUPONLAB_MAX_RESULT_ROWS", default_value_t = 1_000_000)]
-    pub max_result_rows: usize,
-
-    /// Bytes of one job payload.
-    #[arg(long, env = "COUPONLAB_MAX_JOB_PAYLOAD_BYTES", default_value_t = 4096)]
-    pub max_job_payload_bytes: usize,
-
-    /// Log lines one call may write; the rest are dropped, and one line
-    /// says how many.
-    #[arg(long, env = "COUPONLAB_MAX_LOG_LINES", default_value_t = 100)]
-    pub max_log_lines: u32,
-
-    /// Dedicated Redis connections one call may hold at once.
-    #[arg(long, env = "COUPONLAB_MAX_CONNECTIONS_PER_CALL", default_value_t = 4)]
-    pub max_connections_per_call: u32,
-
-    /// Transactions one call may hold open at once.
-    #[arg(long, env = "COUPONLAB_MAX_TRANSACTIONS_PER_CALL", default_value_t = 4)]
-    pub max_transactions_per_call: u32,
 }
 
 /// The confirmation roles: the pub/sub subscriber and the stream consumers.

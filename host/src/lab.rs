@@ -11,11 +11,8 @@ use sqlx::MySqlPool;
 use crate::config::Config;
 use crate::db;
 use crate::recorder::Recorder;
-use crate::runtime::jobs::JobQueue;
-use crate::runtime::permits::{PermitSettings, Permits};
-use crate::runtime::redis::{GuestRedis, UserSetup, acl, is_connection_error};
 use crate::runtime::watcher::{self, DirectoryWatcher};
-use crate::runtime::{Capabilities, Limits, Registry, Runtime};
+use crate::runtime::{Admin, Capabilities, Limits, Registry, Runtime};
 
 /// Cheap to clone: every handler holds one.
 #[derive(Clone)]
@@ -52,34 +49,26 @@ impl Lab {
     pub async fn start(config: Config) -> anyhow::Result<Lab> {
         // A lease that ran out under a confirm still in progress would hand
         // its permit to another request: the gate would admit one too many.
+        let lease_ms = config.capabilities.permits.lease_ms;
         anyhow::ensure!(
-            config.permit_lease_ms > config.request_timeout_ms,
-            "COUPONLAB_PERMIT_LEASE_MS ({}) must be longer than COUPONLAB_REQUEST_TIMEOUT_MS ({})",
-            config.permit_lease_ms,
+            lease_ms > config.request_timeout_ms,
+            "COUPONLAB_PERMIT_LEASE_MS ({lease_ms}) must be longer than COUPONLAB_REQUEST_TIMEOUT_MS ({})",
             config.request_timeout_ms
         );
-        let databases = db::connect(&config).await?;
+        let database = db::connect(&config).await?;
         let redis = host_redis(&config.redis_url)?;
-        let guest_redis = guest_redis(&config, &redis).await?;
+        let admin = Admin {
+            sql: database.admin(&config.database_url),
+            redis: &redis,
+            redis_url: &config.redis_url,
+        };
+        let caps =
+            Capabilities::build(&config.capabilities, admin, config.request_timeout()).await?;
         let limits = Limits {
             timeout: config.request_timeout(),
             memory_bytes: usize::try_from(config.strategy_memory_mib.saturating_mul(1 << 20))
                 .context("COUPONLAB_STRATEGY_MEMORY_MIB is too large")?,
             max_instances: config.max_instances,
-        };
-        let jobs = JobQueue::new(config.job_queue);
-        let permits = Permits::new(PermitSettings {
-            per_gate: config.permits.max(1),
-            acquire_timeout: Duration::from_millis(config.permit_timeout_ms),
-            lease: Duration::from_millis(config.permit_lease_ms),
-        });
-        let caps = Capabilities {
-            db: databases.strategies,
-            sql_limits: databases.limits,
-            redis: guest_redis,
-            jobs,
-            permits,
-            caps: config.caps,
         };
         let runtime = Runtime::new(Arc::new(caps), limits)?;
         let dir = config.strategy_dir.clone();
@@ -96,7 +85,7 @@ impl Lab {
         let watch = config.watch;
         let lab = Lab(Arc::new(LabState {
             config,
-            db: databases.admin,
+            db: database.pool,
             redis,
             runtime,
             registry,
@@ -142,28 +131,4 @@ fn host_redis(url: &str) -> anyhow::Result<ConnectionManager> {
         .set_max_delay(Duration::from_millis(500));
     ConnectionManager::new_lazy_with_config(client, config)
         .context("cannot set up the server's Redis connection")
-}
-
-/// The Redis components reach: as the operator's user, or as the ACL user
-/// this server creates. A Redis that is down now gets the user when it is
-/// first needed; one that refuses to create it stops the start, saying why.
-async fn guest_redis(config: &Config, admin: &ConnectionManager) -> anyhow::Result<GuestRedis> {
-    if let Some(url) = &config.strategy_redis_url {
-        return GuestRedis::new(url, config.redis_connections, None);
-    }
-    match acl::ensure_user(admin, &config.redis_url).await {
-        Ok(()) => {}
-        Err(err) if is_connection_error(&err) => {
-            tracing::warn!(error = %err, "Redis is unreachable; the components' user is created once it answers")
-        }
-        Err(err) => return Err(acl::cannot_set_up(err)),
-    }
-    GuestRedis::new(
-        &acl::url(&config.redis_url)?,
-        config.redis_connections,
-        Some(UserSetup {
-            admin: admin.clone(),
-            admin_url: config.redis_url.clone(),
-        }),
-    )
 }

@@ -3,19 +3,24 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: command line and environment configuration.
-//! - [`lab`]: the shared state of one server: pools, the strategy registry,
-//!   the request recorder.
-//! - [`db`]: the MySQL pool, database creation and migrations.
-//! - [`runtime`]: the wasmtime engine, the WIT bindings, one module per
-//!   capability given to components (`redis`, `sql`, `clock`, `log`), and the
-//!   registry of loaded strategies.
+//! - [`config`]: command line and environment configuration; each
+//!   capability's settings come from its own module.
+//! - [`lab`]: the shared state of one server: its own pools, the runtime,
+//!   the strategy registry, the request recorder.
+//! - [`db`]: the server's own MySQL pool, database creation and migrations.
+//! - [`runtime`]: the wasmtime engine, the WIT bindings, the world a
+//!   component implements, one call into it, one module per capability
+//!   given to components (`redis`, `sql`, `jobs`, `permits`, `clock`,
+//!   `log`), and the registry of loaded strategies.
 //! - [`http`]: the `/lab` API, one module per resource, and the response
 //!   envelope every route answers with.
-//! - [`recorder`]: what each issue request asked and got, per coupon, for the
-//!   result endpoint.
+//! - [`outcome`]: how an issue request ended, its name and its status.
+//! - [`recorder`]: what each issue request asked and got, per coupon.
+//! - [`results`]: the result of one coupon, from the database, the recorder
+//!   and Redis.
 //! - [`consumers`]: the roles that confirm requests answered 202 — job
-//!   workers, the pub/sub subscriber, the stream consumers.
+//!   workers, the pub/sub subscriber, the stream consumers, the write-behind
+//!   loader.
 //! - [`confirmations`]: what became of each 202, recorded in Redis so every
 //!   process sees it.
 //! - [`telemetry`]: tracing set-up.

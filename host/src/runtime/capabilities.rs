@@ -1,22 +1,84 @@
-//! What every capability works through: the server's pools and queues,
-//! shared by every call.
+//! What every capability works through, and the one place that builds it
+//! all from the server's configuration.
 
-use sqlx::MySqlPool;
+use std::time::Duration;
 
-use super::jobs::JobQueue;
-use super::permits::Permits;
-use super::redis::GuestRedis;
-use super::sql::lent::Limits as SqlLimits;
-use crate::config::CallCaps;
+use ::redis::aio::ConnectionManager;
+use sha2::{Digest, Sha256};
 
-/// What every capability works through: the server's pools and queues.
+use super::jobs::{JobQueue, JobsArgs};
+use super::log::LogArgs;
+use super::permits::{Permits, PermitsArgs};
+use super::redis::{self, GuestRedis, RedisArgs};
+use super::sql::{self, GuestSql, SqlArgs};
+
+/// The settings of every capability, one group each, flattened into the
+/// server's configuration.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CapabilityArgs {
+    #[command(flatten)]
+    pub sql: SqlArgs,
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    #[command(flatten)]
+    pub jobs: JobsArgs,
+    #[command(flatten)]
+    pub permits: PermitsArgs,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// The server's pools and queues, shared by every call.
 pub struct Capabilities {
-    pub db: MySqlPool,
-    /// How the server cuts strategy statements.
-    pub sql_limits: SqlLimits,
+    pub sql: GuestSql,
     pub redis: GuestRedis,
     pub jobs: JobQueue,
     pub permits: Permits,
-    /// What one call may use.
-    pub caps: CallCaps,
+    pub log: LogArgs,
 }
+
+/// The server's own connections, through which the components' users are
+/// set up.
+pub struct Admin<'a> {
+    pub sql: sql::user::Admin<'a>,
+    pub redis: &'a ConnectionManager,
+    /// REDIS_URL.
+    pub redis_url: &'a str,
+}
+
+impl Capabilities {
+    /// Builds every capability: the components' SQL pool and Redis
+    /// connections as their restricted users, the job queue, the gates.
+    /// `call` is one call's budget, which statements are cut within.
+    pub async fn build(
+        args: &CapabilityArgs,
+        admin: Admin<'_>,
+        call: Duration,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            sql: sql::user::connect(&args.sql, admin.sql, call).await?,
+            redis: redis::connect(&args.redis, admin.redis, admin.redis_url).await?,
+            jobs: JobQueue::new(&args.jobs),
+            permits: Permits::new(args.permits.settings()),
+            log: args.log,
+        })
+    }
+}
+
+/// A password for `user` derived from an administrative URL's scheme,
+/// credentials, host and port — not its path, so servers of different
+/// databases on one server derive the same one. Every process sharing a
+/// server sets the same password for the user and none locks another out;
+/// anyone who can derive it already holds the administrative credentials.
+pub fn derived_password(user: &str, admin_url: &str) -> String {
+    let server = match url::Url::parse(admin_url) {
+        Ok(mut url) => {
+            url.set_path("");
+            url.set_query(None);
+            url.to_string()
+        }
+        Err(_) => admin_url.to_string(),
+    };
+    hex::encode(Sha256::digest(format!("{user}\0{server}")))
+}
+

@@ -15,6 +15,26 @@ use super::bindings::jobs::{self, SubmitError};
 use super::registry::Strategy;
 use super::store::HostState;
 
+/// The `jobs` capability's settings.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct JobsArgs {
+    /// Workers running queued jobs (stage 4; the seed's executor has 4).
+    #[arg(long = "job-workers", env = "COUPONLAB_JOB_WORKERS", default_value_t = 4)]
+    pub workers: usize,
+
+    /// Jobs the in-process queue holds before `submit` answers queue-full.
+    #[arg(long = "job-queue", env = "COUPONLAB_JOB_QUEUE", default_value_t = 50_000)]
+    pub queue: usize,
+
+    /// Bytes of one job payload.
+    #[arg(
+        long = "max-job-payload-bytes",
+        env = "COUPONLAB_MAX_JOB_PAYLOAD_BYTES",
+        default_value_t = 4096
+    )]
+    pub max_payload_bytes: usize,
+}
+
 /// A queued job: the payload and the component version that will run it.
 pub struct Job {
     pub strategy: Arc<Strategy>,
@@ -23,16 +43,18 @@ pub struct Job {
 }
 
 pub struct JobQueue {
+    /// Bytes of one payload.
+    max_payload_bytes: usize,
     sender: mpsc::Sender<Job>,
     /// Taken once, by the workers that drain the queue.
     receiver: Mutex<Option<mpsc::Receiver<Job>>>,
 }
 
 impl JobQueue {
-    pub fn new(capacity: usize) -> Self {
-        let capacity = capacity.max(1);
-        let (sender, receiver) = mpsc::channel(capacity);
+    pub fn new(args: &JobsArgs) -> Self {
+        let (sender, receiver) = mpsc::channel(args.queue.max(1));
         Self {
+            max_payload_bytes: args.max_payload_bytes,
             sender,
             receiver: Mutex::new(Some(receiver)),
         }
@@ -64,7 +86,7 @@ impl jobs::Host for HostState {
                 strategy.method
             );
         }
-        if payload.len() > self.caps.caps.max_job_payload_bytes {
+        if payload.len() > self.caps.jobs.max_payload_bytes {
             return Ok(Err(SubmitError::TooLarge));
         }
         Ok(self.caps.jobs.submit(Job {

@@ -14,7 +14,7 @@
 
 pub mod bindings;
 mod call;
-mod capabilities;
+pub mod capabilities;
 mod clock;
 mod engine;
 pub mod jobs;
@@ -28,7 +28,7 @@ pub mod watcher;
 mod world;
 
 pub use self::call::{CallError, Unanswered};
-pub use self::capabilities::Capabilities;
+pub use self::capabilities::{Admin, Capabilities, CapabilityArgs};
 pub use self::engine::{Limits, Runtime};
 pub use self::registry::{Registry, Strategy};
 pub use self::world::World;

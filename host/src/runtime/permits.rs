@@ -18,6 +18,40 @@ use super::store::HostState;
 /// Gates one server may hold: a component cannot grow the map without bound.
 const MAX_GATES: usize = 1024;
 
+/// The `permits` capability's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PermitsArgs {
+    /// Permits of each gate (the limited drop's semaphore buffer).
+    #[arg(long = "permits", env = "COUPONLAB_PERMITS", default_value_t = 32)]
+    pub per_gate: usize,
+
+    /// How long a gate waits for a permit when the component does not say.
+    #[arg(
+        long = "permit-timeout-ms",
+        env = "COUPONLAB_PERMIT_TIMEOUT_MS",
+        default_value_t = 100
+    )]
+    pub timeout_ms: u64,
+
+    /// How long a permit may stay unreleased before the host drops it.
+    #[arg(
+        long = "permit-lease-ms",
+        env = "COUPONLAB_PERMIT_LEASE_MS",
+        default_value_t = 30_000
+    )]
+    pub lease_ms: u64,
+}
+
+impl PermitsArgs {
+    pub fn settings(&self) -> PermitSettings {
+        PermitSettings {
+            per_gate: self.per_gate.max(1),
+            acquire_timeout: Duration::from_millis(self.timeout_ms),
+            lease: Duration::from_millis(self.lease_ms),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct PermitSettings {
     /// Permits of each gate.

@@ -69,8 +69,8 @@ async fn every_async_method_accepts_exactly_the_total_and_confirms_it() {
 async fn a_full_job_queue_answers_503_and_leaves_no_reservation_behind() {
     let lab = Setup::with(&["redis_async"])
         .tune(|c| {
-            c.job_queue = 1;
-            c.job_workers = 1;
+            c.capabilities.jobs.queue = 1;
+            c.capabilities.jobs.workers = 1;
         })
         .start()
         .await;
@@ -185,7 +185,7 @@ async fn a_stream_consumer_killed_mid_drain_loses_nothing_and_writes_nothing_twi
 async fn an_entry_that_always_fails_is_dead_lettered_after_three_deliveries() {
     let lab = Setup::with(&["redis_stream"])
         .tune(|c| {
-            c.lock_wait_timeout_s = 1;
+            c.capabilities.sql.lock_wait_timeout_s = 1;
             c.consumers.claim_idle_ms = 300;
             c.consumers.claim_interval_ms = 100;
         })

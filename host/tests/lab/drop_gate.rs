@@ -113,8 +113,8 @@ async fn stock_100_and_500_concurrent_reserves_admit_exactly_100_and_sell_out_40
     // Permits for everyone: this case is about the Lua's atomicity alone.
     let lab = Setup::with(&[COMPONENT])
         .tune(|c| {
-            c.permits = 500;
-            c.permit_timeout_ms = 10_000;
+            c.capabilities.permits.per_gate = 500;
+            c.capabilities.permits.timeout_ms = 10_000;
         })
         .start()
         .await;
@@ -412,8 +412,8 @@ async fn a_drop_seeded_above_the_coupon_drains_at_the_database_guard() {
 async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_restored() {
     let lab = Setup::with(&[COMPONENT])
         .tune(|c| {
-            c.permits = 1;
-            c.permit_timeout_ms = 100;
+            c.capabilities.permits.per_gate = 1;
+            c.capabilities.permits.timeout_ms = 100;
         })
         .start()
         .await;
@@ -464,8 +464,8 @@ async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_r
 async fn a_permit_whose_confirm_failed_comes_back_at_once() {
     let lab = Setup::with(&[COMPONENT])
         .tune(|c| {
-            c.permits = 1;
-            c.permit_timeout_ms = 50;
+            c.capabilities.permits.per_gate = 1;
+            c.capabilities.permits.timeout_ms = 50;
             c.request_timeout_ms = 500;
         })
         .start()

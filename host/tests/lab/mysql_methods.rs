@@ -303,7 +303,7 @@ async fn two_at_once_behind_a_held_row(
 async fn staged_lab() -> TestLab {
     // Lock waits here last as long as the staging takes, never until a timeout.
     Setup::with(&COMPONENTS)
-        .tune(|c| c.lock_wait_timeout_s = 30)
+        .tune(|c| c.capabilities.sql.lock_wait_timeout_s = 30)
         .start()
         .await
 }
@@ -434,7 +434,7 @@ async fn pessimistic_queues_the_race_and_refuses_the_second_as_sold_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_row_held_past_the_lock_wait_timeout_answers_503_from_every_method() {
     let lab = Setup::with(&COMPONENTS)
-        .tune(|c| c.lock_wait_timeout_s = 1)
+        .tune(|c| c.capabilities.sql.lock_wait_timeout_s = 1)
         .start()
         .await;
     let members = lab.members(METHODS.len() as u64).await;

@@ -43,7 +43,7 @@ async fn a_dropped_transaction_rolls_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_errors_arrive_as_their_typed_cases() {
     let lab = Setup::with(&["test_probe"])
-        .tune(|c| c.lock_wait_timeout_s = 1)
+        .tune(|c| c.capabilities.sql.lock_wait_timeout_s = 1)
         .start()
         .await;
     let members = lab.members(1).await;

@@ -63,7 +63,7 @@ const RULES: &[&str] = &[
 /// process that shares a Redis (serve, consume, several hosts) sets the same
 /// one and none locks another out; it is never written anywhere.
 pub fn password(admin_url: &str) -> String {
-    crate::db::derived_password(USER, admin_url)
+    crate::runtime::capabilities::derived_password(USER, admin_url)
 }
 
 /// The URL components connect with: the administrative one with the user's

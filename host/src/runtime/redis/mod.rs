@@ -20,6 +20,7 @@ pub mod acl;
 mod pools;
 pub mod reply;
 
+use redis::aio::ConnectionManager;
 use redis::{RedisError, Value};
 use wasmtime::component::Resource;
 
@@ -27,6 +28,32 @@ use super::bindings::redis::{self as wit, Command, RedisError as WitError};
 use super::store::HostState;
 
 pub use self::pools::{GuestRedis, RedisConnection, UserSetup, is_connection_error};
+
+/// The `redis` capability's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RedisArgs {
+    /// Redis URL of the ACL user components' commands run as. Unset: the
+    /// server creates (or updates) the user `couponlab-strategy`, limited to
+    /// `coupon:*` keys and the commands issuance needs, through REDIS_URL.
+    #[arg(long, env = "COUPONLAB_STRATEGY_REDIS_URL")]
+    pub strategy_redis_url: Option<String>,
+
+    /// Dedicated Redis connections (for WATCH and MULTI/EXEC) open at once.
+    #[arg(
+        long = "redis-connections",
+        env = "COUPONLAB_REDIS_CONNECTIONS",
+        default_value_t = 64
+    )]
+    pub connections: usize,
+
+    /// Bytes of one Redis reply.
+    #[arg(long, env = "COUPONLAB_MAX_REPLY_BYTES", default_value_t = 8 << 20)]
+    pub max_reply_bytes: usize,
+
+    /// Dedicated Redis connections one call may hold at once.
+    #[arg(long, env = "COUPONLAB_MAX_CONNECTIONS_PER_CALL", default_value_t = 4)]
+    pub max_connections_per_call: u32,
+}
 
 /// Commands that would change who a connection is, or which database it
 /// reaches: refused on every connection a component uses.
@@ -58,7 +85,7 @@ impl HostState {
     /// A reply as the guest receives it, unless it is over the cap.
     fn reply(&self, result: Result<Value, RedisError>) -> Result<Vec<wit::Value>, WitError> {
         let value = result.map_err(to_wit_error)?;
-        let cap = self.caps.caps.max_reply_bytes;
+        let cap = self.caps.redis.args.max_reply_bytes;
         let weight = reply::weight(&value);
         if weight > cap {
             return Err(WitError::Refused(format!(
@@ -69,6 +96,34 @@ impl HostState {
         reply::flatten(value, &mut out);
         Ok(out)
     }
+}
+
+/// The Redis components reach: as the operator's user, or as the ACL user
+/// this server creates. A Redis that is down now gets the user when it is
+/// first needed; one that refuses to create it stops the start, saying why.
+pub async fn connect(
+    args: &RedisArgs,
+    admin: &ConnectionManager,
+    admin_url: &str,
+) -> anyhow::Result<GuestRedis> {
+    if let Some(url) = &args.strategy_redis_url {
+        return GuestRedis::new(url, args, None);
+    }
+    match acl::ensure_user(admin, admin_url).await {
+        Ok(()) => {}
+        Err(err) if is_connection_error(&err) => {
+            tracing::warn!(error = %err, "Redis is unreachable; the components' user is created once it answers")
+        }
+        Err(err) => return Err(acl::cannot_set_up(err)),
+    }
+    GuestRedis::new(
+        &acl::url(admin_url)?,
+        args,
+        Some(UserSetup {
+            admin: admin.clone(),
+            admin_url: admin_url.to_string(),
+        }),
+    )
 }
 
 fn refuse(name: &str, list: &[&str], why: &str) -> Option<WitError> {
@@ -121,7 +176,7 @@ impl wit::Host for HostState {
     /// deadline.
     #[tracing::instrument(name = "redis.open", level = "debug", skip_all, fields(method = %self.method))]
     async fn open(&mut self) -> wasmtime::Result<Result<Resource<RedisConnection>, WitError>> {
-        let cap = self.caps.caps.max_connections_per_call;
+        let cap = self.caps.redis.args.max_connections_per_call;
         if self.open_connections >= cap {
             return Ok(Err(WitError::Refused(format!(
                 "this call already holds {cap} dedicated connections (COUPONLAB_MAX_CONNECTIONS_PER_CALL)"

@@ -17,7 +17,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::acl;
+use super::{RedisArgs, acl};
 use crate::runtime::bindings::redis::Command;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -25,6 +25,8 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The Redis that components reach.
 pub struct GuestRedis {
+    /// What a call may use of it.
+    pub args: RedisArgs,
     shared: ConnectionManager,
     dedicated: Arc<DedicatedPool>,
     /// Script source -> SHA-1, so EVALSHA needs no hashing after the first call.
@@ -43,11 +45,7 @@ pub struct UserSetup {
 impl GuestRedis {
     /// Creates the pools without connecting: a server starts (and answers
     /// every route that does not need Redis) while Redis is down.
-    pub fn new(
-        url: &str,
-        dedicated_connections: usize,
-        user: Option<UserSetup>,
-    ) -> anyhow::Result<Self> {
+    pub fn new(url: &str, args: &RedisArgs, user: Option<UserSetup>) -> anyhow::Result<Self> {
         let client = Client::open(url).context("the components' Redis URL is not a Redis URL")?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -57,10 +55,11 @@ impl GuestRedis {
         let shared = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .context("cannot set up the shared Redis connection")?;
         Ok(Self {
+            args: args.clone(),
             shared,
             dedicated: Arc::new(DedicatedPool {
                 client,
-                permits: Arc::new(Semaphore::new(dedicated_connections.max(1))),
+                permits: Arc::new(Semaphore::new(args.connections.max(1))),
                 idle: Mutex::new(Vec::new()),
             }),
             scripts: RwLock::new(HashMap::new()),

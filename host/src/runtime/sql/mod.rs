@@ -6,10 +6,12 @@
 //!   closed otherwise;
 //! - [`statement`]: which statements a component may run at all;
 //! - [`value`]: parameters and rows between WIT and sqlx, and the typed
-//!   errors a strategy acts on.
+//!   errors a strategy acts on;
+//! - [`user`]: the database user components run as, and their pool.
 
 pub mod lent;
 pub mod statement;
+pub mod user;
 mod value;
 
 use std::time::Instant;
@@ -28,6 +30,46 @@ use super::store::HostState;
 type Answer<T> = wasmtime::Result<Result<T, SqlError>>;
 type Params = Vec<wit::Value>;
 type Tx = Resource<SqlTransaction>;
+
+/// The `sql` capability's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SqlArgs {
+    /// MySQL/MariaDB URL of the restricted user components' SQL runs as.
+    /// Unset: the server creates (or updates) the user `couponlab_strategy`
+    /// with only the grants issuance needs, through DATABASE_URL.
+    #[arg(long, env = "COUPONLAB_STRATEGY_DATABASE_URL")]
+    pub strategy_database_url: Option<String>,
+
+    /// Connections in the MySQL pool components' SQL runs on.
+    #[arg(long = "db-pool-size", env = "COUPONLAB_DB_POOL_SIZE", default_value_t = 32)]
+    pub pool_size: u32,
+
+    /// innodb_lock_wait_timeout of every pooled connection, in seconds. Kept
+    /// below the request timeout so a long lock wait surfaces as the typed
+    /// lock-wait-timeout error rather than as a cancelled request.
+    #[arg(long, env = "COUPONLAB_LOCK_WAIT_TIMEOUT_S", default_value_t = 5)]
+    pub lock_wait_timeout_s: u32,
+
+    /// Bytes of one SQL result.
+    #[arg(long, env = "COUPONLAB_MAX_RESULT_BYTES", default_value_t = 8 << 20)]
+    pub max_result_bytes: usize,
+
+    /// Rows of one SQL result.
+    #[arg(long, env = "COUPONLAB_MAX_RESULT_ROWS", default_value_t = 1_000_000)]
+    pub max_result_rows: usize,
+
+    /// Transactions one call may hold open at once.
+    #[arg(long, env = "COUPONLAB_MAX_TRANSACTIONS_PER_CALL", default_value_t = 4)]
+    pub max_transactions_per_call: u32,
+}
+
+/// The components' pool and what a call may do with it.
+pub struct GuestSql {
+    pub pool: MySqlPool,
+    /// How the server cuts the components' statements.
+    pub limits: Limits,
+    pub args: SqlArgs,
+}
 
 /// Whether a transaction may write.
 #[derive(Debug, Clone, Copy)]
@@ -176,23 +218,23 @@ async fn query_on(
 impl HostState {
     fn result_caps(&self) -> ResultCaps {
         ResultCaps {
-            rows: self.caps.caps.max_result_rows,
-            bytes: self.caps.caps.max_result_bytes,
+            rows: self.caps.sql.args.max_result_rows,
+            bytes: self.caps.sql.args.max_result_bytes,
         }
     }
 
     async fn begin_transaction(&mut self, isolation: IsolationLevel, access: Access) -> Answer<Tx> {
-        let cap = self.caps.caps.max_transactions_per_call;
+        let cap = self.caps.sql.args.max_transactions_per_call;
         if self.open_transactions >= cap {
             return Ok(Err(SqlError::Refused(format!(
                 "this call already holds {cap} open transactions (COUPONLAB_MAX_TRANSACTIONS_PER_CALL)"
             ))));
         }
         let result_caps = self.result_caps();
-        let caps = &self.caps;
+        let sql = &self.caps.sql;
         match SqlTransaction::begin(
-            &caps.db,
-            caps.sql_limits,
+            &sql.pool,
+            sql.limits,
             result_caps,
             self.deadline,
             self.cleanup.clone(),
@@ -235,7 +277,7 @@ impl wit::Host for HostState {
     #[tracing::instrument(name = "sql.query", level = "debug", skip_all, fields(method = %self.method))]
     async fn query(&mut self, statement: String, params: Params) -> Answer<Rows> {
         let caps = self.result_caps();
-        let mut lent = match Lent::borrow(&self.caps.db).await {
+        let mut lent = match Lent::borrow(&self.caps.sql.pool).await {
             Ok(lent) => lent,
             Err(err) => return Ok(Err(to_wit_error(err))),
         };
@@ -244,7 +286,7 @@ impl wit::Host for HostState {
 
     #[tracing::instrument(name = "sql.execute", level = "debug", skip_all, fields(method = %self.method))]
     async fn execute(&mut self, statement: String, params: Params) -> Answer<ExecResult> {
-        let done = autocommit(&self.caps.db, &statement, async |conn| {
+        let done = autocommit(&self.caps.sql.pool, &statement, async |conn| {
             bind(sqlx::query(&statement), params)
                 .execute(&mut **conn)
                 .await

@@ -1,0 +1,164 @@
+//! The database user components' SQL runs as, and their pool.
+//!
+//! The user `couponlab_strategy` may, in the lab's database:
+//!
+//! - read `members`;
+//! - read `coupons`, and update its `issued_count` and `version` columns;
+//! - read, insert and delete `coupon_issues`, and update it: write-behind's
+//!   `INSERT ... ON DUPLICATE KEY UPDATE`, which lets a redelivered entry
+//!   neither fail nor rewrite its row, needs UPDATE on every column it
+//!   inserts. That grants no power INSERT and DELETE do not already give.
+//!
+//! Nothing else: no DDL, no other schema, no `mysql.*`, no GRANT, no
+//! SET GLOBAL. The server creates the user (or updates its password and
+//! grants) at start through DATABASE_URL, unless the operator gives
+//! COUPONLAB_STRATEGY_DATABASE_URL.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::Executor;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+
+use super::lent::{Limits, StatementLimit};
+use super::{GuestSql, SqlArgs};
+use crate::runtime::capabilities::derived_password;
+
+/// The user components' SQL runs as, unless the operator names another.
+pub const STRATEGY_USER: &str = "couponlab_strategy";
+
+/// What issuance needs, table by table (see the module's documentation).
+const GRANTS: [&str; 3] = [
+    "SELECT ON `{db}`.`members`",
+    "SELECT, UPDATE (issued_count, version) ON `{db}`.`coupons`",
+    "SELECT, INSERT, UPDATE, DELETE ON `{db}`.`coupon_issues`",
+];
+
+/// The administrative side the components' pool is set up through.
+pub struct Admin<'a> {
+    pub pool: &'a MySqlPool,
+    pub options: &'a MySqlConnectOptions,
+    /// DATABASE_URL, from which the user's password is derived.
+    pub url: &'a str,
+    /// How this server cuts statements (MariaDB or MySQL).
+    pub statement_limit: StatementLimit,
+}
+
+/// Connects the components' pool as their user, creating the user (or
+/// bringing it up to date) unless the operator named one. Every session
+/// starts with its statements cut by the server within the call budget
+/// `call`.
+pub async fn connect(args: &SqlArgs, admin: Admin<'_>, call: Duration) -> anyhow::Result<GuestSql> {
+    let options = match &args.strategy_database_url {
+        Some(url) => MySqlConnectOptions::from_str(url).with_context(|| {
+            format!(
+                "COUPONLAB_STRATEGY_DATABASE_URL is not a MySQL URL: {}",
+                redacted(url)
+            )
+        })?,
+        None => {
+            let password = derived_password(STRATEGY_USER, admin.url);
+            ensure_user(admin.pool, admin.options, &password).await?;
+            admin
+                .options
+                .clone()
+                .username(STRATEGY_USER)
+                .password(&password)
+        }
+    };
+    let limits = Limits {
+        statement: admin.statement_limit,
+        call,
+    };
+    let pool = pool_options(
+        args.pool_size,
+        args.lock_wait_timeout_s,
+        Some(limits.session_default()),
+    )
+    .connect_with(options)
+    .await
+    .context("cannot connect to MySQL as the components' user")?;
+    Ok(GuestSql {
+        pool,
+        limits,
+        args: args.clone(),
+    })
+}
+
+/// A pool whose sessions wait for row locks `lock_wait_timeout_s` at most
+/// (below a call's budget, so a long lock wait is a typed error, not a
+/// cancelled call), with `extra` session settings.
+pub fn pool_options(size: u32, lock_wait_timeout_s: u32, extra: Option<String>) -> MySqlPoolOptions {
+    let mut session = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait_timeout_s}");
+    if let Some(extra) = extra {
+        session = format!("{session}; {extra}");
+    }
+    MySqlPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(Duration::from_secs(5))
+        // No ping before each use: it would add a round trip to every
+        // transaction on the request path, and a broken connection already
+        // surfaces as a typed connection error (503) on first use.
+        .test_before_acquire(false)
+        .after_connect(move |conn, _meta| {
+            let session = session.clone();
+            Box::pin(async move {
+                conn.execute(session.as_str()).await?;
+                Ok(())
+            })
+        })
+}
+
+/// Creates [`STRATEGY_USER`] for the host this server connects from, or
+/// brings its password and grants up to date. Every process sharing the
+/// database derives the same password from DATABASE_URL, so none locks
+/// another out.
+async fn ensure_user(
+    admin: &MySqlPool,
+    options: &MySqlConnectOptions,
+    password: &str,
+) -> anyhow::Result<()> {
+    let db = options.get_database().unwrap_or_default();
+    let mut conn = admin.acquire().await?;
+    // The host part the server gives this connection: the user is created
+    // for exactly that host.
+    let host: String = sqlx::query_scalar("SELECT SUBSTRING_INDEX(USER(), '@', -1)")
+        .fetch_one(&mut *conn)
+        .await?;
+    let account = format!("'{STRATEGY_USER}'@'{}'", host.replace('\'', "''"));
+    let password = password.replace('\'', "''");
+    let mut statements = vec![
+        format!("CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{password}'"),
+        format!("ALTER USER {account} IDENTIFIED BY '{password}'"),
+    ];
+    statements.extend(
+        GRANTS
+            .iter()
+            .map(|grant| format!("GRANT {} TO {account}", grant.replace("{db}", db))),
+    );
+    for statement in statements {
+        conn.execute(statement.as_str()).await.map_err(|err| {
+            anyhow::anyhow!(
+                "cannot set up the database user {STRATEGY_USER} that components' SQL runs as \
+                 ({err}). Connect DATABASE_URL as a user that may CREATE USER and GRANT on the \
+                 lab's tables, or create a user yourself with the grants in docs/architecture.md \
+                 (the trust model) and give it as \
+                 COUPONLAB_STRATEGY_DATABASE_URL=mysql://user:password@host:port/{db}"
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The URL without its password, for messages.
+pub fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            let user = credentials.split(':').next().unwrap_or("");
+            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
