@@ -153,3 +153,31 @@ impl Config {
         Duration::from_millis(self.request_timeout_ms)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every capability's settings are flattened into one command: their
+    /// flags, environment variables and ids must not collide.
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_count_that_must_be_positive_is_refused_at_zero() {
+        for (flag, value) in [("--permits", "0"), ("--job-workers", "0"), ("--job-queue", "0")] {
+            let parsed = Cli::try_parse_from(["couponlab", "serve", flag, value]);
+            let error = parsed.err().map(|err| err.to_string()).unwrap_or_default();
+            assert!(error.contains("is not in 1.."), "{flag} {value}: {error}");
+        }
+        let parsed = Cli::try_parse_from(["couponlab", "serve", "--permits", "2"]).unwrap();
+        let Some(Command::Serve(config)) = parsed.command else {
+            panic!("serve parses to Serve");
+        };
+        assert_eq!(config.capabilities.permits.per_gate, 2);
+    }
+}

@@ -49,7 +49,7 @@ impl Lab {
     pub async fn start(config: Config) -> anyhow::Result<Lab> {
         // A lease that ran out under a confirm still in progress would hand
         // its permit to another request: the gate would admit one too many.
-        let lease_ms = config.capabilities.permits.lease_ms;
+        let lease_ms = config.capabilities.permits.permit_lease_ms;
         anyhow::ensure!(
             lease_ms > config.request_timeout_ms,
             "COUPONLAB_PERMIT_LEASE_MS ({lease_ms}) must be longer than COUPONLAB_REQUEST_TIMEOUT_MS ({})",

@@ -19,7 +19,7 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
         return Vec::new();
     };
     let receiver = Arc::new(Mutex::new(receiver));
-    (0..lab.config.capabilities.jobs.workers.max(1))
+    (0..lab.config.capabilities.jobs.job_workers)
         .map(|_| tokio::spawn(work(lab.clone(), receiver.clone(), cancel.clone())))
         .collect()
 }

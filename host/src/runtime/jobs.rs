@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::bindings::jobs::{self, SubmitError};
+use super::capabilities::at_least_one;
 use super::registry::Strategy;
 use super::store::HostState;
 
@@ -19,20 +20,16 @@ use super::store::HostState;
 #[derive(Debug, Clone, Copy, clap::Args)]
 pub struct JobsArgs {
     /// Workers running queued jobs (stage 4; the seed's executor has 4).
-    #[arg(long = "job-workers", env = "COUPONLAB_JOB_WORKERS", default_value_t = 4)]
-    pub workers: usize,
+    #[arg(long, env = "COUPONLAB_JOB_WORKERS", default_value_t = 4, value_parser = at_least_one())]
+    pub job_workers: usize,
 
     /// Jobs the in-process queue holds before `submit` answers queue-full.
-    #[arg(long = "job-queue", env = "COUPONLAB_JOB_QUEUE", default_value_t = 50_000)]
-    pub queue: usize,
+    #[arg(long, env = "COUPONLAB_JOB_QUEUE", default_value_t = 50_000, value_parser = at_least_one())]
+    pub job_queue: usize,
 
     /// Bytes of one job payload.
-    #[arg(
-        long = "max-job-payload-bytes",
-        env = "COUPONLAB_MAX_JOB_PAYLOAD_BYTES",
-        default_value_t = 4096
-    )]
-    pub max_payload_bytes: usize,
+    #[arg(long, env = "COUPONLAB_MAX_JOB_PAYLOAD_BYTES", default_value_t = 4096)]
+    pub max_job_payload_bytes: usize,
 }
 
 /// A queued job: the payload and the component version that will run it.
@@ -52,9 +49,9 @@ pub struct JobQueue {
 
 impl JobQueue {
     pub fn new(args: &JobsArgs) -> Self {
-        let (sender, receiver) = mpsc::channel(args.queue.max(1));
+        let (sender, receiver) = mpsc::channel(args.job_queue);
         Self {
-            max_payload_bytes: args.max_payload_bytes,
+            max_payload_bytes: args.max_job_payload_bytes,
             sender,
             receiver: Mutex::new(Some(receiver)),
         }

@@ -11,7 +11,11 @@ const MAX_MESSAGE: usize = 2048;
 pub struct LogArgs {
     /// Log lines one call may write; the rest are dropped, and one line
     /// says how many.
-    #[arg(long = "max-log-lines", env = "COUPONLAB_MAX_LOG_LINES", default_value_t = 100)]
+    #[arg(
+        long = "max-log-lines",
+        env = "COUPONLAB_MAX_LOG_LINES",
+        default_value_t = 100
+    )]
     pub max_lines: u32,
 }
 

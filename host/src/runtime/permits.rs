@@ -13,6 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::bindings::permits;
+use super::capabilities::at_least_one;
 use super::store::HostState;
 
 /// Gates one server may hold: a component cannot grow the map without bound.
@@ -22,32 +23,24 @@ const MAX_GATES: usize = 1024;
 #[derive(Debug, Clone, clap::Args)]
 pub struct PermitsArgs {
     /// Permits of each gate (the limited drop's semaphore buffer).
-    #[arg(long = "permits", env = "COUPONLAB_PERMITS", default_value_t = 32)]
+    #[arg(long = "permits", env = "COUPONLAB_PERMITS", default_value_t = 32, value_parser = at_least_one())]
     pub per_gate: usize,
 
     /// How long a gate waits for a permit when the component does not say.
-    #[arg(
-        long = "permit-timeout-ms",
-        env = "COUPONLAB_PERMIT_TIMEOUT_MS",
-        default_value_t = 100
-    )]
-    pub timeout_ms: u64,
+    #[arg(long, env = "COUPONLAB_PERMIT_TIMEOUT_MS", default_value_t = 100)]
+    pub permit_timeout_ms: u64,
 
     /// How long a permit may stay unreleased before the host drops it.
-    #[arg(
-        long = "permit-lease-ms",
-        env = "COUPONLAB_PERMIT_LEASE_MS",
-        default_value_t = 30_000
-    )]
-    pub lease_ms: u64,
+    #[arg(long, env = "COUPONLAB_PERMIT_LEASE_MS", default_value_t = 30_000)]
+    pub permit_lease_ms: u64,
 }
 
 impl PermitsArgs {
     pub fn settings(&self) -> PermitSettings {
         PermitSettings {
-            per_gate: self.per_gate.max(1),
-            acquire_timeout: Duration::from_millis(self.timeout_ms),
-            lease: Duration::from_millis(self.lease_ms),
+            per_gate: self.per_gate,
+            acquire_timeout: Duration::from_millis(self.permit_timeout_ms),
+            lease: Duration::from_millis(self.permit_lease_ms),
         }
     }
 }

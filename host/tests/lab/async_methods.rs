@@ -69,8 +69,8 @@ async fn every_async_method_accepts_exactly_the_total_and_confirms_it() {
 async fn a_full_job_queue_answers_503_and_leaves_no_reservation_behind() {
     let lab = Setup::with(&["redis_async"])
         .tune(|c| {
-            c.capabilities.jobs.queue = 1;
-            c.capabilities.jobs.workers = 1;
+            c.capabilities.jobs.job_queue = 1;
+            c.capabilities.jobs.job_workers = 1;
         })
         .start()
         .await;

@@ -24,7 +24,7 @@ async fn a_call_killed_inside_a_transaction_rolls_back_and_hands_on_a_clean_conn
     // killed call held.
     let lab = Setup::with(&["test_stall", "pessimistic"])
         .tune(|c| {
-            c.capabilities.sql.pool_size = 1;
+            c.capabilities.sql.db_pool_size = 1;
             c.request_timeout_ms = 1_000;
         })
         .start()

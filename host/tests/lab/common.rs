@@ -177,7 +177,7 @@ impl Setup {
         config.database_url = format!("{MYSQL}/{db_name}");
         config.redis_url = self.redis_url.clone();
         config.strategy_dir = strategy_dir.clone();
-        config.capabilities.sql.pool_size = 20;
+        config.capabilities.sql.db_pool_size = 20;
         config.max_instances = 600;
         (self.tune)(&mut config);
 

@@ -114,7 +114,7 @@ async fn stock_100_and_500_concurrent_reserves_admit_exactly_100_and_sell_out_40
     let lab = Setup::with(&[COMPONENT])
         .tune(|c| {
             c.capabilities.permits.per_gate = 500;
-            c.capabilities.permits.timeout_ms = 10_000;
+            c.capabilities.permits.permit_timeout_ms = 10_000;
         })
         .start()
         .await;
@@ -413,7 +413,7 @@ async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_r
     let lab = Setup::with(&[COMPONENT])
         .tune(|c| {
             c.capabilities.permits.per_gate = 1;
-            c.capabilities.permits.timeout_ms = 100;
+            c.capabilities.permits.permit_timeout_ms = 100;
         })
         .start()
         .await;
@@ -465,7 +465,7 @@ async fn a_permit_whose_confirm_failed_comes_back_at_once() {
     let lab = Setup::with(&[COMPONENT])
         .tune(|c| {
             c.capabilities.permits.per_gate = 1;
-            c.capabilities.permits.timeout_ms = 50;
+            c.capabilities.permits.permit_timeout_ms = 50;
             c.request_timeout_ms = 500;
         })
         .start()

@@ -39,12 +39,8 @@ pub struct RedisArgs {
     pub strategy_redis_url: Option<String>,
 
     /// Dedicated Redis connections (for WATCH and MULTI/EXEC) open at once.
-    #[arg(
-        long = "redis-connections",
-        env = "COUPONLAB_REDIS_CONNECTIONS",
-        default_value_t = 64
-    )]
-    pub connections: usize,
+    #[arg(long, env = "COUPONLAB_REDIS_CONNECTIONS", default_value_t = 64)]
+    pub redis_connections: usize,
 
     /// Bytes of one Redis reply.
     #[arg(long, env = "COUPONLAB_MAX_REPLY_BYTES", default_value_t = 8 << 20)]

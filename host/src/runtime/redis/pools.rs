@@ -59,7 +59,7 @@ impl GuestRedis {
             shared,
             dedicated: Arc::new(DedicatedPool {
                 client,
-                permits: Arc::new(Semaphore::new(args.connections.max(1))),
+                permits: Arc::new(Semaphore::new(args.redis_connections.max(1))),
                 idle: Mutex::new(Vec::new()),
             }),
             scripts: RwLock::new(HashMap::new()),

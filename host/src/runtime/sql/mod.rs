@@ -41,8 +41,8 @@ pub struct SqlArgs {
     pub strategy_database_url: Option<String>,
 
     /// Connections in the MySQL pool components' SQL runs on.
-    #[arg(long = "db-pool-size", env = "COUPONLAB_DB_POOL_SIZE", default_value_t = 32)]
-    pub pool_size: u32,
+    #[arg(long, env = "COUPONLAB_DB_POOL_SIZE", default_value_t = 32)]
+    pub db_pool_size: u32,
 
     /// innodb_lock_wait_timeout of every pooled connection, in seconds. Kept
     /// below the request timeout so a long lock wait surfaces as the typed

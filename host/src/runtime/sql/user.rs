@@ -72,7 +72,7 @@ pub async fn connect(args: &SqlArgs, admin: Admin<'_>, call: Duration) -> anyhow
         call,
     };
     let pool = pool_options(
-        args.pool_size,
+        args.db_pool_size,
         args.lock_wait_timeout_s,
         Some(limits.session_default()),
     )
@@ -89,7 +89,11 @@ pub async fn connect(args: &SqlArgs, admin: Admin<'_>, call: Duration) -> anyhow
 /// A pool whose sessions wait for row locks `lock_wait_timeout_s` at most
 /// (below a call's budget, so a long lock wait is a typed error, not a
 /// cancelled call), with `extra` session settings.
-pub fn pool_options(size: u32, lock_wait_timeout_s: u32, extra: Option<String>) -> MySqlPoolOptions {
+pub fn pool_options(
+    size: u32,
+    lock_wait_timeout_s: u32,
+    extra: Option<String>,
+) -> MySqlPoolOptions {
     let mut session = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait_timeout_s}");
     if let Some(extra) = extra {
         session = format!("{session}; {extra}");
