@@ -169,7 +169,11 @@ mod tests {
 
     #[test]
     fn a_count_that_must_be_positive_is_refused_at_zero() {
-        for (flag, value) in [("--permits", "0"), ("--job-workers", "0"), ("--job-queue", "0")] {
+        for (flag, value) in [
+            ("--permits", "0"),
+            ("--job-workers", "0"),
+            ("--job-queue", "0"),
+        ] {
             let parsed = Cli::try_parse_from(["couponlab", "serve", flag, value]);
             let error = parsed.err().map(|err| err.to_string()).unwrap_or_default();
             assert!(error.contains("is not in 1.."), "{flag} {value}: {error}");

@@ -10,6 +10,7 @@ use sqlx::MySqlPool;
 
 use crate::config::Config;
 use crate::db;
+use crate::metrics::Metrics;
 use crate::recorder::Recorder;
 use crate::runtime::watcher::{self, DirectoryWatcher};
 use crate::runtime::{Admin, Capabilities, Limits, Registry, Runtime};
@@ -70,7 +71,7 @@ impl Lab {
                 .context("COUPONLAB_STRATEGY_MEMORY_MIB is too large")?,
             max_instances: config.max_instances,
         };
-        let runtime = Runtime::new(Arc::new(caps), limits)?;
+        let runtime = Runtime::new(Arc::new(caps), limits, Arc::new(Metrics::new()))?;
         let dir = config.strategy_dir.clone();
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the strategy directory {}", dir.display()))?;

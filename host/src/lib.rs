@@ -14,6 +14,7 @@
 //!   `log`), and the registry of loaded strategies.
 //! - [`http`]: the `/lab` API, one module per resource, and the response
 //!   envelope every route answers with.
+//! - [`metrics`]: the Prometheus metrics `GET /metrics` serves.
 //! - [`outcome`]: how an issue request ended, its name and its status.
 //! - [`recorder`]: what each issue request asked and got, per coupon.
 //! - [`results`]: the result of one coupon, from the database, the recorder
@@ -31,6 +32,7 @@ pub mod consumers;
 pub mod db;
 pub mod http;
 pub mod lab;
+pub mod metrics;
 pub mod outcome;
 pub mod recorder;
 pub mod results;

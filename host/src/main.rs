@@ -10,7 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    couponlab::telemetry::init();
+    couponlab::telemetry::init()?;
     let cli = couponlab::config::Cli::parse();
     couponlab::run(cli).await
 }

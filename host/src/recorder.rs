@@ -127,10 +127,11 @@ impl Recorder {
         record.lock().in_flight.keys().copied().collect()
     }
 
-    /// Records how the request ended.
-    pub fn finish(&self, arrival: Arrival, method: &Arc<str>, ending: Ending) {
+    /// Records how the request ended; returns its latency.
+    pub fn finish(&self, arrival: Arrival, method: &Arc<str>, ending: Ending) -> Duration {
         let latency = arrival.started.elapsed();
         Self::record(arrival, method, ending, latency);
+        latency
     }
 
     fn record(arrival: Arrival, method: &Arc<str>, ending: Ending, latency: Duration) {

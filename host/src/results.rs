@@ -281,7 +281,7 @@ async fn redis_figures(
 /// A stream as a whole, for the result endpoint.
 #[derive(Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
-struct StreamSummary {
+pub struct StreamSummary {
     /// Entries ever added (acked entries stay; the stream is not trimmed).
     pub length: u64,
     /// Delivered to a consumer, not acked yet.
@@ -291,7 +291,7 @@ struct StreamSummary {
 }
 
 /// Reads the stream's figures; `None` when it does not exist yet.
-async fn stream_summary(
+pub async fn stream_summary(
     redis: &redis::aio::ConnectionManager,
     group: Group,
 ) -> RedisResult<Option<StreamSummary>> {

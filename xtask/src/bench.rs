@@ -78,7 +78,7 @@ impl Options {
 pub fn main(args: &[String]) -> anyhow::Result<()> {
     let options = Options::parse(args)?;
     services::ensure()?;
-    let wrk = ensure_wrk()?;
+    let wrk = services::ensure_debian("wrk", "wrk")?;
     let dist = root().join("strategies").join("dist");
     strategies::build_and_install(&dist)?;
     run(Command::new(cargo())
@@ -217,16 +217,6 @@ fn write_between_markers(file: &Path, measured: &str) -> anyhow::Result<()> {
 
 fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
-}
-
-/// `wrk`, installed from Debian's packages when missing.
-fn ensure_wrk() -> anyhow::Result<PathBuf> {
-    let wrk = PathBuf::from("/usr/bin/wrk");
-    if !wrk.exists() {
-        println!("installing wrk (apt-get install wrk)");
-        run(Command::new("apt-get").args(["install", "-y", "-q", "wrk"]))?;
-    }
-    Ok(wrk)
 }
 
 fn create_coupon(api: &Api, total: u64) -> anyhow::Result<String> {

@@ -46,6 +46,8 @@ fn main() -> anyhow::Result<()> {
         }
         "test" => {
             services::ensure()?;
+            // The metrics tests check the exposition and scrape it.
+            services::ensure_debian("promtool", "prometheus")?;
             strategies::build_and_install(&strategy_dir())?;
             let mut test = vec!["test", "--release", "--workspace"];
             test.extend(rest.iter().map(String::as_str));

@@ -1,5 +1,5 @@
 //! Make sure Redis and MySQL/MariaDB answer, starting local ones that are
-//! installed but down.
+//! installed but down; and the Debian tools the tests and the bench use.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::process::Command;
@@ -114,4 +114,16 @@ fn answers(address: &str) -> bool {
     addresses
         .iter()
         .any(|a| TcpStream::connect_timeout(a, Duration::from_millis(500)).is_ok())
+}
+
+/// `binary` (under `/usr/bin`), installed from Debian's `package` when
+/// missing: `wrk` for the bench, `promtool` and `prometheus` for the
+/// metrics tests.
+pub fn ensure_debian(binary: &str, package: &str) -> anyhow::Result<std::path::PathBuf> {
+    let path = std::path::Path::new("/usr/bin").join(binary);
+    if !path.exists() {
+        println!("installing {binary} (apt-get install {package})");
+        run(Command::new("apt-get").args(["install", "-y", "-q", package]))?;
+    }
+    Ok(path)
 }

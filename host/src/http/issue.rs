@@ -131,7 +131,16 @@ async fn issue(
     };
     let outcome = ending.outcome;
     let retries = ending.retries;
-    lab.recorder.finish(arrival, &strategy.method, ending);
+    let latency = lab.recorder.finish(arrival, &strategy.method, ending);
+    let metrics = lab.runtime.metrics();
+    metrics
+        .issue_requests
+        .with_label_values(&[&*strategy.method, outcome.name()])
+        .inc();
+    metrics
+        .issue_duration
+        .with_label_values(&[&*strategy.method])
+        .observe(latency.as_secs_f64());
     if outcome == Outcome::Accepted {
         // Recorded off the response path: the 202 does not wait for it. The
         // record lives in Redis so a consumer in another process can pair its

@@ -7,6 +7,7 @@ mod drop;
 mod envelope;
 mod issue;
 mod members;
+mod metrics;
 mod results;
 mod strategies;
 mod write_behind;
@@ -34,6 +35,7 @@ pub fn router(lab: Lab) -> Router {
         .merge(strategies::router())
         .merge(write_behind::router())
         .merge(drop::router())
+        .merge(metrics::router())
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(middleware::from_fn(run_to_end))

@@ -54,6 +54,32 @@ impl CallError {
     pub fn ended_midway(&self) -> bool {
         matches!(self, CallError::Trapped(_) | CallError::DeadlineExceeded(_))
     }
+
+    /// The `reason` label of the failure metric.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CallError::Trapped(_) => "trapped",
+            CallError::DeadlineExceeded(_) => "deadline",
+            CallError::Busy(_) => "busy",
+            CallError::Unsupported { .. } => "unsupported",
+        }
+    }
+}
+
+/// An instance counted as in use for as long as this lives.
+struct InUse<'a>(&'a prometheus::IntGauge);
+
+impl<'a> InUse<'a> {
+    fn count(gauge: &'a prometheus::IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// An issue call that produced no answer, and what its strategy undid.
@@ -273,6 +299,7 @@ impl Runtime {
         );
         let call = async {
             let instance = self.instantiate(&strategy.pre, &mut store).await?;
+            let _in_use = InUse::count(&self.metrics.instances_in_use);
             body(&mut store, &instance)
                 .await
                 .map_err(|err| self.call_error(err, &store))
@@ -289,6 +316,12 @@ impl Runtime {
             .is_err()
         {
             tracing::warn!(method = %strategy.method, "a failed call's clean-up did not finish in {CLEANUP_LIMIT:?}");
+        }
+        if let Err(error) = &result {
+            self.metrics
+                .call_failures
+                .with_label_values(&[&*strategy.method, error.reason()])
+                .inc();
         }
         result
     }

@@ -14,6 +14,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 use super::bindings::LabHost;
 use super::capabilities::Capabilities;
 use super::store::HostState;
+use crate::metrics::Metrics;
 
 /// The sandbox every call runs in.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +46,8 @@ pub struct Runtime {
     pub(super) linker: Linker<HostState>,
     pub(super) caps: Arc<Capabilities>,
     pub(super) limits: Limits,
+    /// Instances in use, failed calls and component changes are counted here.
+    pub(super) metrics: Arc<Metrics>,
     /// Recently compiled components by the SHA-256 of their bytes, newest
     /// last, so switching back to a build seen before costs no compilation.
     /// Keyed by content and compiled from bytes read into memory: nothing
@@ -53,7 +56,11 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    pub fn new(caps: Arc<Capabilities>, limits: Limits) -> anyhow::Result<Self> {
+    pub fn new(
+        caps: Arc<Capabilities>,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
         let instances = limits.max_instances.max(1);
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(instances)
@@ -99,12 +106,25 @@ impl Runtime {
             linker,
             caps,
             limits,
+            metrics,
             compiled: Mutex::new(VecDeque::new()),
         })
     }
 
     pub fn capabilities(&self) -> &Arc<Capabilities> {
         &self.caps
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Counts a component file loaded, replaced, unloaded or rejected.
+    pub(super) fn count_change(&self, method: &str, change: &str) {
+        self.metrics
+            .component_changes
+            .with_label_values(&[method, change])
+            .inc();
     }
 
     /// Compiles a component on a blocking thread (compilation is CPU-bound

@@ -64,6 +64,11 @@ impl JobQueue {
             .map_err(|_| SubmitError::QueueFull)
     }
 
+    /// Jobs queued and not yet taken by a worker.
+    pub fn depth(&self) -> usize {
+        self.sender.max_capacity() - self.sender.capacity()
+    }
+
     /// The receiving end, for the workers; `None` once taken.
     pub fn take_receiver(&self) -> Option<mpsc::Receiver<Job>> {
         self.receiver.lock().take()

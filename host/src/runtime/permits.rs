@@ -113,6 +113,15 @@ impl Permits {
         gate.is_some_and(|gate| gate.held.lock().remove(token).is_some())
     }
 
+    /// Permits held now, by gate.
+    pub fn held(&self) -> Vec<(String, usize)> {
+        self.gates
+            .lock()
+            .iter()
+            .map(|(name, gate)| (name.clone(), gate.held.lock().len()))
+            .collect()
+    }
+
     fn gate(&self, name: &str) -> Option<Arc<Gate>> {
         let mut gates = self.gates.lock();
         if let Some(gate) = gates.get(name) {

@@ -118,10 +118,11 @@ impl Registry {
                     map.remove(&*old.method);
                     self.strategies.store(Arc::new(map));
                     tracing::info!(method = %old.method, file = %file.display(), "strategy unloaded: its file was removed");
+                    runtime.count_change(&old.method, "unloaded");
                 }
                 return;
             }
-            Err(err) => return self.reject(file, None, format!("cannot read it: {err}")),
+            Err(err) => return self.reject(runtime, file, None, format!("cannot read it: {err}")),
         };
 
         let sha256 = hex::encode(Sha256::digest(&bytes));
@@ -136,7 +137,7 @@ impl Registry {
 
         let strategy = match load(runtime, file, bytes, &sha256).await {
             Ok(strategy) => strategy,
-            Err(reason) => return self.reject(file, Some(sha256), reason),
+            Err(reason) => return self.reject(runtime, file, Some(sha256), reason),
         };
         if let Some(owner) = current
             .get(&*strategy.method)
@@ -147,7 +148,7 @@ impl Registry {
                 strategy.method,
                 owner.file.display()
             );
-            return self.reject(file, Some(sha256), reason);
+            return self.reject(runtime, file, Some(sha256), reason);
         }
 
         let method = strategy.method.to_string();
@@ -158,11 +159,26 @@ impl Registry {
         map.insert(method.clone(), Arc::new(strategy));
         self.strategies.store(Arc::new(map));
         self.forget_rejection(file);
-        tracing::info!(%method, file = %file.display(), sha256 = %&sha256[..12], "strategy {}", if served.is_some() { "replaced" } else { "loaded" });
+        let change = if served.is_some() {
+            "replaced"
+        } else {
+            "loaded"
+        };
+        tracing::info!(%method, file = %file.display(), sha256 = %&sha256[..12], "strategy {change}");
+        runtime.count_change(&method, change);
     }
 
-    fn reject(&self, file: &Path, sha256: Option<String>, reason: String) {
+    fn reject(&self, runtime: &Runtime, file: &Path, sha256: Option<String>, reason: String) {
         tracing::warn!(file = %file.display(), %reason, "strategy file rejected");
+        // A rejected file's method is the one it served before, if any: a
+        // file that never loaded never said its method.
+        let method = self
+            .strategies
+            .load()
+            .values()
+            .find(|s| s.file == file)
+            .map_or_else(|| "unknown".to_string(), |s| s.method.to_string());
+        runtime.count_change(&method, "rejected");
         let mut rejections = (*self.rejections.load_full()).clone();
         rejections.insert(
             file.to_path_buf(),

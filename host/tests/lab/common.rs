@@ -496,15 +496,27 @@ impl TestLab {
     /// `couponlab consume <role>` as a process of its own on this test's
     /// database, Redis and components, with `env` on top.
     pub fn consumer_process(&self, role: &str, env: &[(&str, &str)]) -> tokio::process::Child {
+        self.process(&["consume", role], env, std::process::Stdio::null())
+    }
+
+    /// `couponlab <args>` as a process of its own on this test's database,
+    /// Redis and components, with `env` on top and its stdout (where its
+    /// log goes) to `stdout`.
+    pub fn process(
+        &self,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stdout: std::process::Stdio,
+    ) -> tokio::process::Child {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_couponlab"))
-            .args(["consume", role])
+            .args(args)
             .env("DATABASE_URL", &self.config.database_url)
             .env("REDIS_URL", &self.config.redis_url)
             .env("COUPONLAB_STRATEGY_DIR", &self.config.strategy_dir)
             .env("COUPONLAB_MAX_INSTANCES", "100")
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
-            .stdout(std::process::Stdio::null())
+            .stdout(stdout)
             .stderr(std::process::Stdio::inherit())
             .kill_on_drop(true)
             .spawn()

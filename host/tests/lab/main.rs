@@ -11,6 +11,7 @@ mod hang_ups;
 mod hot_reload;
 mod issue_concurrency;
 mod least_privilege;
+mod metrics;
 mod mysql_methods;
 mod redis_methods;
 mod result_endpoint;

@@ -136,6 +136,14 @@ impl GuestRedis {
     }
 
     /// Borrows a dedicated connection, waiting while all are in use.
+    /// Dedicated connections lent to calls now.
+    pub fn dedicated_in_use(&self) -> usize {
+        self.args
+            .redis_connections
+            .max(1)
+            .saturating_sub(self.dedicated.permits.available_permits())
+    }
+
     pub async fn open(&self) -> Result<RedisConnection, RedisError> {
         self.as_user(|| self.dedicated.clone().borrow()).await
     }

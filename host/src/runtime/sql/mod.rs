@@ -14,6 +14,7 @@ pub mod statement;
 pub mod user;
 mod value;
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use sqlx::mysql::MySqlPool;
@@ -69,6 +70,38 @@ pub struct GuestSql {
     /// How the server cuts the components' statements.
     pub limits: Limits,
     pub args: SqlArgs,
+    /// Calls waiting for a connection now (sqlx does not count them).
+    waiting: AtomicI64,
+}
+
+impl GuestSql {
+    pub fn new(pool: MySqlPool, limits: Limits, args: SqlArgs) -> Self {
+        Self {
+            pool,
+            limits,
+            args,
+            waiting: AtomicI64::new(0),
+        }
+    }
+
+    /// Calls waiting for a connection of the pool now.
+    pub fn waiting(&self) -> i64 {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Lends a connection to a call, counted among the waiting until the
+    /// pool hands it over (or the call stops waiting).
+    async fn lend(&self) -> Result<Lent, sqlx::Error> {
+        struct Waiting<'a>(&'a AtomicI64);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let _waiting = Waiting(&self.waiting);
+        Lent::borrow(&self.pool).await
+    }
 }
 
 /// Whether a transaction may write.
@@ -92,7 +125,7 @@ pub struct SqlTransaction {
 
 impl SqlTransaction {
     async fn begin(
-        pool: &MySqlPool,
+        sql: &GuestSql,
         limits: Limits,
         result_caps: ResultCaps,
         deadline: Instant,
@@ -100,7 +133,7 @@ impl SqlTransaction {
         level: IsolationLevel,
         access: Access,
     ) -> Result<Self, SqlError> {
-        let mut lent = Lent::borrow(pool).await.map_err(to_wit_error)?;
+        let mut lent = sql.lend().await.map_err(to_wit_error)?;
         let level = match level {
             IsolationLevel::ReadUncommitted => "READ UNCOMMITTED",
             IsolationLevel::ReadCommitted => "READ COMMITTED",
@@ -233,7 +266,7 @@ impl HostState {
         let result_caps = self.result_caps();
         let sql = &self.caps.sql;
         match SqlTransaction::begin(
-            &sql.pool,
+            sql,
             sql.limits,
             result_caps,
             self.deadline,
@@ -254,12 +287,12 @@ impl HostState {
 
 /// One autocommit statement on a connection lent for it alone.
 async fn autocommit<T>(
-    pool: &MySqlPool,
+    sql: &GuestSql,
     statement: &str,
     run: impl AsyncFnOnce(&mut sqlx::pool::PoolConnection<sqlx::MySql>) -> Result<T, sqlx::Error>,
 ) -> Result<T, SqlError> {
     let residue = statement::check(statement).map_err(SqlError::Refused)?;
-    let mut lent = Lent::borrow(pool).await.map_err(to_wit_error)?;
+    let mut lent = sql.lend().await.map_err(to_wit_error)?;
     lent.statement(residue, run).await.map_err(to_wit_error)
 }
 
@@ -277,7 +310,7 @@ impl wit::Host for HostState {
     #[tracing::instrument(name = "sql.query", level = "debug", skip_all, fields(method = %self.method))]
     async fn query(&mut self, statement: String, params: Params) -> Answer<Rows> {
         let caps = self.result_caps();
-        let mut lent = match Lent::borrow(&self.caps.sql.pool).await {
+        let mut lent = match self.caps.sql.lend().await {
             Ok(lent) => lent,
             Err(err) => return Ok(Err(to_wit_error(err))),
         };
@@ -286,7 +319,7 @@ impl wit::Host for HostState {
 
     #[tracing::instrument(name = "sql.execute", level = "debug", skip_all, fields(method = %self.method))]
     async fn execute(&mut self, statement: String, params: Params) -> Answer<ExecResult> {
-        let done = autocommit(&self.caps.sql.pool, &statement, async |conn| {
+        let done = autocommit(&self.caps.sql, &statement, async |conn| {
             bind(sqlx::query(&statement), params)
                 .execute(&mut **conn)
                 .await

@@ -79,11 +79,7 @@ pub async fn connect(args: &SqlArgs, admin: Admin<'_>, call: Duration) -> anyhow
     .connect_with(options)
     .await
     .context("cannot connect to MySQL as the components' user")?;
-    Ok(GuestSql {
-        pool,
-        limits,
-        args: args.clone(),
-    })
+    Ok(GuestSql::new(pool, limits, args.clone()))
 }
 
 /// A pool whose sessions wait for row locks `lock_wait_timeout_s` at most

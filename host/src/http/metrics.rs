@@ -1,0 +1,56 @@
+//! `GET /metrics`: the server's metrics in the Prometheus text format (not
+//! the envelope: Prometheus reads this route). The gauges of what a run
+//! exhausts are read now, from the pools, the queue, the gates and the
+//! streams.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::consumers::{stream, write_behind};
+use crate::lab::Lab;
+use crate::results::stream_summary;
+
+pub fn router() -> Router<Lab> {
+    Router::new().route("/metrics", get(metrics))
+}
+
+async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
+    let metrics = lab.runtime.metrics();
+    let caps = lab.runtime.capabilities();
+    for (pool, connections) in [("strategies", &caps.sql.pool), ("server", lab.db())] {
+        let idle = connections.num_idle() as i64;
+        let open = i64::from(connections.size());
+        let gauge = |state| metrics.db_connections.with_label_values(&[pool, state]);
+        gauge("in_use").set(open - idle);
+        gauge("idle").set(idle);
+    }
+    metrics.db_waiting.set(caps.sql.waiting());
+    metrics
+        .redis_dedicated_in_use
+        .set(caps.redis.dedicated_in_use() as i64);
+    metrics.job_queue_depth.set(caps.jobs.depth() as i64);
+    for (gate, held) in caps.permits.held() {
+        metrics
+            .permits_in_use
+            .with_label_values(&[&gate])
+            .set(held as i64);
+    }
+    // Redis being down leaves the stream figures out, not the scrape.
+    for group in [stream::ISSUERS, write_behind::LOADERS] {
+        if let Ok(Some(summary)) = stream_summary(lab.redis(), group).await {
+            let stream = [group.stream];
+            metrics
+                .stream_pending
+                .with_label_values(&stream)
+                .set(summary.pending as i64);
+            metrics
+                .stream_dead_letters
+                .with_label_values(&stream)
+                .set(summary.dead_letters as i64);
+        }
+    }
+    ([(CONTENT_TYPE, prometheus::TEXT_FORMAT)], metrics.render())
+}

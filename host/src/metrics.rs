@@ -1,0 +1,157 @@
+//! The server's Prometheus metrics, served at `GET /metrics` in the text
+//! exposition format.
+//!
+//! One registry per server, not the process-wide default: several servers
+//! in one process (the tests run many) each report only their own figures.
+//! Label values are bounded: methods (loaded components only), outcomes,
+//! reasons, pools, gates and streams — never a member or coupon id.
+//! Counters and histograms are updated where things happen; the gauges of
+//! what a run exhausts are read when the server is scraped.
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Latency buckets from 100 µs to 10 s, in seconds.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+pub struct Metrics {
+    registry: Registry,
+    /// Issue requests by method and outcome.
+    pub issue_requests: IntCounterVec,
+    /// Their latency, in the server, by method.
+    pub issue_duration: HistogramVec,
+    /// Strategy calls that trapped, ran past their deadline or found no
+    /// free instance, by method and reason.
+    pub call_failures: IntCounterVec,
+    /// Component files loaded, replaced, unloaded or rejected, by method
+    /// (`unknown` for a file that never said its method).
+    pub component_changes: IntCounterVec,
+    /// Strategy instances alive now.
+    pub instances_in_use: IntGauge,
+    /// Connections of the MySQL pools by pool and state (in use, idle).
+    pub db_connections: IntGaugeVec,
+    /// Calls waiting for a connection of the components' pool.
+    pub db_waiting: IntGauge,
+    /// Dedicated Redis connections lent to calls now.
+    pub redis_dedicated_in_use: IntGauge,
+    /// Jobs queued and not yet taken by a worker.
+    pub job_queue_depth: IntGauge,
+    /// Permits held now, by gate.
+    pub permits_in_use: IntGaugeVec,
+    /// Entries delivered and not acked, by stream.
+    pub stream_pending: IntGaugeVec,
+    /// Entries in each stream's dead-letter stream.
+    pub stream_dead_letters: IntGaugeVec,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let metric =
+                IntCounterVec::new(Opts::new(name, help), labels).expect("a valid counter");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("a metric registered once");
+            metric
+        };
+        let gauges = |name: &str, help: &str, labels: &[&str]| {
+            let metric = IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid gauge");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("a metric registered once");
+            metric
+        };
+        let gauge = |name: &str, help: &str| {
+            let metric = IntGauge::new(name, help).expect("a valid gauge");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("a metric registered once");
+            metric
+        };
+        let issue_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "couponlab_issue_duration_seconds",
+                "Latency of issue requests in the server, by method.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["method"],
+        )
+        .expect("a valid histogram");
+        registry
+            .register(Box::new(issue_duration.clone()))
+            .expect("a metric registered once");
+        Self {
+            issue_requests: counter(
+                "couponlab_issue_requests_total",
+                "Issue requests answered, by method and outcome.",
+                &["method", "outcome"],
+            ),
+            issue_duration,
+            call_failures: counter(
+                "couponlab_strategy_call_failures_total",
+                "Strategy calls that produced no answer, by method and reason.",
+                &["method", "reason"],
+            ),
+            component_changes: counter(
+                "couponlab_component_changes_total",
+                "Component files loaded, replaced, unloaded or rejected, by method.",
+                &["method", "change"],
+            ),
+            instances_in_use: gauge(
+                "couponlab_instances_in_use",
+                "Strategy instances alive now.",
+            ),
+            db_connections: gauges(
+                "couponlab_db_connections",
+                "Connections of the MySQL pools, by pool and state.",
+                &["pool", "state"],
+            ),
+            db_waiting: gauge(
+                "couponlab_db_waiting",
+                "Strategy calls waiting for a connection of the components' pool.",
+            ),
+            redis_dedicated_in_use: gauge(
+                "couponlab_redis_dedicated_in_use",
+                "Dedicated Redis connections lent to strategy calls now.",
+            ),
+            job_queue_depth: gauge(
+                "couponlab_job_queue_depth",
+                "Jobs queued and not yet taken by a worker.",
+            ),
+            permits_in_use: gauges(
+                "couponlab_permits_in_use",
+                "Permits held now, by gate.",
+                &["gate"],
+            ),
+            stream_pending: gauges(
+                "couponlab_stream_pending",
+                "Stream entries delivered and not acked, by stream.",
+                &["stream"],
+            ),
+            stream_dead_letters: gauges(
+                "couponlab_stream_dead_letters",
+                "Entries in each stream's dead-letter stream.",
+                &["stream"],
+            ),
+            registry,
+        }
+    }
+
+    /// The exposition of every metric, in the text format.
+    pub fn render(&self) -> String {
+        TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .expect("the text encoding of gathered metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
