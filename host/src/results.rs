@@ -10,13 +10,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use couponlab_contract::{ISSUE_STREAM, Stream, WRITE_BEHIND_STREAM, keys};
 use redis::{AsyncCommands, RedisResult};
 use serde::Serialize;
 use sqlx::Row;
 
 use crate::confirmations::{self, AsyncSummary};
-use crate::consumers::stream::{self, Group};
-use crate::consumers::write_behind;
 use crate::lab::Lab;
 use crate::recorder::RequestSummary;
 use crate::runtime::World;
@@ -188,15 +187,15 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     let confirmations = noting_failure(confirmations_read, &mut redis);
     noting_failure(accepting.map(Some), &mut redis);
     // The stream behind the coupon's asynchronous method, if it has one.
-    let group = methods
+    let stream = methods
         .iter()
         .find_map(|method| match lab.registry.get(method)?.world {
-            World::StreamIssuer(_) => Some(stream::ISSUERS),
-            World::WriteBehindIssuer(_) => Some(write_behind::LOADERS),
+            World::StreamIssuer(_) => Some(ISSUE_STREAM),
+            World::WriteBehindIssuer(_) => Some(WRITE_BEHIND_STREAM),
             _ => None,
         });
-    let stream = match group {
-        Some(group) => noting_failure(stream_summary(lab.redis(), group).await, &mut redis),
+    let stream = match stream {
+        Some(stream) => noting_failure(stream_summary(lab.redis(), stream).await, &mut redis),
         None => None,
     };
     Ok(Some(CouponResult {
@@ -255,7 +254,7 @@ async fn redis_figures(
     used_redis: bool,
 ) -> Option<RedisFigures> {
     let reserved: Result<BTreeSet<u64>, _> = redis::cmd("SMEMBERS")
-        .arg(format!("coupon:issued:{coupon_id}"))
+        .arg(keys::issued(coupon_id))
         .query_async(&mut lab.redis().clone())
         .await;
     match reserved {
@@ -293,16 +292,16 @@ struct StreamSummary {
 /// Reads the stream's figures; `None` when it does not exist yet.
 async fn stream_summary(
     redis: &redis::aio::ConnectionManager,
-    group: Group,
+    stream: Stream,
 ) -> RedisResult<Option<StreamSummary>> {
     let mut redis = redis.clone();
-    let length: u64 = redis.xlen(group.stream).await?;
+    let length: u64 = redis.xlen(stream.name).await?;
     if length == 0 {
         return Ok(None);
     }
     let pending = match redis::cmd("XPENDING")
-        .arg(group.stream)
-        .arg(group.name)
+        .arg(stream.name)
+        .arg(stream.group)
         .query_async::<redis::Value>(&mut redis)
         .await
     {
@@ -316,7 +315,7 @@ async fn stream_summary(
         Err(err) if err.code() == Some("NOGROUP") => 0,
         Err(err) => return Err(err),
     };
-    let dead_letters: u64 = redis.xlen(group.dead_letters).await?;
+    let dead_letters: u64 = redis.xlen(stream.dead_letters).await?;
     Ok(Some(StreamSummary {
         length,
         pending,

@@ -20,16 +20,15 @@ use redis::{AsyncCommands, RedisResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::stream::{BLOCK_MS, Group, delivery_counts, keep_running, to_wit};
+use couponlab_contract::{WRITE_BEHIND_STREAM, fields};
+
+use super::stream::{BLOCK_MS, copy_to_dead_letters, delivery_counts, field, keep_running, to_wit};
 use super::{pause_unless_cancelled, until_answered};
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::{Confirmation, Outcome, StreamEntry};
 
-pub const STREAM: &str = "coupon:wb:stream";
-pub const GROUP: &str = "coupon-wb-loaders";
-pub const DEAD_LETTERS: &str = "coupon:wb:stream:dead";
 const LOADER: &str = "loader";
 /// Entries one round loads.
 const BATCH: usize = 100;
@@ -37,15 +36,11 @@ const BATCH: usize = 100;
 /// spends its deliveries over seconds, not microseconds.
 const AFTER_FAILURE: Duration = Duration::from_secs(1);
 
-pub const LOADERS: Group = Group {
-    stream: STREAM,
-    name: GROUP,
-    dead_letters: DEAD_LETTERS,
-};
-
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
     let lab = lab.clone();
-    tokio::spawn(async move { keep_running(&lab, &cancel, LOADERS, LOADER, load).await })
+    tokio::spawn(
+        async move { keep_running(&lab, &cancel, WRITE_BEHIND_STREAM, LOADER, load).await },
+    )
 }
 
 async fn load(
@@ -57,7 +52,9 @@ async fn load(
     let mut own_pending_first = true;
     while !cancel.is_cancelled() {
         let entries = if own_pending_first {
-            let options = StreamReadOptions::default().group(GROUP, name).count(BATCH);
+            let options = StreamReadOptions::default()
+                .group(WRITE_BEHIND_STREAM.group, name)
+                .count(BATCH);
             let pending = read(conn, "0", &options).await?;
             own_pending_first = !pending.is_empty();
             if pending.is_empty() {
@@ -65,7 +62,7 @@ async fn load(
             }
             // Reading pending entries again counted a delivery; read the
             // count of exactly these entries.
-            let counts = delivery_counts(conn, LOADERS, &pending).await?;
+            let counts = delivery_counts(conn, WRITE_BEHIND_STREAM, &pending).await?;
             pending
                 .into_iter()
                 .zip(counts)
@@ -73,7 +70,7 @@ async fn load(
                 .collect()
         } else {
             let options = StreamReadOptions::default()
-                .group(GROUP, name)
+                .group(WRITE_BEHIND_STREAM.group, name)
                 .count(BATCH)
                 .block(BLOCK_MS);
             read(conn, ">", &options)
@@ -100,7 +97,9 @@ async fn read(
     from: &str,
     options: &StreamReadOptions,
 ) -> RedisResult<Vec<redis::streams::StreamId>> {
-    let reply: Option<StreamReadReply> = conn.xread_options(&[STREAM], &[from], options).await?;
+    let reply: Option<StreamReadReply> = conn
+        .xread_options(&[WRITE_BEHIND_STREAM.name], &[from], options)
+        .await?;
     Ok(reply
         .into_iter()
         .flat_map(|r| r.keys)
@@ -119,11 +118,19 @@ async fn load_round(
     for entry in entries {
         if entry.fields.is_empty() {
             // Deleted from the stream since: nothing left to load.
-            let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+            let _: u64 = conn
+                .xack(
+                    WRITE_BEHIND_STREAM.name,
+                    WRITE_BEHIND_STREAM.group,
+                    &[&entry.id],
+                )
+                .await?;
         } else if entry.deliveries > max {
             dead_letter(lab, conn, entry).await?;
         } else {
-            let method = field(&entry, "method").unwrap_or_default().to_string();
+            let method = field(&entry, fields::METHOD)
+                .unwrap_or_default()
+                .to_string();
             by_method.entry(method).or_default().push(entry);
         }
     }
@@ -158,7 +165,9 @@ async fn load_batch(
                 record(lab, entry, Outcome::Issued).await;
             }
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-            let _: u64 = conn.xack(STREAM, GROUP, &ids).await?;
+            let _: u64 = conn
+                .xack(WRITE_BEHIND_STREAM.name, WRITE_BEHIND_STREAM.group, &ids)
+                .await?;
             return Ok(true);
         }
         Ok(Err(err)) => {
@@ -173,7 +182,13 @@ async fn load_batch(
         match until_answered(1, || lab.runtime.load_entry(strategy, entry)).await {
             Ok(Ok(())) => {
                 record(lab, entry, Outcome::Issued).await;
-                let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+                let _: u64 = conn
+                    .xack(
+                        WRITE_BEHIND_STREAM.name,
+                        WRITE_BEHIND_STREAM.group,
+                        &[&entry.id],
+                    )
+                    .await?;
             }
             Ok(Err(err)) => {
                 tracing::warn!(id = %entry.id, deliveries = entry.deliveries, error = %err, "entry failed; left pending");
@@ -195,12 +210,15 @@ async fn dead_letter(
     conn: &mut MultiplexedConnection,
     entry: StreamEntry,
 ) -> RedisResult<()> {
-    let mut fields = entry.fields.clone();
-    fields.push(("originalId".into(), entry.id.clone()));
-    fields.push(("deliveries".into(), (entry.deliveries - 1).to_string()));
-    let _: String = conn.xadd(DEAD_LETTERS, "*", &fields).await?;
+    copy_to_dead_letters(conn, WRITE_BEHIND_STREAM, &entry, entry.deliveries - 1).await?;
     record(lab, &entry, Outcome::Unavailable).await;
-    let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+    let _: u64 = conn
+        .xack(
+            WRITE_BEHIND_STREAM.name,
+            WRITE_BEHIND_STREAM.group,
+            &[&entry.id],
+        )
+        .await?;
     tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
     Ok(())
 }
@@ -211,7 +229,7 @@ async fn dead_letter(
 /// nothing.
 async fn record(lab: &Lab, entry: &StreamEntry, outcome: Outcome) {
     let id = |name| field(entry, name).and_then(|value| value.parse::<u64>().ok());
-    let (Some(coupon_id), Some(member_id)) = (id("couponId"), id("memberId")) else {
+    let (Some(coupon_id), Some(member_id)) = (id(fields::COUPON_ID), id(fields::MEMBER_ID)) else {
         return;
     };
     let confirmation = Confirmation {
@@ -224,12 +242,4 @@ async fn record(lab: &Lab, entry: &StreamEntry, outcome: Outcome) {
     if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
         tracing::warn!(error = %err, "could not record a load");
     }
-}
-
-fn field<'a>(entry: &'a StreamEntry, name: &str) -> Option<&'a str> {
-    entry
-        .fields
-        .iter()
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| value.as_str())
 }

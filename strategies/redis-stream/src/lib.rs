@@ -7,6 +7,7 @@
 use couponlab_sdk::{
     IssueResult, Outcome, Step, args, clock, compensate, confirm, keys, redis, reserve, settle,
 };
+use keys::fields;
 
 couponlab_sdk::world!("stream-issuer");
 
@@ -21,13 +22,13 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let entry = args![
         keys::ISSUE_STREAM,
         "*",
-        "memberId",
+        fields::MEMBER_ID,
         member_id,
-        "couponId",
+        fields::COUPON_ID,
         coupon_id,
-        "method",
+        fields::METHOD,
         METHOD,
-        "acceptedAt",
+        fields::ACCEPTED_AT,
         clock::now_millis()
     ];
     match redis::execute("XADD", &entry) {

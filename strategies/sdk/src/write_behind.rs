@@ -24,10 +24,6 @@ use crate::{args, keys, params, redis, reserve, stream};
 
 pub use crate::bindings::couponlab::strategy::types::ReconcileReport;
 
-/// Stream of stage 9: one entry per accepted request (fields `memberId`,
-/// `couponId`, `method`, `acceptedAt`), read by the host's loader.
-pub const STREAM: &str = "coupon:wb:stream";
-
 /// Rows one reconcile INSERT writes (two parameters each).
 const INSERT_CHUNK: usize = 500;
 
@@ -46,7 +42,7 @@ pub fn accept(
         return Err(IssueResult::of(Outcome::UnknownMember)
             .detail(format!("member {member_id} does not exist")));
     }
-    reserve::and_enqueue(coupon_id, member_id, STREAM, method)?;
+    reserve::and_enqueue(coupon_id, member_id, keys::WRITE_BEHIND_STREAM, method)?;
     Ok(IssueResult::of(Outcome::Accepted))
 }
 
