@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use couponlab_contract::{ISSUE_STREAM, Stream, fields};
 use redis::aio::MultiplexedConnection;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamPendingCountReply,
@@ -26,8 +27,6 @@ use redis::streams::{
 use redis::{AsyncCommands, AsyncConnectionConfig, RedisResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-use couponlab_contract::{ISSUE_STREAM, Stream, fields};
 
 use super::{pause_unless_cancelled, until_answered};
 use crate::confirmations;
@@ -360,7 +359,11 @@ pub(super) fn field<'a>(entry: &'a StreamEntry, name: &str) -> Option<&'a str> {
         .map(|(_, value)| value.as_str())
 }
 
-async fn record(lab: &Lab, confirmation: &crate::runtime::bindings::types::Confirmation) {
+/// Notes what became of the accepted request, as its component answered.
+pub(super) async fn record(
+    lab: &Lab,
+    confirmation: &crate::runtime::bindings::types::Confirmation,
+) {
     if let Err(err) = confirmations::record_confirmed(lab.redis(), confirmation).await {
         tracing::warn!(error = %err, "could not record a confirmation");
     }

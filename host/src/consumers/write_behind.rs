@@ -14,20 +14,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use couponlab_contract::{WRITE_BEHIND_STREAM, fields};
 use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::{AsyncCommands, RedisResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use couponlab_contract::{WRITE_BEHIND_STREAM, fields};
-
-use super::stream::{BLOCK_MS, copy_to_dead_letters, delivery_counts, field, keep_running, to_wit};
+use super::stream::{
+    BLOCK_MS, copy_to_dead_letters, delivery_counts, field, keep_running, record, to_wit,
+};
 use super::{pause_unless_cancelled, until_answered};
-use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
-use crate::runtime::bindings::types::{Confirmation, Outcome, StreamEntry};
+use crate::runtime::bindings::types::StreamEntry;
 
 const LOADER: &str = "loader";
 /// Entries one round loads.
@@ -113,20 +113,11 @@ async fn load_round(
     conn: &mut MultiplexedConnection,
     entries: Vec<StreamEntry>,
 ) -> RedisResult<bool> {
-    let max = lab.config.consumers.max_deliveries;
     let mut by_method: BTreeMap<String, Vec<StreamEntry>> = BTreeMap::new();
     for entry in entries {
         if entry.fields.is_empty() {
             // Deleted from the stream since: nothing left to load.
-            let _: u64 = conn
-                .xack(
-                    WRITE_BEHIND_STREAM.name,
-                    WRITE_BEHIND_STREAM.group,
-                    &[&entry.id],
-                )
-                .await?;
-        } else if entry.deliveries > max {
-            dead_letter(lab, conn, entry).await?;
+            ack(conn, &[&entry.id]).await?;
         } else {
             let method = field(&entry, fields::METHOD)
                 .unwrap_or_default()
@@ -134,6 +125,7 @@ async fn load_round(
             by_method.entry(method).or_default().push(entry);
         }
     }
+    let max = lab.config.consumers.max_deliveries;
     let mut all_loaded = true;
     for (method, entries) in by_method {
         let Some(strategy) = lab
@@ -145,12 +137,20 @@ async fn load_round(
             all_loaded = false;
             continue;
         };
-        all_loaded &= load_batch(lab, conn, &strategy, &entries).await?;
+        let (dead, live): (Vec<_>, Vec<_>) = entries.into_iter().partition(|e| e.deliveries > max);
+        for entry in dead {
+            all_loaded &= dead_letter(lab, conn, &strategy, entry).await?;
+        }
+        if !live.is_empty() {
+            all_loaded &= load_batch(lab, conn, &strategy, &live).await?;
+        }
     }
     Ok(all_loaded)
 }
 
-/// One transaction for the batch; when it fails, one per entry.
+/// One transaction for the batch; when it fails, one per entry. What the
+/// component answers for each entry is recorded before the ack: a crash in
+/// between redelivers the entries, and the first outcome recorded stays.
 async fn load_batch(
     lab: &Lab,
     conn: &mut MultiplexedConnection,
@@ -158,16 +158,16 @@ async fn load_batch(
     entries: &[StreamEntry],
 ) -> RedisResult<bool> {
     match until_answered(1, || lab.runtime.load_batch(strategy, entries)).await {
-        Ok(Ok(())) => {
-            // Recorded before the ack: a crash in between redelivers the
-            // entries, and the first outcome recorded stays.
-            for entry in entries {
-                record(lab, entry, Outcome::Issued).await;
+        Ok(Ok(confirmations)) => {
+            if confirmations.len() != entries.len() {
+                // Written all the same: the entries are acked.
+                tracing::error!(method = %strategy.method, entries = entries.len(), confirmations = confirmations.len(), "a loaded batch's confirmations do not match its entries");
+            }
+            for confirmation in &confirmations {
+                record(lab, confirmation).await;
             }
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-            let _: u64 = conn
-                .xack(WRITE_BEHIND_STREAM.name, WRITE_BEHIND_STREAM.group, &ids)
-                .await?;
+            ack(conn, &ids).await?;
             return Ok(true);
         }
         Ok(Err(err)) => {
@@ -180,15 +180,9 @@ async fn load_batch(
     let mut all_loaded = true;
     for entry in entries {
         match until_answered(1, || lab.runtime.load_entry(strategy, entry)).await {
-            Ok(Ok(())) => {
-                record(lab, entry, Outcome::Issued).await;
-                let _: u64 = conn
-                    .xack(
-                        WRITE_BEHIND_STREAM.name,
-                        WRITE_BEHIND_STREAM.group,
-                        &[&entry.id],
-                    )
-                    .await?;
+            Ok(Ok(confirmation)) => {
+                record(lab, &confirmation).await;
+                ack(conn, &[&entry.id]).await?;
             }
             Ok(Err(err)) => {
                 tracing::warn!(id = %entry.id, deliveries = entry.deliveries, error = %err, "entry failed; left pending");
@@ -203,43 +197,37 @@ async fn load_batch(
     Ok(all_loaded)
 }
 
-/// Copies the entry to the dead-letter stream and acks it. The reservation
-/// stays in Redis, the source of truth here; reconcile writes its row.
+/// Copies the entry to the dead-letter stream, records what its component
+/// says its request became, and acks it; false when the component did not
+/// answer (then it is left pending, and copied again next round). The
+/// reservation stays in Redis, the source of truth here; reconcile writes
+/// its row.
 async fn dead_letter(
     lab: &Lab,
     conn: &mut MultiplexedConnection,
-    entry: StreamEntry,
-) -> RedisResult<()> {
-    copy_to_dead_letters(conn, WRITE_BEHIND_STREAM, &entry, entry.deliveries - 1).await?;
-    record(lab, &entry, Outcome::Unavailable).await;
-    let _: u64 = conn
-        .xack(
-            WRITE_BEHIND_STREAM.name,
-            WRITE_BEHIND_STREAM.group,
-            &[&entry.id],
-        )
-        .await?;
-    tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
-    Ok(())
+    strategy: &Arc<Strategy>,
+    mut entry: StreamEntry,
+) -> RedisResult<bool> {
+    // The read that found it over the limit is not a delivery to the component.
+    entry.deliveries -= 1;
+    copy_to_dead_letters(conn, WRITE_BEHIND_STREAM, &entry, entry.deliveries).await?;
+    match until_answered(1, || lab.runtime.write_behind_dead_letter(strategy, &entry)).await {
+        Ok(confirmation) => {
+            record(lab, &confirmation).await;
+            ack(conn, &[&entry.id]).await?;
+            tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
+            Ok(true)
+        }
+        Err(err) => {
+            tracing::error!(id = %entry.id, method = %strategy.method, error = %err, "dead-letter call failed; left pending");
+            Ok(false)
+        }
+    }
 }
 
-/// Notes what became of the accepted request an entry carries, so the
-/// result's `pending` and `asyncResults` cover write-behind too. Recording is
-/// the host's bookkeeping: it reads the ids the entry carries and decides
-/// nothing.
-async fn record(lab: &Lab, entry: &StreamEntry, outcome: Outcome) {
-    let id = |name| field(entry, name).and_then(|value| value.parse::<u64>().ok());
-    let (Some(coupon_id), Some(member_id)) = (id(fields::COUPON_ID), id(fields::MEMBER_ID)) else {
-        return;
-    };
-    let confirmation = Confirmation {
-        coupon_id,
-        member_id,
-        outcome,
-        detail: None,
-        compensations: 0,
-    };
-    if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
-        tracing::warn!(error = %err, "could not record a load");
-    }
+async fn ack(conn: &mut MultiplexedConnection, ids: &[&str]) -> RedisResult<()> {
+    let _: u64 = conn
+        .xack(WRITE_BEHIND_STREAM.name, WRITE_BEHIND_STREAM.group, ids)
+        .await?;
+    Ok(())
 }

@@ -73,7 +73,8 @@ pub fn dead_letter(entry: &StreamEntry) -> Confirmation {
     }
 }
 
-fn unreadable(detail: String) -> Confirmation {
+/// The answer for an entry without its ids: there is no request to name.
+pub(crate) fn unreadable(detail: String) -> Confirmation {
     IssueResult::of(Outcome::Unavailable)
         .detail(detail)
         .confirmation(0, 0)
