@@ -187,15 +187,10 @@ impl Runtime {
                 CallError::DeadlineExceeded(self.limits.timeout)
             ),
         };
-        let uses_redis = component
-            .component_type()
-            .imports(&self.engine)
-            .any(|(name, _)| name.starts_with("couponlab:strategy/redis"));
         Ok(Prepared {
             pre,
             strategy_export,
             world,
-            uses_redis,
             descriptor,
         })
     }

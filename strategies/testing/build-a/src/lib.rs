@@ -10,6 +10,8 @@ impl Strategy for Build {
         Descriptor {
             method: "TEST_BUILD".into(),
             summary: "reports its build (test fixture)".into(),
+            reservation_set: false,
+            result_labels: Vec::new(),
         }
     }
 

@@ -10,6 +10,8 @@ impl Strategy for Hog {
         Descriptor {
             method: "TEST_HOG".into(),
             summary: "allocates until it fails (test fixture)".into(),
+            reservation_set: false,
+            result_labels: Vec::new(),
         }
     }
 

@@ -22,6 +22,8 @@ impl strategy::Guest for Hostile {
         Descriptor {
             method: "TEST_HOSTILE".into(),
             summary: "tries what a component must not do (test fixture)".into(),
+            reservation_set: false,
+            result_labels: Vec::new(),
         }
     }
 

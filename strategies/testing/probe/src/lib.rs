@@ -22,6 +22,8 @@ impl Strategy for Probe {
         Descriptor {
             method: "TEST_PROBE".into(),
             summary: "WIT round trips (test fixture)".into(),
+            reservation_set: false,
+            result_labels: Vec::new(),
         }
     }
 

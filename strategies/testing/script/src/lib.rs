@@ -14,6 +14,8 @@ impl Strategy for Script {
         Descriptor {
             method: "TEST_SCRIPT".into(),
             summary: "answers as scripted (test fixture)".into(),
+            reservation_set: false,
+            result_labels: Vec::new(),
         }
     }
 

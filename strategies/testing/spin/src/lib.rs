@@ -9,6 +9,8 @@ impl Strategy for Spin {
         Descriptor {
             method: "TEST_SPIN".into(),
             summary: "loops forever (test fixture)".into(),
+            reservation_set: false,
+            result_labels: Vec::new(),
         }
     }
 

@@ -21,6 +21,9 @@ impl Strategy for Stall {
         Descriptor {
             method: "TEST_STALL".into(),
             summary: "stalls halfway through an issue (test fixture)".into(),
+            // It reserves in `coupon:issued:{id}` (`after-reserve`).
+            reservation_set: true,
+            result_labels: Vec::new(),
         }
     }
 

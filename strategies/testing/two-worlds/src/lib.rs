@@ -21,6 +21,8 @@ impl strategy::Guest for TwoWorlds {
         Descriptor {
             method: "TEST_TWO_WORLDS".into(),
             summary: "exports the interfaces of every world (must be refused)".into(),
+            reservation_set: false,
+            result_labels: Vec::new(),
         }
     }
 
