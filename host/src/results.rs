@@ -19,6 +19,7 @@ use sqlx::Row;
 use crate::confirmations::{self, AsyncSummary};
 use crate::lab::Lab;
 use crate::recorder::RequestSummary;
+use crate::runtime::bindings::types::ResultLabel;
 use crate::runtime::{Strategy, World};
 
 #[derive(Serialize)]
@@ -167,7 +168,10 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
         .iter()
         .filter_map(|method| lab.registry.get(method))
         .collect();
-    let label_totals = label_totals(&requests, &serving);
+    let label_totals = label_totals(
+        &requests,
+        serving.iter().flat_map(|strategy| &strategy.result_labels),
+    );
     // A coupon served by no method that reserves in `coupon:issued:{id}` has
     // no Redis section unless the set has members: database-only methods
     // never touch Redis, and the drop gate keeps keys of its own.
@@ -217,13 +221,12 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
 /// The labels the serving methods ask the result to total, each summed over
 /// every method's requests: field → label value → requests. A field no
 /// request reported its label for is left out.
-fn label_totals(
+fn label_totals<'a>(
     requests: &RequestSummary,
-    serving: &[Arc<Strategy>],
+    asked: impl IntoIterator<Item = &'a ResultLabel>,
 ) -> BTreeMap<String, BTreeMap<String, u64>> {
-    let asked: BTreeSet<(&str, &str)> = serving
-        .iter()
-        .flat_map(|strategy| &strategy.result_labels)
+    let asked: BTreeSet<(&str, &str)> = asked
+        .into_iter()
         .map(|asked| (asked.label.as_str(), asked.field.as_str()))
         .collect();
     let mut totals: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
@@ -344,4 +347,68 @@ async fn stream_summary(
         pending,
         dead_letters,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+    use crate::recorder::{Ending, Recorder};
+
+    fn accepted(labels: &[(&str, &str)]) -> Ending {
+        Ending {
+            outcome: Outcome::Accepted,
+            retries: 0,
+            compensations: 0,
+            labels: labels
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .collect(),
+        }
+    }
+
+    /// The label totals as the result's JSON shows them, next to a field of
+    /// its own.
+    fn shown(totals: BTreeMap<String, BTreeMap<String, u64>>) -> String {
+        #[derive(Serialize)]
+        struct Shown {
+            before: u8,
+            #[serde(flatten)]
+            totals: BTreeMap<String, BTreeMap<String, u64>>,
+        }
+        serde_json::to_string(&Shown { before: 1, totals }).unwrap()
+    }
+
+    #[test]
+    fn an_asked_label_is_totalled_across_methods_under_its_field() {
+        let recorder = Recorder::default();
+        let requests = [
+            ("REDIS_PUBSUB", accepted(&[("receivers", "1")])),
+            ("REDIS_PUBSUB", accepted(&[("receivers", "0")])),
+            ("OTHER", accepted(&[("receivers", "1"), ("unasked", "x")])),
+        ];
+        for (member, (method, ending)) in requests.into_iter().enumerate() {
+            let arrival = recorder.arrive(7, member as u64);
+            recorder.finish(arrival, &Arc::from(method), ending);
+        }
+        let receivers = ResultLabel {
+            label: "receivers".into(),
+            field: "publishReceivers".into(),
+        };
+        let summary = recorder.summary(7);
+        assert_eq!(
+            shown(label_totals(&summary, [&receivers])),
+            r#"{"before":1,"publishReceivers":{"0":1,"1":2}}"#
+        );
+        // Nobody asked, or nobody reported it: no field at all.
+        assert_eq!(shown(label_totals(&summary, [])), r#"{"before":1}"#);
+        let unreported = ResultLabel {
+            label: "absent".into(),
+            field: "absentTotals".into(),
+        };
+        assert_eq!(
+            shown(label_totals(&summary, [&unreported])),
+            r#"{"before":1}"#
+        );
+    }
 }
