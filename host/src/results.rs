@@ -9,17 +9,18 @@
 //! never shows up as DB-only for having committed between the two reads.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
+use couponlab_contract::{ISSUE_STREAM, Stream, WRITE_BEHIND_STREAM, keys};
 use redis::{AsyncCommands, RedisResult};
 use serde::Serialize;
 use sqlx::Row;
 
 use crate::confirmations::{self, AsyncSummary};
-use crate::consumers::stream::{self, Group};
-use crate::consumers::write_behind;
 use crate::lab::Lab;
 use crate::recorder::RequestSummary;
-use crate::runtime::World;
+use crate::runtime::bindings::types::ResultLabel;
+use crate::runtime::{Strategy, World};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -47,9 +48,11 @@ pub struct CouponResult {
     /// Requests answered 202 and what became of them (every process's).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     confirmations: Option<AsyncSummary>,
-    /// REDIS_PUBSUB: requests by how many subscribers received the message.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    publish_receivers: BTreeMap<String, u64>,
+    /// The labels the serving methods' descriptors ask to total, each under
+    /// its field: value → requests (REDIS_PUBSUB's `publishReceivers`:
+    /// requests by how many subscribers received the message).
+    #[serde(flatten)]
+    label_totals: BTreeMap<String, BTreeMap<String, u64>>,
     /// The stream a stream or write-behind method served this coupon through.
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<StreamSummary>,
@@ -155,48 +158,41 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
             .map(|member| member as u64)
             .collect();
     let requests = lab.recorder.summary(coupon_id);
-    let publish_receivers = requests
-        .by_method
-        .values()
-        .filter_map(|method| method.labels.get("receivers"))
-        .flatten()
-        .fold(BTreeMap::new(), |mut all, (receivers, count)| {
-            *all.entry(receivers.clone()).or_default() += count;
-            all
-        });
     // The methods that served the coupon: those this process answered for,
     // and those any process answered 202 for (a restarted server's record
     // of requests starts empty, Redis's does not).
     let accepting = confirmations::accepting_methods(lab.redis(), coupon_id).await;
     let mut methods: BTreeSet<String> = requests.by_method.keys().cloned().collect();
     methods.extend(accepting.as_ref().cloned().unwrap_or_default());
+    let serving: Vec<Arc<Strategy>> = methods
+        .iter()
+        .filter_map(|method| lab.registry.get(method))
+        .collect();
+    let label_totals = label_totals(
+        &requests,
+        serving.iter().flat_map(|strategy| &strategy.result_labels),
+    );
     // A coupon served by no method that reserves in `coupon:issued:{id}` has
-    // no Redis section: database-only methods never touch Redis, and the
-    // drop gate keeps keys of its own (`coupon:gate:*`).
-    let used_redis = methods.iter().any(|method| {
-        lab.registry
-            .get(method)
-            .is_some_and(|s| s.uses_redis && !matches!(s.world, World::GateIssuer(_)))
-    });
+    // no Redis section unless the set has members: database-only methods
+    // never touch Redis, and the drop gate keeps keys of its own.
+    let reserving = serving.iter().any(|s| s.reservation_set);
     // A reservation waiting for its 202's confirmation, or for a call
     // running now, is not stranded.
     let mut waiting = lab.recorder.in_flight(coupon_id);
     if let Ok(Some(read)) = &confirmations_read {
         waiting.extend(&read.pending_members);
     }
-    let mut redis = redis_figures(lab, coupon_id, &issued_members, &waiting, used_redis).await;
+    let mut redis = redis_figures(lab, coupon_id, &issued_members, &waiting, reserving).await;
     let confirmations = noting_failure(confirmations_read, &mut redis);
     noting_failure(accepting.map(Some), &mut redis);
     // The stream behind the coupon's asynchronous method, if it has one.
-    let group = methods
-        .iter()
-        .find_map(|method| match lab.registry.get(method)?.world {
-            World::StreamIssuer(_) => Some(stream::ISSUERS),
-            World::WriteBehindIssuer(_) => Some(write_behind::LOADERS),
-            _ => None,
-        });
-    let stream = match group {
-        Some(group) => noting_failure(stream_summary(lab.redis(), group).await, &mut redis),
+    let stream = serving.iter().find_map(|strategy| match strategy.world {
+        World::StreamIssuer(_) => Some(ISSUE_STREAM),
+        World::WriteBehindIssuer(_) => Some(WRITE_BEHIND_STREAM),
+        _ => None,
+    });
+    let stream = match stream {
+        Some(stream) => noting_failure(stream_summary(lab.redis(), stream).await, &mut redis),
         None => None,
     };
     Ok(Some(CouponResult {
@@ -217,9 +213,38 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
         requests,
         redis,
         confirmations,
-        publish_receivers,
+        label_totals,
         stream,
     }))
+}
+
+/// The labels the serving methods ask the result to total, each summed over
+/// every method's requests: field → label value → requests. A field no
+/// request reported its label for is left out.
+fn label_totals<'a>(
+    requests: &RequestSummary,
+    asked: impl IntoIterator<Item = &'a ResultLabel>,
+) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let asked: BTreeSet<(&str, &str)> = asked
+        .into_iter()
+        .map(|asked| (asked.label.as_str(), asked.field.as_str()))
+        .collect();
+    let mut totals: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for (label, field) in asked {
+        let reported = requests
+            .by_method
+            .values()
+            .filter_map(|method| method.labels.get(label))
+            .flatten();
+        for (value, count) in reported {
+            *totals
+                .entry(field.to_string())
+                .or_default()
+                .entry(value.clone())
+                .or_default() += count;
+        }
+    }
+    totals
 }
 
 /// A figure read from Redis, or `None` with the failure noted in the Redis
@@ -245,21 +270,21 @@ impl RedisFigures {
 }
 
 /// Reads the reservation set and compares it with the issued members; `None`
-/// when there is no set and no method that uses Redis served the coupon.
+/// when there is no set and no method that reserves in it served the coupon.
 /// Redis being down is a figure of the result, not a failure of it.
 async fn redis_figures(
     lab: &Lab,
     coupon_id: u64,
     issued_members: &BTreeSet<u64>,
     waiting: &BTreeSet<u64>,
-    used_redis: bool,
+    reserving: bool,
 ) -> Option<RedisFigures> {
     let reserved: Result<BTreeSet<u64>, _> = redis::cmd("SMEMBERS")
-        .arg(format!("coupon:issued:{coupon_id}"))
+        .arg(keys::issued(coupon_id))
         .query_async(&mut lab.redis().clone())
         .await;
     match reserved {
-        Ok(reserved) if reserved.is_empty() && !used_redis => None,
+        Ok(reserved) if reserved.is_empty() && !reserving => None,
         Ok(reserved) => Some(RedisFigures {
             readable: true,
             error: None,
@@ -293,16 +318,16 @@ pub struct StreamSummary {
 /// Reads the stream's figures; `None` when it does not exist yet.
 pub async fn stream_summary(
     redis: &redis::aio::ConnectionManager,
-    group: Group,
+    stream: Stream,
 ) -> RedisResult<Option<StreamSummary>> {
     let mut redis = redis.clone();
-    let length: u64 = redis.xlen(group.stream).await?;
+    let length: u64 = redis.xlen(stream.name).await?;
     if length == 0 {
         return Ok(None);
     }
     let pending = match redis::cmd("XPENDING")
-        .arg(group.stream)
-        .arg(group.name)
+        .arg(stream.name)
+        .arg(stream.group)
         .query_async::<redis::Value>(&mut redis)
         .await
     {
@@ -316,10 +341,74 @@ pub async fn stream_summary(
         Err(err) if err.code() == Some("NOGROUP") => 0,
         Err(err) => return Err(err),
     };
-    let dead_letters: u64 = redis.xlen(group.dead_letters).await?;
+    let dead_letters: u64 = redis.xlen(stream.dead_letters).await?;
     Ok(Some(StreamSummary {
         length,
         pending,
         dead_letters,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+    use crate::recorder::{Ending, Recorder};
+
+    fn accepted(labels: &[(&str, &str)]) -> Ending {
+        Ending {
+            outcome: Outcome::Accepted,
+            retries: 0,
+            compensations: 0,
+            labels: labels
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .collect(),
+        }
+    }
+
+    /// The label totals as the result's JSON shows them, next to a field of
+    /// its own.
+    fn shown(totals: BTreeMap<String, BTreeMap<String, u64>>) -> String {
+        #[derive(Serialize)]
+        struct Shown {
+            before: u8,
+            #[serde(flatten)]
+            totals: BTreeMap<String, BTreeMap<String, u64>>,
+        }
+        serde_json::to_string(&Shown { before: 1, totals }).unwrap()
+    }
+
+    #[test]
+    fn an_asked_label_is_totalled_across_methods_under_its_field() {
+        let recorder = Recorder::default();
+        let requests = [
+            ("REDIS_PUBSUB", accepted(&[("receivers", "1")])),
+            ("REDIS_PUBSUB", accepted(&[("receivers", "0")])),
+            ("OTHER", accepted(&[("receivers", "1"), ("unasked", "x")])),
+        ];
+        for (member, (method, ending)) in requests.into_iter().enumerate() {
+            let arrival = recorder.arrive(7, member as u64);
+            recorder.finish(arrival, &Arc::from(method), ending);
+        }
+        let receivers = ResultLabel {
+            label: "receivers".into(),
+            field: "publishReceivers".into(),
+        };
+        let summary = recorder.summary(7);
+        assert_eq!(
+            shown(label_totals(&summary, [&receivers])),
+            r#"{"before":1,"publishReceivers":{"0":1,"1":2}}"#
+        );
+        // Nobody asked, or nobody reported it: no field at all.
+        assert_eq!(shown(label_totals(&summary, [])), r#"{"before":1}"#);
+        let unreported = ResultLabel {
+            label: "absent".into(),
+            field: "absentTotals".into(),
+        };
+        assert_eq!(
+            shown(label_totals(&summary, [&unreported])),
+            r#"{"before":1}"#
+        );
+    }
 }

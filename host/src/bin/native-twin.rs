@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use clap::Parser;
+use couponlab_contract::keys;
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
@@ -199,8 +200,8 @@ impl Twin {
         coupon_id: u64,
         member_id: u64,
     ) -> anyhow::Result<&'static str> {
-        let issued = format!("coupon:issued:{coupon_id}");
-        let total = format!("coupon:total:{coupon_id}");
+        let issued = keys::issued(coupon_id);
+        let total = keys::total(coupon_id);
         let mut verdict = self.reserve(&issued, &total, member_id).await?;
         if verdict == -1 {
             let total_count: i64 =

@@ -9,6 +9,8 @@
 //! runs one alone.
 
 pub mod jobs;
+#[cfg(test)]
+mod lua_names;
 pub mod pubsub;
 pub mod stream;
 pub mod write_behind;

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use couponlab_contract::REQUESTS_CHANNEL;
 use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
@@ -17,8 +18,6 @@ use super::{pause_unless_cancelled, until_answered};
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
-
-pub const CHANNEL: &str = "coupon:issue:requests";
 
 /// How often the subscriber looks for (or re-checks) a component to serve.
 const HANDLER_CHECK: Duration = Duration::from_secs(1);
@@ -48,8 +47,8 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
 async fn subscribe(lab: &Lab, cancel: &CancellationToken) -> anyhow::Result<()> {
     let client = redis::Client::open(lab.config.redis_url.as_str())?;
     let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.subscribe(CHANNEL).await?;
-    tracing::info!(channel = CHANNEL, "pub/sub subscriber listening");
+    pubsub.subscribe(REQUESTS_CHANNEL).await?;
+    tracing::info!(channel = REQUESTS_CHANNEL, "pub/sub subscriber listening");
     let mut messages = pubsub.on_message();
     // The seed hands messages to a bounded executor; so do we.
     let workers = Arc::new(Semaphore::new(

@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use couponlab_contract::{ISSUE_STREAM, Stream, fields};
 use redis::aio::MultiplexedConnection;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamPendingCountReply,
@@ -33,29 +34,10 @@ use crate::lab::Lab;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::{Disposition, StreamEntry};
 
-pub const STREAM: &str = "coupon:issue:stream";
-pub const GROUP: &str = "coupon-issuers";
-pub const DEAD_LETTERS: &str = "coupon:issue:stream:dead";
-
 /// Entries one XREADGROUP or XAUTOCLAIM takes at a time.
 const BATCH: usize = 16;
 /// How long XREADGROUP blocks waiting for new entries.
 pub(super) const BLOCK_MS: usize = 1_000;
-
-/// A stream and the consumer group that reads it.
-#[derive(Debug, Clone, Copy)]
-pub struct Group {
-    pub stream: &'static str,
-    pub name: &'static str,
-    /// Where entries delivered too often are copied.
-    pub dead_letters: &'static str,
-}
-
-pub const ISSUERS: Group = Group {
-    stream: STREAM,
-    name: GROUP,
-    dead_letters: DEAD_LETTERS,
-};
 
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
     let pid = std::process::id();
@@ -69,28 +51,28 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
             let (lab, cancel) = (lab.clone(), cancel.clone());
             tokio::spawn(async move {
                 if name.ends_with("claimer") {
-                    keep_running(&lab, &cancel, ISSUERS, &name, claim_idle).await
+                    keep_running(&lab, &cancel, ISSUE_STREAM, &name, claim_idle).await
                 } else {
-                    keep_running(&lab, &cancel, ISSUERS, &name, read_new).await
+                    keep_running(&lab, &cancel, ISSUE_STREAM, &name, read_new).await
                 }
             })
         })
         .collect()
 }
 
-/// Runs `role` as consumer `name` of `group` until cancelled, reconnecting
+/// Runs `role` as consumer `name` of `stream`'s group until cancelled, reconnecting
 /// after a failure.
 pub(super) async fn keep_running<F>(
     lab: &Lab,
     cancel: &CancellationToken,
-    group: Group,
+    stream: Stream,
     name: &str,
     role: F,
 ) where
     F: AsyncFn(&Lab, &CancellationToken, &str, &mut MultiplexedConnection) -> RedisResult<()>,
 {
     loop {
-        let outcome = match connect(lab, cancel, group).await {
+        let outcome = match connect(lab, cancel, stream).await {
             Ok(Some(mut conn)) => role(lab, cancel, name, &mut conn).await,
             Ok(None) => Ok(()),
             Err(err) => Err(err),
@@ -98,7 +80,7 @@ pub(super) async fn keep_running<F>(
         match outcome {
             Ok(()) => return,
             Err(err) => {
-                tracing::warn!(consumer = name, stream = group.stream, error = %err, "consumer failed; reconnecting")
+                tracing::warn!(consumer = name, stream = stream.name, error = %err, "consumer failed; reconnecting")
             }
         }
         if !pause_unless_cancelled(cancel, Duration::from_secs(1)).await {
@@ -113,7 +95,7 @@ pub(super) async fn keep_running<F>(
 async fn connect(
     lab: &Lab,
     cancel: &CancellationToken,
-    group: Group,
+    stream: Stream,
 ) -> RedisResult<Option<MultiplexedConnection>> {
     let client = redis::Client::open(lab.config.redis_url.as_str())?;
     let config = AsyncConnectionConfig::new()
@@ -123,9 +105,9 @@ async fn connect(
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
     loop {
-        let exists: bool = conn.exists(group.stream).await?;
+        let exists: bool = conn.exists(stream.name).await?;
         if exists {
-            let created: RedisResult<()> = conn.xgroup_create(group.stream, group.name, "0").await;
+            let created: RedisResult<()> = conn.xgroup_create(stream.name, stream.group, "0").await;
             return match created {
                 Err(err) if err.code() != Some("BUSYGROUP") => Err(err),
                 _ => Ok(Some(conn)),
@@ -147,12 +129,13 @@ async fn read_new(
     conn: &mut MultiplexedConnection,
 ) -> RedisResult<()> {
     let options = StreamReadOptions::default()
-        .group(GROUP, name)
+        .group(ISSUE_STREAM.group, name)
         .count(BATCH)
         .block(BLOCK_MS);
     while !cancel.is_cancelled() {
-        let reply: Option<StreamReadReply> =
-            conn.xread_options(&[STREAM], &[">"], &options).await?;
+        let reply: Option<StreamReadReply> = conn
+            .xread_options(&[ISSUE_STREAM.name], &[">"], &options)
+            .await?;
         for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
             deliver(lab, conn, name, entry, 1).await?;
         }
@@ -176,8 +159,8 @@ async fn claim_idle(
             let options = StreamAutoClaimOptions::default().count(BATCH);
             let reply: StreamAutoClaimReply = conn
                 .xautoclaim_options(
-                    STREAM,
-                    GROUP,
+                    ISSUE_STREAM.name,
+                    ISSUE_STREAM.group,
                     name,
                     settings.claim_idle_ms,
                     &cursor,
@@ -187,7 +170,7 @@ async fn claim_idle(
             if !reply.claimed.is_empty() {
                 // XAUTOCLAIM counted this claim as a delivery; read the count
                 // of exactly the entries claimed.
-                let deliveries = delivery_counts(conn, ISSUERS, &reply.claimed).await?;
+                let deliveries = delivery_counts(conn, ISSUE_STREAM, &reply.claimed).await?;
                 for (entry, delivered) in reply.claimed.into_iter().zip(deliveries) {
                     if delivered > settings.max_deliveries {
                         // This claim is not a delivery to the component.
@@ -206,18 +189,18 @@ async fn claim_idle(
     Ok(())
 }
 
-/// How many times each of `entries` of `group` has been delivered, this
+/// How many times each of `entries` of `stream` has been delivered, this
 /// delivery included: one XPENDING per entry, in one round trip.
 pub(super) async fn delivery_counts(
     conn: &mut MultiplexedConnection,
-    group: Group,
+    stream: Stream,
     entries: &[StreamId],
 ) -> RedisResult<Vec<u32>> {
     let mut pipe = redis::pipe();
     for entry in entries {
         pipe.cmd("XPENDING")
-            .arg(group.stream)
-            .arg(group.name)
+            .arg(stream.name)
+            .arg(stream.group)
             .arg(&entry.id)
             .arg(&entry.id)
             .arg(1);
@@ -262,7 +245,9 @@ async fn deliver(
                 // Recorded before the ack: a crash in between redelivers the
                 // entry, and the first outcome recorded stays.
                 record(lab, &handled.confirmation).await;
-                let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+                let _: u64 = conn
+                    .xack(ISSUE_STREAM.name, ISSUE_STREAM.group, &[&entry.id])
+                    .await?;
             }
         }
         Err(err) => {
@@ -284,8 +269,8 @@ async fn keep_claimed(
     loop {
         tokio::time::sleep(every).await;
         let claimed: RedisResult<redis::Value> = redis::cmd("XCLAIM")
-            .arg(STREAM)
-            .arg(GROUP)
+            .arg(ISSUE_STREAM.name)
+            .arg(ISSUE_STREAM.group)
             .arg(consumer)
             .arg(0)
             .arg(id)
@@ -311,14 +296,13 @@ async fn dead_letter(
         tracing::warn!(id = %entry.id, "no component to compensate a dead entry; left pending");
         return Ok(());
     };
-    let mut fields = entry.fields.clone();
-    fields.push(("originalId".into(), entry.id.clone()));
-    fields.push(("deliveries".into(), deliveries.to_string()));
-    let _: String = conn.xadd(DEAD_LETTERS, "*", &fields).await?;
+    copy_to_dead_letters(conn, ISSUE_STREAM, &entry, deliveries).await?;
     match until_answered(1, || lab.runtime.dead_letter(&strategy, &entry)).await {
         Ok(confirmation) => {
             record(lab, &confirmation).await;
-            let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+            let _: u64 = conn
+                .xack(ISSUE_STREAM.name, ISSUE_STREAM.group, &[&entry.id])
+                .await?;
             tracing::warn!(id = %entry.id, deliveries, "stream entry dead-lettered");
         }
         // Not acked: the next claim copies it again and retries the
@@ -327,6 +311,21 @@ async fn dead_letter(
             tracing::error!(id = %entry.id, error = %err, "dead-letter compensation failed; left pending")
         }
     }
+    Ok(())
+}
+
+/// Copies `entry` of `stream` to its dead-letter stream, with its id and
+/// the deliveries it had, for someone to look at.
+pub(super) async fn copy_to_dead_letters(
+    conn: &mut MultiplexedConnection,
+    stream: Stream,
+    entry: &StreamEntry,
+    deliveries: u32,
+) -> RedisResult<()> {
+    let mut copy = entry.fields.clone();
+    copy.push((fields::ORIGINAL_ID.into(), entry.id.clone()));
+    copy.push((fields::DELIVERIES.into(), deliveries.to_string()));
+    let _: String = conn.xadd(stream.dead_letters, "*", &copy).await?;
     Ok(())
 }
 
@@ -345,13 +344,26 @@ pub(super) fn to_wit(entry: StreamId, deliveries: u32) -> StreamEntry {
 
 /// The component the entry's `method` field names, if it is a stream issuer.
 fn owner(lab: &Lab, entry: &StreamEntry) -> Option<Arc<Strategy>> {
-    let method = &entry.fields.iter().find(|(field, _)| field == "method")?.1;
+    let method = field(entry, fields::METHOD)?;
     lab.registry
         .get(method)
         .filter(|s| s.world.stream_consumer().is_some())
 }
 
-async fn record(lab: &Lab, confirmation: &crate::runtime::bindings::types::Confirmation) {
+/// The value of the entry's field `name`.
+pub(super) fn field<'a>(entry: &'a StreamEntry, name: &str) -> Option<&'a str> {
+    entry
+        .fields
+        .iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.as_str())
+}
+
+/// Notes what became of the accepted request, as its component answered.
+pub(super) async fn record(
+    lab: &Lab,
+    confirmation: &crate::runtime::bindings::types::Confirmation,
+) {
     if let Err(err) = confirmations::record_confirmed(lab.redis(), confirmation).await {
         tracing::warn!(error = %err, "could not record a confirmation");
     }

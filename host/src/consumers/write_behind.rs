@@ -14,22 +14,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use couponlab_contract::{WRITE_BEHIND_STREAM, fields};
 use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::{AsyncCommands, RedisResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::stream::{BLOCK_MS, Group, delivery_counts, keep_running, to_wit};
+use super::stream::{
+    BLOCK_MS, copy_to_dead_letters, delivery_counts, field, keep_running, record, to_wit,
+};
 use super::{pause_unless_cancelled, until_answered};
-use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
-use crate::runtime::bindings::types::{Confirmation, Outcome, StreamEntry};
+use crate::runtime::bindings::types::StreamEntry;
 
-pub const STREAM: &str = "coupon:wb:stream";
-pub const GROUP: &str = "coupon-wb-loaders";
-pub const DEAD_LETTERS: &str = "coupon:wb:stream:dead";
 const LOADER: &str = "loader";
 /// Entries one round loads.
 const BATCH: usize = 100;
@@ -37,15 +36,11 @@ const BATCH: usize = 100;
 /// spends its deliveries over seconds, not microseconds.
 const AFTER_FAILURE: Duration = Duration::from_secs(1);
 
-pub const LOADERS: Group = Group {
-    stream: STREAM,
-    name: GROUP,
-    dead_letters: DEAD_LETTERS,
-};
-
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
     let lab = lab.clone();
-    tokio::spawn(async move { keep_running(&lab, &cancel, LOADERS, LOADER, load).await })
+    tokio::spawn(
+        async move { keep_running(&lab, &cancel, WRITE_BEHIND_STREAM, LOADER, load).await },
+    )
 }
 
 async fn load(
@@ -57,7 +52,9 @@ async fn load(
     let mut own_pending_first = true;
     while !cancel.is_cancelled() {
         let entries = if own_pending_first {
-            let options = StreamReadOptions::default().group(GROUP, name).count(BATCH);
+            let options = StreamReadOptions::default()
+                .group(WRITE_BEHIND_STREAM.group, name)
+                .count(BATCH);
             let pending = read(conn, "0", &options).await?;
             own_pending_first = !pending.is_empty();
             if pending.is_empty() {
@@ -65,7 +62,7 @@ async fn load(
             }
             // Reading pending entries again counted a delivery; read the
             // count of exactly these entries.
-            let counts = delivery_counts(conn, LOADERS, &pending).await?;
+            let counts = delivery_counts(conn, WRITE_BEHIND_STREAM, &pending).await?;
             pending
                 .into_iter()
                 .zip(counts)
@@ -73,7 +70,7 @@ async fn load(
                 .collect()
         } else {
             let options = StreamReadOptions::default()
-                .group(GROUP, name)
+                .group(WRITE_BEHIND_STREAM.group, name)
                 .count(BATCH)
                 .block(BLOCK_MS);
             read(conn, ">", &options)
@@ -100,7 +97,9 @@ async fn read(
     from: &str,
     options: &StreamReadOptions,
 ) -> RedisResult<Vec<redis::streams::StreamId>> {
-    let reply: Option<StreamReadReply> = conn.xread_options(&[STREAM], &[from], options).await?;
+    let reply: Option<StreamReadReply> = conn
+        .xread_options(&[WRITE_BEHIND_STREAM.name], &[from], options)
+        .await?;
     Ok(reply
         .into_iter()
         .flat_map(|r| r.keys)
@@ -114,19 +113,19 @@ async fn load_round(
     conn: &mut MultiplexedConnection,
     entries: Vec<StreamEntry>,
 ) -> RedisResult<bool> {
-    let max = lab.config.consumers.max_deliveries;
     let mut by_method: BTreeMap<String, Vec<StreamEntry>> = BTreeMap::new();
     for entry in entries {
         if entry.fields.is_empty() {
             // Deleted from the stream since: nothing left to load.
-            let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
-        } else if entry.deliveries > max {
-            dead_letter(lab, conn, entry).await?;
+            ack(conn, &[&entry.id]).await?;
         } else {
-            let method = field(&entry, "method").unwrap_or_default().to_string();
+            let method = field(&entry, fields::METHOD)
+                .unwrap_or_default()
+                .to_string();
             by_method.entry(method).or_default().push(entry);
         }
     }
+    let max = lab.config.consumers.max_deliveries;
     let mut all_loaded = true;
     for (method, entries) in by_method {
         let Some(strategy) = lab
@@ -138,12 +137,20 @@ async fn load_round(
             all_loaded = false;
             continue;
         };
-        all_loaded &= load_batch(lab, conn, &strategy, &entries).await?;
+        let (dead, live): (Vec<_>, Vec<_>) = entries.into_iter().partition(|e| e.deliveries > max);
+        for entry in dead {
+            all_loaded &= dead_letter(lab, conn, &strategy, entry).await?;
+        }
+        if !live.is_empty() {
+            all_loaded &= load_batch(lab, conn, &strategy, &live).await?;
+        }
     }
     Ok(all_loaded)
 }
 
-/// One transaction for the batch; when it fails, one per entry.
+/// One transaction for the batch; when it fails, one per entry. What the
+/// component answers for each entry is recorded before the ack: a crash in
+/// between redelivers the entries, and the first outcome recorded stays.
 async fn load_batch(
     lab: &Lab,
     conn: &mut MultiplexedConnection,
@@ -151,14 +158,16 @@ async fn load_batch(
     entries: &[StreamEntry],
 ) -> RedisResult<bool> {
     match until_answered(1, || lab.runtime.load_batch(strategy, entries)).await {
-        Ok(Ok(())) => {
-            // Recorded before the ack: a crash in between redelivers the
-            // entries, and the first outcome recorded stays.
-            for entry in entries {
-                record(lab, entry, Outcome::Issued).await;
+        Ok(Ok(confirmations)) => {
+            if confirmations.len() != entries.len() {
+                // Written all the same: the entries are acked.
+                tracing::error!(method = %strategy.method, entries = entries.len(), confirmations = confirmations.len(), "a loaded batch's confirmations do not match its entries");
+            }
+            for confirmation in &confirmations {
+                record(lab, confirmation).await;
             }
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-            let _: u64 = conn.xack(STREAM, GROUP, &ids).await?;
+            ack(conn, &ids).await?;
             return Ok(true);
         }
         Ok(Err(err)) => {
@@ -171,9 +180,9 @@ async fn load_batch(
     let mut all_loaded = true;
     for entry in entries {
         match until_answered(1, || lab.runtime.load_entry(strategy, entry)).await {
-            Ok(Ok(())) => {
-                record(lab, entry, Outcome::Issued).await;
-                let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
+            Ok(Ok(confirmation)) => {
+                record(lab, &confirmation).await;
+                ack(conn, &[&entry.id]).await?;
             }
             Ok(Err(err)) => {
                 tracing::warn!(id = %entry.id, deliveries = entry.deliveries, error = %err, "entry failed; left pending");
@@ -188,48 +197,37 @@ async fn load_batch(
     Ok(all_loaded)
 }
 
-/// Copies the entry to the dead-letter stream and acks it. The reservation
-/// stays in Redis, the source of truth here; reconcile writes its row.
+/// Copies the entry to the dead-letter stream, records what its component
+/// says its request became, and acks it; false when the component did not
+/// answer (then it is left pending, and copied again next round). The
+/// reservation stays in Redis, the source of truth here; reconcile writes
+/// its row.
 async fn dead_letter(
     lab: &Lab,
     conn: &mut MultiplexedConnection,
-    entry: StreamEntry,
-) -> RedisResult<()> {
-    let mut fields = entry.fields.clone();
-    fields.push(("originalId".into(), entry.id.clone()));
-    fields.push(("deliveries".into(), (entry.deliveries - 1).to_string()));
-    let _: String = conn.xadd(DEAD_LETTERS, "*", &fields).await?;
-    record(lab, &entry, Outcome::Unavailable).await;
-    let _: u64 = conn.xack(STREAM, GROUP, &[&entry.id]).await?;
-    tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
-    Ok(())
-}
-
-/// Notes what became of the accepted request an entry carries, so the
-/// result's `pending` and `asyncResults` cover write-behind too. Recording is
-/// the host's bookkeeping: it reads the ids the entry carries and decides
-/// nothing.
-async fn record(lab: &Lab, entry: &StreamEntry, outcome: Outcome) {
-    let id = |name| field(entry, name).and_then(|value| value.parse::<u64>().ok());
-    let (Some(coupon_id), Some(member_id)) = (id("couponId"), id("memberId")) else {
-        return;
-    };
-    let confirmation = Confirmation {
-        coupon_id,
-        member_id,
-        outcome,
-        detail: None,
-        compensations: 0,
-    };
-    if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
-        tracing::warn!(error = %err, "could not record a load");
+    strategy: &Arc<Strategy>,
+    mut entry: StreamEntry,
+) -> RedisResult<bool> {
+    // The read that found it over the limit is not a delivery to the component.
+    entry.deliveries -= 1;
+    copy_to_dead_letters(conn, WRITE_BEHIND_STREAM, &entry, entry.deliveries).await?;
+    match until_answered(1, || lab.runtime.write_behind_dead_letter(strategy, &entry)).await {
+        Ok(confirmation) => {
+            record(lab, &confirmation).await;
+            ack(conn, &[&entry.id]).await?;
+            tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
+            Ok(true)
+        }
+        Err(err) => {
+            tracing::error!(id = %entry.id, method = %strategy.method, error = %err, "dead-letter call failed; left pending");
+            Ok(false)
+        }
     }
 }
 
-fn field<'a>(entry: &'a StreamEntry, name: &str) -> Option<&'a str> {
-    entry
-        .fields
-        .iter()
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| value.as_str())
+async fn ack(conn: &mut MultiplexedConnection, ids: &[&str]) -> RedisResult<()> {
+    let _: u64 = conn
+        .xack(WRITE_BEHIND_STREAM.name, WRITE_BEHIND_STREAM.group, ids)
+        .await?;
+    Ok(())
 }

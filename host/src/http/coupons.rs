@@ -57,7 +57,7 @@ async fn create(
             .await?
             .last_insert_id();
     let warmed = match redis::cmd("SET")
-        .arg(format!("coupon:total:{id}"))
+        .arg(couponlab_contract::keys::total(id))
         .arg(total_count)
         .query_async::<()>(&mut lab.redis().clone())
         .await

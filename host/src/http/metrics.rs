@@ -9,7 +9,8 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::consumers::{stream, write_behind};
+use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
+
 use crate::lab::Lab;
 use crate::results::stream_summary;
 
@@ -39,9 +40,9 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
             .set(held as i64);
     }
     // Redis being down leaves the stream figures out, not the scrape.
-    for group in [stream::ISSUERS, write_behind::LOADERS] {
-        if let Ok(Some(summary)) = stream_summary(lab.redis(), group).await {
-            let stream = [group.stream];
+    for stream in [ISSUE_STREAM, WRITE_BEHIND_STREAM] {
+        if let Ok(Some(summary)) = stream_summary(lab.redis(), stream).await {
+            let stream = [stream.name];
             metrics
                 .stream_pending
                 .with_label_values(&stream)

@@ -168,9 +168,11 @@ world_calls! {
     /// Asks `strategy` to undo a dead-lettered entry (stage 6).
     dead_letter(entry: &StreamEntry) -> Confirmation = stream_consumer.call_dead_letter;
     /// Writes a batch of write-behind entries in one transaction (stage 9).
-    load_batch(entries: &[StreamEntry]) -> Result<(), String> = write_behind.call_load_batch;
+    load_batch(entries: &[StreamEntry]) -> Result<Vec<Confirmation>, String> = write_behind.call_load_batch;
     /// Writes one write-behind entry alone (stage 9).
-    load_entry(entry: &StreamEntry) -> Result<(), String> = write_behind.call_load_entry;
+    load_entry(entry: &StreamEntry) -> Result<Confirmation, String> = write_behind.call_load_entry;
+    /// Asks `strategy` what a dead-lettered write-behind entry's request became (stage 9).
+    write_behind_dead_letter(entry: &StreamEntry) -> Confirmation = write_behind.call_dead_letter;
     /// Reconciles one coupon's DB rows with its Redis set (stage 9).
     reconcile(coupon_id: u64) -> Result<ReconcileReport, String> = write_behind.call_reconcile;
     /// Cancels a limited-drop reservation.
@@ -211,15 +213,10 @@ impl Runtime {
                 CallError::DeadlineExceeded(self.limits.timeout)
             ),
         };
-        let uses_redis = component
-            .component_type()
-            .imports(&self.engine)
-            .any(|(name, _)| name.starts_with("couponlab:strategy/redis"));
         Ok(Prepared {
             pre,
             strategy_export,
             world,
-            uses_redis,
             descriptor,
         })
     }

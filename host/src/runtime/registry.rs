@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::InstancePre;
 
 use super::bindings::strategy;
-use super::bindings::types::Descriptor;
+use super::bindings::types::{Descriptor, ResultLabel};
 use super::engine::Runtime;
 use super::store::HostState;
 use super::world::World;
@@ -29,9 +29,12 @@ pub struct Strategy {
     /// What the component does besides answering issue requests, and where
     /// the export that does it is.
     pub world: World,
-    /// Whether it imports the `redis` capability (the result endpoint's
-    /// Redis section means nothing for a method that does not).
-    pub uses_redis: bool,
+    /// Whether it reserves members in `coupon:issued:{id}`, as its
+    /// descriptor says: the result of a coupon it served compares that set
+    /// with the issue rows.
+    pub reservation_set: bool,
+    /// Labels the result of a coupon it served totals, as its descriptor says.
+    pub result_labels: Vec<ResultLabel>,
     pub file: PathBuf,
     pub sha256: String,
     pub loaded_at: DateTime<Utc>,
@@ -44,7 +47,6 @@ pub(super) struct Prepared {
     pub pre: InstancePre<HostState>,
     pub strategy_export: strategy::GuestIndices,
     pub world: World,
-    pub uses_redis: bool,
     pub descriptor: Descriptor,
 }
 
@@ -222,7 +224,6 @@ async fn load(
         pre,
         strategy_export,
         world,
-        uses_redis,
         descriptor,
     } = runtime
         .prepare(&component)
@@ -236,7 +237,8 @@ async fn load(
         method: Arc::from(method),
         summary: descriptor.summary,
         world,
-        uses_redis,
+        reservation_set: descriptor.reservation_set,
+        result_labels: descriptor.result_labels,
         file: file.to_path_buf(),
         sha256: sha256.to_string(),
         loaded_at: Utc::now(),

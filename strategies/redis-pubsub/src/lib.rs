@@ -44,7 +44,14 @@ impl message_handler::Guest for RedisPubsub {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisPubsub: strategy::Guest { method: "REDIS_PUBSUB", summary: "Lua reservation, PUBLISH, 202; the subscriber runs the DB confirm step" }
+    struct RedisPubsub: strategy::Guest {
+        method: "REDIS_PUBSUB",
+        summary: "Lua reservation, PUBLISH, 202; the subscriber runs the DB confirm step",
+        reservation_set: true,
+        // The result shows the requests by how many subscribers received
+        // their message: 0 means nobody will ever confirm them.
+        result_labels: ["receivers" => "publishReceivers"],
+    }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 }

@@ -7,6 +7,7 @@
 use couponlab_sdk::{
     IssueResult, Outcome, Step, args, clock, compensate, confirm, keys, redis, reserve, settle,
 };
+use keys::fields;
 
 couponlab_sdk::world!("stream-issuer");
 
@@ -21,13 +22,13 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let entry = args![
         keys::ISSUE_STREAM,
         "*",
-        "memberId",
+        fields::MEMBER_ID,
         member_id,
-        "couponId",
+        fields::COUPON_ID,
         coupon_id,
-        "method",
+        fields::METHOD,
         METHOD,
-        "acceptedAt",
+        fields::ACCEPTED_AT,
         clock::now_millis()
     ];
     match redis::execute("XADD", &entry) {
@@ -41,7 +42,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisStream: strategy::Guest { method: METHOD, summary: "Lua reservation, then XADD, 202; stream consumers run the DB confirm step" }
+    struct RedisStream: strategy::Guest { method: METHOD, summary: "Lua reservation, then XADD, 202; stream consumers run the DB confirm step", reservation_set: true }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 }

@@ -1,18 +1,13 @@
-//! The Redis key names of seed 004.
+//! The Redis names of the seed, from the contract the host reads them by.
 
-/// String: the coupon's total, warmed when the coupon is created.
-pub fn total(coupon_id: u64) -> String {
-    format!("coupon:total:{coupon_id}")
-}
+pub use couponlab_contract::REQUESTS_CHANNEL;
+pub use couponlab_contract::fields;
+pub use couponlab_contract::keys::{issued, total};
 
-/// Set: members reserved in Redis (including some not yet issued in the DB).
-pub fn issued(coupon_id: u64) -> String {
-    format!("coupon:issued:{coupon_id}")
-}
+/// Stream of stage 6: one entry per accepted request (its [`fields`]),
+/// confirmed by the host's stream consumers.
+pub const ISSUE_STREAM: &str = couponlab_contract::ISSUE_STREAM.name;
 
-/// Pub/sub channel of stage 5: `memberId:couponId` messages.
-pub const REQUESTS_CHANNEL: &str = "coupon:issue:requests";
-
-/// Stream of stage 6: one entry per accepted request (fields `memberId`,
-/// `couponId`, `method`). Acked entries stay; the stream is not trimmed.
-pub const ISSUE_STREAM: &str = "coupon:issue:stream";
+/// Stream of stages 9-10: one entry per accepted request (its [`fields`]),
+/// read by the host's write-behind loader.
+pub const WRITE_BEHIND_STREAM: &str = couponlab_contract::WRITE_BEHIND_STREAM.name;

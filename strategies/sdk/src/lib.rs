@@ -64,7 +64,7 @@ pub mod write_behind;
 
 pub use bindings::couponlab::strategy::types::{
     Compensation, Confirmation, Descriptor, Disposition, Handled, IssueRequest, IssueResult,
-    Outcome, StreamEntry,
+    Outcome, ResultLabel, StreamEntry,
 };
 pub use bindings::export_issuer;
 pub use bindings::exports::couponlab::strategy::strategy::Guest as Strategy;
@@ -112,11 +112,16 @@ macro_rules! world {
 ///
 /// ```ignore
 /// couponlab_sdk::strategy! {
-///     struct RedisLua { method: "REDIS_LUA", summary: "one Lua script reserves, then the DB confirm step" }
+///     struct RedisLua { method: "REDIS_LUA", summary: "one Lua script reserves, then the DB confirm step", reservation_set: true }
 ///     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
 ///     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 /// }
 /// ```
+///
+/// After `method` and `summary`, the descriptor's other facts are optional:
+/// `reservation_set: true` for a method that reserves in
+/// `coupon:issued:{id}` (false when left out), and `result_labels: ["label"
+/// => "resultField", ..]` for labels the result totals (none when left out).
 ///
 /// The bodies are blocks over the `IssueRequest` parameter named in the
 /// parentheses (`_request` when unused), returning `IssueResult` and
@@ -129,25 +134,31 @@ macro_rules! world {
 #[macro_export]
 macro_rules! strategy {
     (
-        struct $ty:ident { method: $method:expr, summary: $summary:expr $(,)? }
+        struct $ty:ident { $($descriptor:tt)* }
         $(#[$issue_attr:meta])* fn issue($request:ident) $issue:block
         $(#[$compensate_attr:meta])* fn compensate($failed:ident) $compensate:block
     ) => {
-        $crate::strategy!(@impl $crate::Strategy, $ty, $method, $summary,
+        $crate::strategy!(@impl $crate::Strategy, $ty, { $($descriptor)* },
             $(#[$issue_attr])* $request $issue, $(#[$compensate_attr])* $failed $compensate);
         $crate::export_issuer!($ty);
     };
     (
-        struct $ty:ident: $guest:path { method: $method:expr, summary: $summary:expr $(,)? }
+        struct $ty:ident: $guest:path { $($descriptor:tt)* }
         $(#[$issue_attr:meta])* fn issue($request:ident) $issue:block
         $(#[$compensate_attr:meta])* fn compensate($failed:ident) $compensate:block
     ) => {
-        $crate::strategy!(@impl $guest, $ty, $method, $summary,
+        $crate::strategy!(@impl $guest, $ty, { $($descriptor)* },
             $(#[$issue_attr])* $request $issue, $(#[$compensate_attr])* $failed $compensate);
         export!($ty);
     };
     (
-        @impl $guest:path, $ty:ident, $method:expr, $summary:expr,
+        @impl $guest:path, $ty:ident,
+        {
+            method: $method:expr, summary: $summary:expr
+            $(, reservation_set: $reservation_set:expr)?
+            $(, result_labels: [$($label:expr => $field:expr),* $(,)?])?
+            $(,)?
+        },
         $(#[$issue_attr:meta])* $request:ident $issue:block,
         $(#[$compensate_attr:meta])* $failed:ident $compensate:block
     ) => {
@@ -158,6 +169,11 @@ macro_rules! strategy {
                 $crate::Descriptor {
                     method: ::std::convert::Into::into($method),
                     summary: ::std::convert::Into::into($summary),
+                    reservation_set: $crate::strategy!(@or_false $($reservation_set)?),
+                    result_labels: ::std::vec![$($($crate::ResultLabel {
+                        label: ::std::convert::Into::into($label),
+                        field: ::std::convert::Into::into($field),
+                    }),*)?],
                 }
             }
 
@@ -168,6 +184,8 @@ macro_rules! strategy {
             fn compensate($failed: $crate::IssueRequest) -> $crate::Compensation $compensate
         }
     };
+    (@or_false) => { false };
+    (@or_false $value:expr) => { $value };
 }
 
 /// Builds a list of command arguments from anything printable:

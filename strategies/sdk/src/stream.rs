@@ -11,6 +11,7 @@ use crate::bindings::couponlab::strategy::types::{
     Confirmation, Disposition, Handled, IssueResult, Outcome, StreamEntry,
 };
 use crate::confirm::{self, Confirmed};
+use crate::keys::fields;
 
 /// The `couponId` and `memberId` fields of an entry.
 pub fn ids(entry: &StreamEntry) -> Option<(u64, u64)> {
@@ -23,7 +24,7 @@ pub fn ids(entry: &StreamEntry) -> Option<(u64, u64)> {
             .parse::<u64>()
             .ok()
     };
-    Some((field("couponId")?, field("memberId")?))
+    Some((field(fields::COUPON_ID)?, field(fields::MEMBER_ID)?))
 }
 
 /// Confirms the entry's reservation and says whether the host may ack it.
@@ -72,7 +73,8 @@ pub fn dead_letter(entry: &StreamEntry) -> Confirmation {
     }
 }
 
-fn unreadable(detail: String) -> Confirmation {
+/// The answer for an entry without its ids: there is no request to name.
+pub(crate) fn unreadable(detail: String) -> Confirmation {
     IssueResult::of(Outcome::Unavailable)
         .detail(detail)
         .confirmation(0, 0)

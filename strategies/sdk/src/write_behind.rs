@@ -7,7 +7,10 @@
 //! - [`load_batch`], [`load_entry`]: what the host's loader asks for, as
 //!   `INSERT ... ON DUPLICATE KEY UPDATE` so an entry delivered again (its
 //!   loader died between commit and XACK) neither fails nor rewrites its row.
-//!   The coupon row is not touched: Redis already enforced the total.
+//!   The coupon row is not touched: Redis already enforced the total. Each
+//!   loaded entry's request is ISSUED.
+//! - [`dead_letter`]: an entry delivered too often is UNAVAILABLE; its
+//!   reservation stays for reconcile.
 //! - [`reconcile`]: the database first, then the Redis set; inserts the
 //!   members only Redis has and sets `issued_count` to the row count.
 //!
@@ -17,16 +20,14 @@
 
 use std::collections::BTreeSet;
 
-use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome, StreamEntry};
+use crate::bindings::couponlab::strategy::types::{
+    Confirmation, IssueResult, Outcome, StreamEntry,
+};
 use crate::outcome::Step;
 use crate::sql::{self, IsolationLevel, SqlError, Transaction, Value};
 use crate::{args, keys, params, redis, reserve, stream};
 
 pub use crate::bindings::couponlab::strategy::types::ReconcileReport;
-
-/// Stream of stage 9: one entry per accepted request (fields `memberId`,
-/// `couponId`, `method`, `acceptedAt`), read by the host's loader.
-pub const STREAM: &str = "coupon:wb:stream";
 
 /// Rows one reconcile INSERT writes (two parameters each).
 const INSERT_CHUNK: usize = 500;
@@ -46,27 +47,51 @@ pub fn accept(
         return Err(IssueResult::of(Outcome::UnknownMember)
             .detail(format!("member {member_id} does not exist")));
     }
-    reserve::and_enqueue(coupon_id, member_id, STREAM, method)?;
+    reserve::and_enqueue(coupon_id, member_id, keys::WRITE_BEHIND_STREAM, method)?;
     Ok(IssueResult::of(Outcome::Accepted))
 }
 
 /// Writes every entry in one transaction; an error means none was written.
-pub fn load_batch(entries: &[StreamEntry]) -> Result<(), String> {
+/// Each entry's request is then issued: its row exists, written now or by
+/// an earlier delivery.
+pub fn load_batch(entries: &[StreamEntry]) -> Result<Vec<Confirmation>, String> {
     let issues = entries
         .iter()
         .map(issue_of)
-        .collect::<Result<BTreeSet<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
+    let ordered: BTreeSet<(u64, u64)> = issues.iter().copied().collect();
     let tx = sql::begin(IsolationLevel::ReadCommitted).map_err(|e| e.message())?;
-    insert_issues(&tx, &issues.into_iter().collect::<Vec<_>>()).map_err(|e| e.message())?;
-    tx.commit().map_err(|e| e.message())
+    insert_issues(&tx, &ordered.into_iter().collect::<Vec<_>>()).map_err(|e| e.message())?;
+    tx.commit().map_err(|e| e.message())?;
+    Ok(issues.into_iter().map(issued).collect())
 }
 
 /// Writes one entry alone (one autocommit statement).
-pub fn load_entry(entry: &StreamEntry) -> Result<(), String> {
+pub fn load_entry(entry: &StreamEntry) -> Result<Confirmation, String> {
     let (coupon_id, member_id) = issue_of(entry)?;
     sql::execute(&upsert(1), &params![coupon_id, member_id])
-        .map(drop)
-        .map_err(|e| format!("entry {}: {}", entry.id, e.message()))
+        .map_err(|e| format!("entry {}: {}", entry.id, e.message()))?;
+    Ok(issued((coupon_id, member_id)))
+}
+
+/// The entry was delivered too often: its request is unavailable for now.
+/// Nothing is undone: the reservation stays in Redis, and reconcile writes
+/// the row.
+pub fn dead_letter(entry: &StreamEntry) -> Confirmation {
+    let detail = format!(
+        "dead-lettered after {} deliveries; reconcile writes it",
+        entry.deliveries
+    );
+    match stream::ids(entry) {
+        Some((coupon_id, member_id)) => IssueResult::of(Outcome::Unavailable)
+            .detail(detail)
+            .confirmation(coupon_id, member_id),
+        None => stream::unreadable(detail),
+    }
+}
+
+fn issued((coupon_id, member_id): (u64, u64)) -> Confirmation {
+    IssueResult::issued().confirmation(coupon_id, member_id)
 }
 
 /// Repairs the database from the Redis set of `coupon_id`.
@@ -165,9 +190,9 @@ fn upsert(rows: usize) -> String {
 }
 
 /// Implements a `write-behind-issuer` crate's `write-behind` export with
-/// [`load_batch`], [`load_entry`] and [`reconcile`]: the write-behind methods
-/// differ only in how they accept a request, not in how the database catches
-/// up.
+/// [`load_batch`], [`load_entry`], [`dead_letter`] and [`reconcile`]: the
+/// write-behind methods differ only in how they accept a request, not in how
+/// the database catches up.
 ///
 /// ```ignore
 /// couponlab_sdk::write_behind_loader!(RedisWriteBehind: loader::Guest);
@@ -178,14 +203,19 @@ macro_rules! write_behind_loader {
         impl $guest for $ty {
             fn load_batch(
                 entries: ::std::vec::Vec<$crate::StreamEntry>,
-            ) -> ::std::result::Result<(), ::std::string::String> {
+            ) -> ::std::result::Result<::std::vec::Vec<$crate::Confirmation>, ::std::string::String>
+            {
                 $crate::write_behind::load_batch(&entries)
             }
 
             fn load_entry(
                 entry: $crate::StreamEntry,
-            ) -> ::std::result::Result<(), ::std::string::String> {
+            ) -> ::std::result::Result<$crate::Confirmation, ::std::string::String> {
                 $crate::write_behind::load_entry(&entry)
+            }
+
+            fn dead_letter(entry: $crate::StreamEntry) -> $crate::Confirmation {
+                $crate::write_behind::dead_letter(&entry)
             }
 
             fn reconcile(

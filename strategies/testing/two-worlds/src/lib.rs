@@ -42,11 +42,15 @@ impl stream_consumer::Guest for TwoWorlds {
 }
 
 impl write_behind::Guest for TwoWorlds {
-    fn load_batch(_entries: Vec<StreamEntry>) -> Result<(), String> {
+    fn load_batch(_entries: Vec<StreamEntry>) -> Result<Vec<Confirmation>, String> {
         unreachable!("{NEVER}")
     }
 
-    fn load_entry(_entry: StreamEntry) -> Result<(), String> {
+    fn load_entry(_entry: StreamEntry) -> Result<Confirmation, String> {
+        unreachable!("{NEVER}")
+    }
+
+    fn dead_letter(_entry: StreamEntry) -> Confirmation {
         unreachable!("{NEVER}")
     }
 
