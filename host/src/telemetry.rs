@@ -3,6 +3,7 @@
 //! object per line for a log pipeline.
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::FmtSpan;
 
 /// The formats `COUPONLAB_LOG_FORMAT` takes.
 const FORMATS: [&str; 2] = ["text", "json"];
@@ -12,7 +13,13 @@ const FORMATS: [&str; 2] = ["text", "json"];
 pub fn init() -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let format = std::env::var("COUPONLAB_LOG_FORMAT").unwrap_or_else(|_| "text".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // A span that closes logs a line with its busy and idle time: with
+    // `RUST_LOG=couponlab=debug`, one per capability call, which shows where
+    // a slow request spent its time. At the default level no span is
+    // enabled and nothing is written.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_span_events(FmtSpan::CLOSE);
     let installed = match format.as_str() {
         "text" => builder.try_init(),
         "json" => builder.json().flatten_event(true).try_init(),

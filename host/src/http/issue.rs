@@ -8,8 +8,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
 
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
+
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::outcome::Outcome;
@@ -90,7 +92,17 @@ async fn issue(
     };
     let arrival = lab.recorder.arrive(coupon_id, member_id);
     let sequence = arrival.sequence;
-    let result = lab.runtime.issue(&strategy, &request).await;
+    let span = tracing::debug_span!(
+        "issue",
+        method = %strategy.method,
+        coupon = coupon_id,
+        outcome = tracing::field::Empty
+    );
+    let result = lab
+        .runtime
+        .issue(&strategy, &request)
+        .instrument(span.clone())
+        .await;
     let (ending, detail) = match result {
         Ok(result) => (
             Ending {
@@ -130,6 +142,7 @@ async fn issue(
         }
     };
     let outcome = ending.outcome;
+    span.record("outcome", outcome.name());
     let retries = ending.retries;
     let latency = lab.recorder.finish(arrival, &strategy.method, ending);
     let metrics = lab.runtime.metrics();

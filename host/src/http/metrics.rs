@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
-
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 
 use crate::lab::Lab;

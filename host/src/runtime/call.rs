@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 use wasmtime::component::{Component, Instance, InstancePre};
 use wasmtime::{PoolConcurrencyLimitError, Store, UpdateDeadline};
 
@@ -272,10 +273,14 @@ impl Runtime {
             world: strategy.world.name(),
             export: E::NAME,
         })?;
+        // One span per strategy call, its capability calls inside it.
+        let span =
+            tracing::debug_span!("strategy.call", method = %strategy.method, export = E::NAME);
         self.call(strategy, async |store, instance| {
             let guest = export.load(&mut *store, instance)?;
             body(guest, store).await
         })
+        .instrument(span)
         .await
     }
 
