@@ -23,18 +23,18 @@ pub struct Cli {
 pub enum Command {
     /// Serve the /lab API (the default), with the consumer roles in-process.
     Serve(Config),
-    /// Run one consumer role alone, like the seed's consumer profiles.
+    /// Run one consumer alone, like the seed's consumer profiles.
     Consume {
         #[arg(value_enum)]
-        role: Role,
+        consumer: Consumer,
         #[command(flatten)]
         config: Config,
     },
 }
 
-/// A role `couponlab consume` can run.
+/// A consumer `couponlab consume` can run alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Role {
+pub enum Consumer {
     /// The pub/sub subscriber of stage 5.
     Pubsub,
     /// The stream consumers (and claimer) of stage 6.

@@ -12,6 +12,7 @@
 //! Both sit under `coupon:*`, so `DELETE /lab/data` clears them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use redis::RedisError;
@@ -68,20 +69,28 @@ pub async fn accepting_methods(
 /// Notes the outcome of an accepted request's confirmation. The first
 /// outcome stays: a redelivery that finds the coupon already issued (a
 /// duplicate) does not change what became of the request.
+///
+/// Answers, for the first outcome of a request that was issued, how long
+/// after its 202 it was confirmed.
 pub async fn record_confirmed(
     redis: &ConnectionManager,
     confirmation: &Confirmation,
-) -> Result<(), RedisError> {
-    let outcome = Outcome::from(confirmation.outcome).name();
-    let args = [
-        confirmed_key(confirmation.coupon_id),
-        confirmation.member_id.to_string(),
-        format!("{outcome} {}", now_ms()),
-    ];
-    redis::cmd("HSETNX")
-        .arg(&args)
+) -> Result<Option<Duration>, RedisError> {
+    let outcome = Outcome::from(confirmation.outcome);
+    let now = now_ms();
+    let (first, accepted): (bool, Option<i64>) = redis::pipe()
+        .hset_nx(
+            confirmed_key(confirmation.coupon_id),
+            confirmation.member_id,
+            format!("{} {now}", outcome.name()),
+        )
+        .hget(accepted_key(confirmation.coupon_id), confirmation.member_id)
         .query_async(&mut redis.clone())
-        .await
+        .await?;
+    let lag = accepted
+        .filter(|_| first && outcome == Outcome::Issued)
+        .map(|accepted| Duration::from_millis(now.saturating_sub(accepted).max(0) as u64));
+    Ok(lag)
 }
 
 /// The async part of a coupon's result.

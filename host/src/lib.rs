@@ -57,9 +57,9 @@ pub async fn run(cli: config::Cli) -> anyhow::Result<()> {
             tracing::info!(address = %listener.local_addr()?, "couponlab is serving /lab");
             serve(listener, lab, shutdown_signal()).await
         }
-        config::Command::Consume { role, config } => {
+        config::Command::Consume { consumer, config } => {
             let lab = Lab::start(config).await?;
-            consume(lab, role, shutdown_signal()).await
+            consume(lab, consumer, shutdown_signal()).await
         }
     }
 }
@@ -76,7 +76,7 @@ pub async fn serve(
     let in_process = lab.config.consumers.in_process;
     let consumers = consumers::start(
         &lab,
-        consumers::Roles {
+        consumers::Selection {
             jobs: true,
             pubsub: in_process,
             stream: in_process,
@@ -91,34 +91,14 @@ pub async fn serve(
     served
 }
 
-/// Runs one consumer role alone until `shutdown` completes.
+/// Runs one consumer alone until `shutdown` completes.
 pub async fn consume(
     lab: Lab,
-    role: config::Role,
+    consumer: config::Consumer,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let roles = match role {
-        config::Role::Pubsub => consumers::Roles {
-            jobs: false,
-            pubsub: true,
-            stream: false,
-            write_behind: false,
-        },
-        config::Role::Stream => consumers::Roles {
-            jobs: false,
-            pubsub: false,
-            stream: true,
-            write_behind: false,
-        },
-        config::Role::WriteBehind => consumers::Roles {
-            jobs: false,
-            pubsub: false,
-            stream: false,
-            write_behind: true,
-        },
-    };
-    tracing::info!(?role, "couponlab is consuming");
-    let consumers = consumers::start(&lab, roles);
+    tracing::info!(?consumer, "couponlab is consuming");
+    let consumers = consumers::start(&lab, consumers::Selection::only(consumer));
     shutdown.await;
     consumers.stop().await;
     Ok(())

@@ -24,6 +24,8 @@ pub struct Metrics {
     pub issue_requests: IntCounterVec,
     /// Their latency, in the server, by method.
     pub issue_duration: HistogramVec,
+    /// From a 202 to its confirmation, for the requests issued, by method.
+    pub confirmation_lag: HistogramVec,
     /// Strategy calls that trapped, ran past their deadline or found no
     /// free instance, by method and reason.
     pub call_failures: IntCounterVec,
@@ -73,25 +75,31 @@ impl Metrics {
                 .expect("a metric registered once");
             metric
         };
-        let issue_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "couponlab_issue_duration_seconds",
-                "Latency of issue requests in the server, by method.",
+        let histogram = |name: &str, help: &str| {
+            let metric = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+                &["method"],
             )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["method"],
-        )
-        .expect("a valid histogram");
-        registry
-            .register(Box::new(issue_duration.clone()))
-            .expect("a metric registered once");
+            .expect("a valid histogram");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("a metric registered once");
+            metric
+        };
         Self {
             issue_requests: counter(
                 "couponlab_issue_requests_total",
                 "Issue requests answered, by method and outcome.",
                 &["method", "outcome"],
             ),
-            issue_duration,
+            issue_duration: histogram(
+                "couponlab_issue_duration_seconds",
+                "Latency of issue requests in the server, by method.",
+            ),
+            confirmation_lag: histogram(
+                "couponlab_confirmation_lag_seconds",
+                "From a 202 to its confirmation, for the requests issued, by method.",
+            ),
             call_failures: counter(
                 "couponlab_strategy_call_failures_total",
                 "Strategy calls that produced no answer, by method and reason.",

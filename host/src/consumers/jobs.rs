@@ -9,8 +9,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::until_answered;
-use crate::confirmations;
+use super::{record, until_answered};
 use crate::lab::Lab;
 use crate::runtime::jobs::Job;
 
@@ -47,11 +46,7 @@ async fn run(lab: &Lab, job: Job) {
     })
     .await;
     match ran {
-        Ok(confirmation) => {
-            if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
-                tracing::warn!(error = %err, "could not record a job's confirmation");
-            }
-        }
+        Ok(confirmation) => record(lab, &job.strategy.method, &confirmation).await,
         // Failed every attempt: the reservation stays and the request stays
         // pending in the result — visible, not silently lost.
         Err(err) => {

@@ -20,41 +20,56 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::Consumer;
+use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::CallError;
+use crate::runtime::bindings::types::Confirmation;
 
 /// How long a stopping role may take to finish what it holds.
 const STOP_GRACE: Duration = Duration::from_secs(30);
 
-/// Which roles a process runs.
+/// Which consumers a process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Roles {
+pub struct Selection {
     pub jobs: bool,
     pub pubsub: bool,
     pub stream: bool,
     pub write_behind: bool,
 }
 
-/// The running roles of this process.
+impl Selection {
+    /// `consumer` alone, as `couponlab consume` runs it.
+    pub fn only(consumer: Consumer) -> Self {
+        Self {
+            jobs: false,
+            pubsub: consumer == Consumer::Pubsub,
+            stream: consumer == Consumer::Stream,
+            write_behind: consumer == Consumer::WriteBehind,
+        }
+    }
+}
+
+/// The running consumers of this process.
 pub struct Consumers {
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
 
-/// Starts `roles` for `lab`.
-pub fn start(lab: &Lab, roles: Roles) -> Consumers {
+/// Starts the `selected` consumers for `lab`.
+pub fn start(lab: &Lab, selected: Selection) -> Consumers {
     let cancel = CancellationToken::new();
     let mut tasks = Vec::new();
-    if roles.jobs {
+    if selected.jobs {
         tasks.extend(jobs::spawn(lab, cancel.clone()));
     }
-    if roles.pubsub {
+    if selected.pubsub {
         tasks.push(pubsub::spawn(lab, cancel.clone()));
     }
-    if roles.stream {
+    if selected.stream {
         tasks.extend(stream::spawn(lab, cancel.clone()));
     }
-    if roles.write_behind {
+    if selected.write_behind {
         tasks.push(write_behind::spawn(lab, cancel.clone()));
     }
     Consumers { cancel, tasks }
@@ -101,6 +116,21 @@ where
 }
 
 /// Sleeps for `pause` unless cancelled first; false when cancelled.
+/// Records what an accepted request became, and for an issued one how long
+/// after its 202 it was confirmed.
+async fn record(lab: &Lab, method: &str, confirmation: &Confirmation) {
+    match confirmations::record_confirmed(lab.redis(), confirmation).await {
+        Ok(Some(lag)) => lab
+            .runtime
+            .metrics()
+            .confirmation_lag
+            .with_label_values(&[method])
+            .observe(lag.as_secs_f64()),
+        Ok(None) => {}
+        Err(err) => tracing::warn!(method, error = %err, "could not record a confirmation"),
+    }
+}
+
 async fn pause_unless_cancelled(cancel: &CancellationToken, pause: Duration) -> bool {
     tokio::select! {
         () = cancel.cancelled() => false,

@@ -14,8 +14,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::{pause_unless_cancelled, until_answered};
-use crate::confirmations;
+use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 
@@ -91,11 +90,7 @@ async fn handle(lab: &Lab, payload: &str) {
     let attempts = lab.config.consumers.max_deliveries;
     let handled = until_answered(attempts, || lab.runtime.handle_message(&strategy, payload)).await;
     match handled {
-        Ok(Some(confirmation)) => {
-            if let Err(err) = confirmations::record_confirmed(lab.redis(), &confirmation).await {
-                tracing::warn!(error = %err, "could not record a confirmation");
-            }
-        }
+        Ok(Some(confirmation)) => record(lab, &strategy.method, &confirmation).await,
         Ok(None) => tracing::warn!(method = %strategy.method, payload, "message not understood"),
         // Failed every attempt: the member stays reserved and the request
         // pending in the result.

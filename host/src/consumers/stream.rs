@@ -28,8 +28,7 @@ use redis::{AsyncCommands, AsyncConnectionConfig, RedisResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{pause_unless_cancelled, until_answered};
-use crate::confirmations;
+use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::{Disposition, StreamEntry};
@@ -244,7 +243,7 @@ async fn deliver(
             if handled.disposition == Disposition::Ack {
                 // Recorded before the ack: a crash in between redelivers the
                 // entry, and the first outcome recorded stays.
-                record(lab, &handled.confirmation).await;
+                record(lab, &strategy.method, &handled.confirmation).await;
                 let _: u64 = conn
                     .xack(ISSUE_STREAM.name, ISSUE_STREAM.group, &[&entry.id])
                     .await?;
@@ -299,7 +298,7 @@ async fn dead_letter(
     copy_to_dead_letters(conn, ISSUE_STREAM, &entry, deliveries).await?;
     match until_answered(1, || lab.runtime.dead_letter(&strategy, &entry)).await {
         Ok(confirmation) => {
-            record(lab, &confirmation).await;
+            record(lab, &strategy.method, &confirmation).await;
             let _: u64 = conn
                 .xack(ISSUE_STREAM.name, ISSUE_STREAM.group, &[&entry.id])
                 .await?;
@@ -357,14 +356,4 @@ pub(super) fn field<'a>(entry: &'a StreamEntry, name: &str) -> Option<&'a str> {
         .iter()
         .find(|(key, _)| key == name)
         .map(|(_, value)| value.as_str())
-}
-
-/// Notes what became of the accepted request, as its component answered.
-pub(super) async fn record(
-    lab: &Lab,
-    confirmation: &crate::runtime::bindings::types::Confirmation,
-) {
-    if let Err(err) = confirmations::record_confirmed(lab.redis(), confirmation).await {
-        tracing::warn!(error = %err, "could not record a confirmation");
-    }
 }

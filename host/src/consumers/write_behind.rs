@@ -21,10 +21,8 @@ use redis::{AsyncCommands, RedisResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::stream::{
-    BLOCK_MS, copy_to_dead_letters, delivery_counts, field, keep_running, record, to_wit,
-};
-use super::{pause_unless_cancelled, until_answered};
+use super::stream::{BLOCK_MS, copy_to_dead_letters, delivery_counts, field, keep_running, to_wit};
+use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::StreamEntry;
@@ -164,7 +162,7 @@ async fn load_batch(
                 tracing::error!(method = %strategy.method, entries = entries.len(), confirmations = confirmations.len(), "a loaded batch's confirmations do not match its entries");
             }
             for confirmation in &confirmations {
-                record(lab, confirmation).await;
+                record(lab, &strategy.method, confirmation).await;
             }
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
             ack(conn, &ids).await?;
@@ -181,7 +179,7 @@ async fn load_batch(
     for entry in entries {
         match until_answered(1, || lab.runtime.load_entry(strategy, entry)).await {
             Ok(Ok(confirmation)) => {
-                record(lab, &confirmation).await;
+                record(lab, &strategy.method, &confirmation).await;
                 ack(conn, &[&entry.id]).await?;
             }
             Ok(Err(err)) => {
@@ -213,7 +211,7 @@ async fn dead_letter(
     copy_to_dead_letters(conn, WRITE_BEHIND_STREAM, &entry, entry.deliveries).await?;
     match until_answered(1, || lab.runtime.write_behind_dead_letter(strategy, &entry)).await {
         Ok(confirmation) => {
-            record(lab, &confirmation).await;
+            record(lab, &strategy.method, &confirmation).await;
             ack(conn, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
             Ok(true)

@@ -257,3 +257,23 @@ async fn json_logs_are_one_object_a_line() {
     assert!(count >= 3, "only {count} log lines");
     lab.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_confirmed_issue_has_its_lag_observed() {
+    let lab = Setup::with(&["redis_async"]).start().await;
+    let members = lab.members(20).await;
+    let coupon = lab.coupon(10).await;
+    let replies = lab.issue_all(coupon, &members, "REDIS_ASYNC").await;
+    let accepted = replies.iter().filter(|reply| reply.status == 202).count() as u64;
+    let result = lab.drained(coupon, accepted).await;
+    let issued = result["asyncResults"]["ISSUED"].as_f64().unwrap();
+    assert_eq!(issued, 10.0, "{result}");
+    let text = exposition(&lab).await;
+    let lags = samples(&text, "couponlab_confirmation_lag_seconds_count");
+    assert_eq!(
+        lags.get("method=\"REDIS_ASYNC\""),
+        Some(&issued),
+        "{lags:?}"
+    );
+    lab.finish().await;
+}
