@@ -349,9 +349,10 @@ impl Runtime {
         cleanup: TaskTracker,
     ) -> Store<HostState> {
         let deadline = Instant::now() + self.limits.timeout;
+        let submit_job = strategy.and_then(|strategy| self.caps.jobs.submitter(&strategy));
         let state = HostState::new(
             self.caps.clone(),
-            strategy,
+            submit_job,
             method,
             deadline,
             self.limits.memory_bytes,

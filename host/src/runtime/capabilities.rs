@@ -28,12 +28,6 @@ pub struct CapabilityArgs {
     pub log: LogArgs,
 }
 
-/// A count that must be at least 1 (a gate without permits, a queue
-/// without room or no workers would refuse or strand every request).
-pub(super) fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(1..)
-}
-
 /// The server's pools and queues, shared by every call.
 pub struct Capabilities {
     pub sql: GuestSql,

@@ -12,20 +12,21 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::bindings::jobs::{self, SubmitError};
-use super::capabilities::at_least_one;
 use super::registry::Strategy;
-use super::store::HostState;
+use super::store::{HostState, SubmitJob};
 
 /// The `jobs` capability's settings.
 #[derive(Debug, Clone, Copy, clap::Args)]
 pub struct JobsArgs {
-    /// Workers running queued jobs (stage 4; the seed's executor has 4).
-    #[arg(long, env = "COUPONLAB_JOB_WORKERS", default_value_t = 4, value_parser = at_least_one())]
-    pub job_workers: usize,
+    /// Workers running queued jobs (stage 4; the seed's executor has 4). At
+    /// least 1: without workers every job is stranded.
+    #[arg(long, env = "COUPONLAB_JOB_WORKERS", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    pub job_workers: u64,
 
-    /// Jobs the in-process queue holds before `submit` answers queue-full.
-    #[arg(long, env = "COUPONLAB_JOB_QUEUE", default_value_t = 50_000, value_parser = at_least_one())]
-    pub job_queue: usize,
+    /// Jobs the in-process queue holds before `submit` answers queue-full
+    /// (at least 1).
+    #[arg(long, env = "COUPONLAB_JOB_QUEUE", default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub job_queue: u64,
 
     /// Bytes of one job payload.
     #[arg(long, env = "COUPONLAB_MAX_JOB_PAYLOAD_BYTES", default_value_t = 4096)]
@@ -49,7 +50,8 @@ pub struct JobQueue {
 
 impl JobQueue {
     pub fn new(args: &JobsArgs) -> Self {
-        let (sender, receiver) = mpsc::channel(args.job_queue);
+        let (sender, receiver) =
+            mpsc::channel(usize::try_from(args.job_queue).unwrap_or(usize::MAX));
         Self {
             max_payload_bytes: args.max_job_payload_bytes,
             sender,
@@ -57,11 +59,20 @@ impl JobQueue {
         }
     }
 
-    /// Queues `job` unless the queue is full; never waits.
-    pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
-        self.sender
-            .try_send(job)
-            .map_err(|_| SubmitError::QueueFull)
+    /// How a call of `strategy` submits jobs: `None` for a world without a
+    /// job runner.
+    pub(super) fn submitter(&self, strategy: &Arc<Strategy>) -> Option<SubmitJob> {
+        strategy.world.job_runner()?;
+        let (sender, strategy) = (self.sender.clone(), strategy.clone());
+        // Queued unless the queue is full; never waits.
+        Some(Box::new(move |payload| {
+            let job = Job {
+                strategy: strategy.clone(),
+                payload,
+                queued_at: Instant::now(),
+            };
+            sender.try_send(job).map_err(|_| SubmitError::QueueFull)
+        }))
     }
 
     /// Jobs queued and not yet taken by a worker.
@@ -78,23 +89,17 @@ impl JobQueue {
 impl jobs::Host for HostState {
     #[tracing::instrument(name = "jobs.submit", level = "debug", skip_all, fields(method = %self.method))]
     async fn submit(&mut self, payload: String) -> wasmtime::Result<Result<(), SubmitError>> {
-        let Some(strategy) = self.strategy.clone() else {
-            wasmtime::bail!("jobs.submit is not available while a component is being loaded");
-        };
-        if strategy.world.job_runner().is_none() {
+        let Some(submit) = &self.submit_job else {
             // Accepting the job would strand it: nothing could ever run it.
             wasmtime::bail!(
-                "{} submitted a job but exports no job-runner",
-                strategy.method
+                "{} submitted a job, which only a component of the async-issuer world may do \
+                 (and not while it is being loaded)",
+                self.method
             );
-        }
+        };
         if payload.len() > self.caps.jobs.max_payload_bytes {
             return Ok(Err(SubmitError::TooLarge));
         }
-        Ok(self.caps.jobs.submit(Job {
-            strategy,
-            payload,
-            queued_at: Instant::now(),
-        }))
+        Ok(submit(payload))
     }
 }

@@ -13,7 +13,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::bindings::permits;
-use super::capabilities::at_least_one;
 use super::store::HostState;
 
 /// Gates one server may hold: a component cannot grow the map without bound.
@@ -22,9 +21,10 @@ const MAX_GATES: usize = 1024;
 /// The `permits` capability's settings.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PermitsArgs {
-    /// Permits of each gate (the limited drop's semaphore buffer).
-    #[arg(long = "permits", env = "COUPONLAB_PERMITS", default_value_t = 32, value_parser = at_least_one())]
-    pub per_gate: usize,
+    /// Permits of each gate (the limited drop's semaphore buffer). At least
+    /// 1: a gate without permits refuses every request.
+    #[arg(long = "permits", env = "COUPONLAB_PERMITS", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
+    pub per_gate: u64,
 
     /// How long a gate waits for a permit when the component does not say.
     #[arg(long, env = "COUPONLAB_PERMIT_TIMEOUT_MS", default_value_t = 100)]
@@ -38,7 +38,7 @@ pub struct PermitsArgs {
 impl PermitsArgs {
     pub fn settings(&self) -> PermitSettings {
         PermitSettings {
-            per_gate: self.per_gate,
+            per_gate: usize::try_from(self.per_gate).unwrap_or(usize::MAX),
             acquire_timeout: Duration::from_millis(self.permit_timeout_ms),
             lease: Duration::from_millis(self.permit_lease_ms),
         }

@@ -9,19 +9,23 @@ use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::bindings::jobs::SubmitError;
 use super::capabilities::Capabilities;
-use super::registry::Strategy;
 
 /// Bytes of a guest's stderr kept for the error message of a trap (a Rust
 /// panic message lands there).
 const STDERR_CAPACITY: usize = 4096;
 
+/// Queues a job's payload for the component that submitted it.
+pub(super) type SubmitJob = Box<dyn Fn(String) -> Result<(), SubmitError> + Send + Sync>;
+
 pub struct HostState {
     /// The pools every capability works through.
     pub(super) caps: Arc<Capabilities>,
-    /// The component being run (none while it is being loaded): a job it
-    /// submits runs on this same version.
-    pub(super) strategy: Option<Arc<Strategy>>,
+    /// Where a job this call submits goes: to the queue, to be run by this
+    /// same component version. `None` while the component is loaded, and
+    /// for a world without a job runner, where a job would be stranded.
+    pub(super) submit_job: Option<SubmitJob>,
     /// The method being run, for log lines.
     pub(super) method: Arc<str>,
     /// When this call's budget ends; `clock.sleep` never sleeps past it.
@@ -47,7 +51,7 @@ pub struct HostState {
 impl HostState {
     pub(super) fn new(
         caps: Arc<Capabilities>,
-        strategy: Option<Arc<Strategy>>,
+        submit_job: Option<SubmitJob>,
         method: Arc<str>,
         deadline: Instant,
         memory_bytes: usize,
@@ -62,7 +66,7 @@ impl HostState {
             .build();
         Self {
             caps,
-            strategy,
+            submit_job,
             method,
             deadline,
             table: ResourceTable::new(),

@@ -27,29 +27,7 @@ use wasmtime::component::Resource;
 use super::bindings::redis::{self as wit, Command, RedisError as WitError};
 use super::store::HostState;
 
-pub use self::pools::{GuestRedis, RedisConnection, UserSetup, is_connection_error};
-
-/// The `redis` capability's settings.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RedisArgs {
-    /// Redis URL of the ACL user components' commands run as. Unset: the
-    /// server creates (or updates) the user `couponlab-strategy`, limited to
-    /// `coupon:*` keys and the commands issuance needs, through REDIS_URL.
-    #[arg(long, env = "COUPONLAB_STRATEGY_REDIS_URL")]
-    pub strategy_redis_url: Option<String>,
-
-    /// Dedicated Redis connections (for WATCH and MULTI/EXEC) open at once.
-    #[arg(long, env = "COUPONLAB_REDIS_CONNECTIONS", default_value_t = 64)]
-    pub redis_connections: usize,
-
-    /// Bytes of one Redis reply.
-    #[arg(long, env = "COUPONLAB_MAX_REPLY_BYTES", default_value_t = 8 << 20)]
-    pub max_reply_bytes: usize,
-
-    /// Dedicated Redis connections one call may hold at once.
-    #[arg(long, env = "COUPONLAB_MAX_CONNECTIONS_PER_CALL", default_value_t = 4)]
-    pub max_connections_per_call: u32,
-}
+pub use self::pools::{GuestRedis, RedisArgs, RedisConnection, UserSetup, is_connection_error};
 
 /// Commands that would change who a connection is, or which database it
 /// reaches: refused on every connection a component uses.

@@ -17,11 +17,33 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::{RedisArgs, acl};
+use super::acl;
 use crate::runtime::bindings::redis::Command;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The `redis` capability's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RedisArgs {
+    /// Redis URL of the ACL user components' commands run as. Unset: the
+    /// server creates (or updates) the user `couponlab-strategy`, limited to
+    /// `coupon:*` keys and the commands issuance needs, through REDIS_URL.
+    #[arg(long, env = "COUPONLAB_STRATEGY_REDIS_URL")]
+    pub strategy_redis_url: Option<String>,
+
+    /// Dedicated Redis connections (for WATCH and MULTI/EXEC) open at once.
+    #[arg(long, env = "COUPONLAB_REDIS_CONNECTIONS", default_value_t = 64)]
+    pub redis_connections: usize,
+
+    /// Bytes of one Redis reply.
+    #[arg(long, env = "COUPONLAB_MAX_REPLY_BYTES", default_value_t = 8 << 20)]
+    pub max_reply_bytes: usize,
+
+    /// Dedicated Redis connections one call may hold at once.
+    #[arg(long, env = "COUPONLAB_MAX_CONNECTIONS_PER_CALL", default_value_t = 4)]
+    pub max_connections_per_call: u32,
+}
 
 /// The Redis that components reach.
 pub struct GuestRedis {

@@ -11,8 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use couponlab_contract::{ISSUE_STREAM, Stream, WRITE_BEHIND_STREAM, keys};
-use redis::{AsyncCommands, RedisResult};
+use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 use serde::Serialize;
 use sqlx::Row;
 
@@ -21,6 +20,12 @@ use crate::lab::Lab;
 use crate::recorder::RequestSummary;
 use crate::runtime::bindings::types::ResultLabel;
 use crate::runtime::{Strategy, World};
+
+mod reservations;
+mod stream;
+
+use self::reservations::{RedisFigures, noting_failure, redis_figures};
+pub use self::stream::{StreamSummary, stream_summary};
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -56,60 +61,6 @@ pub struct CouponResult {
     /// The stream a stream or write-behind method served this coupon through.
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<StreamSummary>,
-}
-
-/// How many member ids each list of differences shows.
-const SAMPLE: usize = 10;
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct RedisFigures {
-    /// False when Redis could not be read; `error` then says why, and the
-    /// figures above still come from the database.
-    readable: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-    #[serde(flatten)]
-    comparison: Option<SetComparison>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SetComparison {
-    /// Members in `coupon:issued:{id}`.
-    set_size: usize,
-    /// Reserved in Redis, with no issue row: a confirm in flight, or a
-    /// reservation a failed confirm did not take back.
-    redis_only_members: Difference,
-    /// Issued in the database, missing from the set: Redis lost the
-    /// reservation (restart without persistence, deleted keys), or the coupon
-    /// was issued by a method that does not reserve in Redis.
-    db_only_members: Difference,
-    /// Reserved in Redis only, with no 202 waiting for its confirmation and
-    /// no call running for it in this process: left by a process that died
-    /// between two steps. Nothing releases them on its own — only the
-    /// strategy may decide that, and no process can tell that another has
-    /// no call in flight — so they stay stock that cannot be sold, counted
-    /// here.
-    stranded_members: Difference,
-}
-
-#[derive(Serialize)]
-struct Difference {
-    count: usize,
-    /// The smallest member ids, at most [`SAMPLE`].
-    sample: Vec<u64>,
-}
-
-impl Difference {
-    fn between(these: &BTreeSet<u64>, those: &BTreeSet<u64>) -> Self {
-        let mut only = these.difference(those).copied();
-        let sample: Vec<u64> = only.by_ref().take(SAMPLE).collect();
-        Difference {
-            count: sample.len() + only.count(),
-            sample,
-        }
-    }
 }
 
 #[derive(Serialize)]
@@ -245,108 +196,6 @@ fn label_totals<'a>(
         }
     }
     totals
-}
-
-/// A figure read from Redis, or `None` with the failure noted in the Redis
-/// section.
-fn noting_failure<T>(
-    read: Result<Option<T>, redis::RedisError>,
-    redis: &mut Option<RedisFigures>,
-) -> Option<T> {
-    read.unwrap_or_else(|err| {
-        *redis = Some(RedisFigures::unreadable(err));
-        None
-    })
-}
-
-impl RedisFigures {
-    fn unreadable(err: redis::RedisError) -> Self {
-        RedisFigures {
-            readable: false,
-            error: Some(format!("Redis could not be read: {err}")),
-            comparison: None,
-        }
-    }
-}
-
-/// Reads the reservation set and compares it with the issued members; `None`
-/// when there is no set and no method that reserves in it served the coupon.
-/// Redis being down is a figure of the result, not a failure of it.
-async fn redis_figures(
-    lab: &Lab,
-    coupon_id: u64,
-    issued_members: &BTreeSet<u64>,
-    waiting: &BTreeSet<u64>,
-    reserving: bool,
-) -> Option<RedisFigures> {
-    let reserved: Result<BTreeSet<u64>, _> = redis::cmd("SMEMBERS")
-        .arg(keys::issued(coupon_id))
-        .query_async(&mut lab.redis().clone())
-        .await;
-    match reserved {
-        Ok(reserved) if reserved.is_empty() && !reserving => None,
-        Ok(reserved) => Some(RedisFigures {
-            readable: true,
-            error: None,
-            comparison: Some({
-                let redis_only: BTreeSet<u64> =
-                    reserved.difference(issued_members).copied().collect();
-                SetComparison {
-                    set_size: reserved.len(),
-                    redis_only_members: Difference::between(&redis_only, &BTreeSet::new()),
-                    db_only_members: Difference::between(issued_members, &reserved),
-                    stranded_members: Difference::between(&redis_only, waiting),
-                }
-            }),
-        }),
-        Err(err) => Some(RedisFigures::unreadable(err)),
-    }
-}
-
-/// A stream as a whole, for the result endpoint.
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StreamSummary {
-    /// Entries ever added (acked entries stay; the stream is not trimmed).
-    pub length: u64,
-    /// Delivered to a consumer, not acked yet.
-    pub pending: u64,
-    /// Entries in its dead-letter stream.
-    pub dead_letters: u64,
-}
-
-/// Reads the stream's figures; `None` when it does not exist yet.
-pub async fn stream_summary(
-    redis: &redis::aio::ConnectionManager,
-    stream: Stream,
-) -> RedisResult<Option<StreamSummary>> {
-    let mut redis = redis.clone();
-    let length: u64 = redis.xlen(stream.name).await?;
-    if length == 0 {
-        return Ok(None);
-    }
-    let pending = match redis::cmd("XPENDING")
-        .arg(stream.name)
-        .arg(stream.group)
-        .query_async::<redis::Value>(&mut redis)
-        .await
-    {
-        Ok(redis::Value::Array(summary)) => summary
-            .into_iter()
-            .next()
-            .and_then(|count| redis::from_redis_value::<u64>(count).ok())
-            .unwrap_or(0),
-        Ok(_) => 0,
-        // No consumer has created the group yet: everything is unread, nothing pending.
-        Err(err) if err.code() == Some("NOGROUP") => 0,
-        Err(err) => return Err(err),
-    };
-    let dead_letters: u64 = redis.xlen(stream.dead_letters).await?;
-    Ok(Some(StreamSummary {
-        length,
-        pending,
-        dead_letters,
-    }))
 }
 
 #[cfg(test)]
