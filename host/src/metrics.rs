@@ -163,3 +163,43 @@ impl Default for Metrics {
         Self::new()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    /// Not a pass/fail test: what the metrics add to one issue request (a
+    /// counter and a histogram, found by their labels), on two threads at
+    /// once as under load.
+    /// `cargo test --release -p couponlab --lib -- metrics_cost --ignored --nocapture`
+    #[test]
+    #[ignore = "benchmark; run explicitly"]
+    fn metrics_cost_benchmark() {
+        let metrics = std::sync::Arc::new(Metrics::new());
+        const PER_THREAD: u32 = 1_000_000;
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                let metrics = metrics.clone();
+                scope.spawn(move || {
+                    for i in 0..PER_THREAD {
+                        let outcome = if i % 10 == 0 { "ISSUED" } else { "SOLD_OUT" };
+                        metrics
+                            .issue_requests
+                            .with_label_values(&["REDIS_LUA", outcome])
+                            .inc();
+                        metrics
+                            .issue_duration
+                            .with_label_values(&["REDIS_LUA"])
+                            .observe(0.0003);
+                    }
+                });
+            }
+        });
+        let per_request = started.elapsed() / (2 * PER_THREAD);
+        println!("metrics per issue request, two threads at once: {per_request:?}");
+        assert!(metrics.render().contains("couponlab_issue_requests_total"));
+    }
+}
