@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use hdrhistogram::Histogram;
 use redis::RedisError;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::outcome::Outcome;
 use crate::recorder::LatencySummary;
@@ -85,7 +86,7 @@ pub async fn record_confirmed(
 }
 
 /// The async part of a coupon's result.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AsyncSummary {
     /// Requests answered 202.

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use redis::{AsyncCommands, RedisResult};
 use serde::Serialize;
 use sqlx::Row;
+use utoipa::ToSchema;
 
 use crate::confirmations::{self, AsyncSummary};
 use crate::consumers::stream::{self, Group};
@@ -21,7 +22,7 @@ use crate::lab::Lab;
 use crate::recorder::RequestSummary;
 use crate::runtime::World;
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CouponResult {
     coupon_id: u64,
@@ -46,6 +47,7 @@ pub struct CouponResult {
     redis: Option<RedisFigures>,
     /// Requests answered 202 and what became of them (every process's).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::http::optional_fields::<AsyncSummary>)]
     confirmations: Option<AsyncSummary>,
     /// REDIS_PUBSUB: requests by how many subscribers received the message.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -58,7 +60,7 @@ pub struct CouponResult {
 /// How many member ids each list of differences shows.
 const SAMPLE: usize = 10;
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct RedisFigures {
     /// False when Redis could not be read; `error` then says why, and the
@@ -67,10 +69,11 @@ struct RedisFigures {
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
     #[serde(flatten)]
+    #[schema(schema_with = crate::http::optional_fields::<SetComparison>)]
     comparison: Option<SetComparison>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct SetComparison {
     /// Members in `coupon:issued:{id}`.
@@ -91,7 +94,7 @@ struct SetComparison {
     stranded_members: Difference,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Difference {
     count: usize,
     /// The smallest member ids, at most [`SAMPLE`].
@@ -109,7 +112,7 @@ impl Difference {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Invariants {
     /// Never more issued than the total (rows and counter alike).
@@ -279,7 +282,7 @@ async fn redis_figures(
 }
 
 /// A stream as a whole, for the result endpoint.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct StreamSummary {
     /// Entries ever added (acked entries stay; the stream is not trimmed).

@@ -7,6 +7,7 @@ mod drop;
 mod envelope;
 mod issue;
 mod members;
+mod openapi;
 mod results;
 mod strategies;
 mod write_behind;
@@ -23,6 +24,7 @@ use crate::lab::Lab;
 use crate::runtime::Strategy;
 
 pub use envelope::{ApiError, Envelope};
+pub(crate) use openapi::optional_fields;
 
 pub fn router(lab: Lab) -> Router {
     Router::new()
@@ -34,6 +36,7 @@ pub fn router(lab: Lab) -> Router {
         .merge(strategies::router())
         .merge(write_behind::router())
         .merge(drop::router())
+        .merge(openapi::router())
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(middleware::from_fn(run_to_end))
