@@ -12,6 +12,7 @@ mod hot_reload;
 mod issue_concurrency;
 mod least_privilege;
 mod mysql_methods;
+mod openapi;
 mod redis_methods;
 mod result_endpoint;
 mod sandbox;
