@@ -17,6 +17,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use redis::RedisError;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::outcome::Outcome;
 use crate::recorder::LatencySummary;
@@ -94,7 +95,7 @@ pub async fn record_confirmed(
 }
 
 /// The async part of a coupon's result.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AsyncSummary {
     /// Requests answered 202.

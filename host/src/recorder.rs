@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::outcome::Outcome;
 
@@ -211,7 +212,7 @@ impl Recorder {
     }
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestSummary {
     pub total: u64,
@@ -223,7 +224,7 @@ pub struct RequestSummary {
 }
 
 /// Whether the coupon went to members in arrival order.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FairnessSummary {
     /// The arrival number of the first request refused as sold out.
@@ -244,7 +245,7 @@ impl Fairness {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MethodSummary {
     pub total: u64,
@@ -259,7 +260,7 @@ pub struct MethodSummary {
 
 /// Request latency percentiles in milliseconds, measured in the server from
 /// arrival to answer.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct LatencySummary {
     pub p50: f64,
     pub p95: f64,

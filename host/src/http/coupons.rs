@@ -8,8 +8,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to, sized};
+use super::openapi::Success;
 use crate::lab::Lab;
 
 const MAX_TOTAL: u64 = 100_000_000;
@@ -19,17 +21,25 @@ pub fn router() -> Router<Lab> {
     Router::new().route("/lab/coupons", post(create))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct CreateCoupon {
+    /// 1 to 100 characters, trimmed.
+    #[schema(min_length = 1, max_length = 100)]
     name: String,
+    /// How many coupons there are, 1 to 100,000,000.
+    #[schema(minimum = 1, maximum = 100_000_000)]
     total_count: i64,
+    /// How many coupons one member may hold in a limited drop (default 1).
+    #[schema(minimum = 1, maximum = 100_000_000)]
     per_member_limit: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CreatedCoupon)]
 struct Created {
+    /// The coupon's id.
     id: u64,
     name: String,
     total_count: u64,
@@ -39,6 +49,20 @@ struct Created {
     warmed: bool,
 }
 
+/// Create a coupon and warm `coupon:total:{id}`.
+#[utoipa::path(
+    post,
+    path = "/lab/coupons",
+    operation_id = "createCoupon",
+    tag = "coupons",
+    request_body = CreateCoupon,
+    responses(
+        (status = 201, description = "The coupon was created", body = Success<Created>),
+        (status = 400, description = "A malformed body, an empty or long name, or a count out of range", body = ApiError),
+        (status = 503, description = "The database is unavailable", body = ApiError),
+        (status = 500, description = "The server failed while answering", body = ApiError),
+    )
+)]
 async fn create(
     State(lab): State<Lab>,
     AppJson(body): AppJson<CreateCoupon>,

@@ -7,23 +7,38 @@ use axum::routing::delete;
 use redis::AsyncCommands;
 use serde::Serialize;
 use sqlx::Executor;
+use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
+use super::openapi::Success;
 use crate::lab::Lab;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/data", delete(reset))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Reset {
     truncated_tables: Vec<&'static str>,
+    /// `coupon:*` keys deleted.
     deleted_redis_keys: u64,
 }
 
 const TABLES: [&str; 3] = ["coupon_issues", "coupons", "members"];
 
+/// Truncate members, coupons and issues; delete Redis `coupon:*` keys.
+#[utoipa::path(
+    delete,
+    path = "/lab/data",
+    operation_id = "deleteData",
+    tag = "data",
+    responses(
+        (status = 200, description = "Everything was deleted", body = Success<Reset>),
+        (status = 503, description = "The database or Redis is unavailable", body = ApiError),
+        (status = 500, description = "The server failed while answering", body = ApiError),
+    )
+)]
 async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     // TRUNCATE refuses a table a foreign key points at unless the check is off,
     // and the setting is per session: one connection does all of it.

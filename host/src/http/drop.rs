@@ -9,8 +9,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
+use super::openapi::{CouponPath, Success};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
 use crate::runtime::World;
@@ -26,22 +28,44 @@ pub fn router() -> Router<Lab> {
         .route("/lab/drop/coupons/{coupon_id}/cancel", post(cancel))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct SeedBody {
+    /// The drop's stock, 1 to 100,000,000.
+    #[schema(minimum = 1, maximum = 100_000_000)]
     quantity: i64,
+    /// How long the stock key lives, at most 30 days (default 24 hours).
+    #[schema(minimum = 1, maximum = 2_592_000)]
     ttl_seconds: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Seeded {
     coupon_id: u64,
     /// False when the stock was already seeded and kept (SET NX).
     seeded: bool,
+    /// The stock left.
     remaining: i64,
 }
 
+/// REDIS_LUA_GATE: set the drop's stock unless already set (SET NX).
+#[utoipa::path(
+    post,
+    path = "/lab/drop/coupons/{couponId}/seed",
+    operation_id = "seedDrop",
+    tag = "drop",
+    params(CouponPath),
+    request_body = SeedBody,
+    responses(
+        (status = 200, description = "The stock is set (`seeded` false when it already was)", body = Success<Seeded>),
+        (status = 400, description = "A malformed body, or a number out of range", body = ApiError),
+        (status = 404, description = "The coupon does not exist", body = ApiError),
+        (status = 503, description = "Not seeded: the database is unavailable, no gate-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
+        (status = 500, description = "The component trapped, or the server failed while answering", body = ApiError),
+        (status = 504, description = "The component ran past its deadline", body = ApiError),
+    )
+)]
 async fn seed(
     State(lab): State<Lab>,
     AppPath(coupon_id): AppPath<i64>,
@@ -68,14 +92,18 @@ async fn seed(
     ))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct CancelBody {
+    /// The member whose reservation is given back.
+    #[schema(minimum = 1)]
     member_id: i64,
+    /// The key the reservation was issued with, 1 to 128 bytes.
+    #[schema(min_length = 1, max_length = 128)]
     idempotency_key: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Cancelled {
     coupon_id: u64,
@@ -84,6 +112,24 @@ struct Cancelled {
     cancelled: bool,
 }
 
+/// REDIS_LUA_GATE: give a reservation back (issue row, stock, member's count,
+/// permit).
+#[utoipa::path(
+    post,
+    path = "/lab/drop/coupons/{couponId}/cancel",
+    operation_id = "cancelDrop",
+    tag = "drop",
+    params(CouponPath),
+    request_body = CancelBody,
+    responses(
+        (status = 200, description = "Cancelled, or nothing was left to cancel (`cancelled` false)", body = Success<Cancelled>),
+        (status = 400, description = "A malformed body, a member id that is not positive, or a bad key", body = ApiError),
+        (status = 404, description = "The coupon does not exist", body = ApiError),
+        (status = 503, description = "Not cancelled: the database is unavailable, no gate-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
+        (status = 500, description = "The component trapped, or the server failed while answering", body = ApiError),
+        (status = 504, description = "The component ran past its deadline", body = ApiError),
+    )
+)]
 async fn cancel(
     State(lab): State<Lab>,
     AppPath(coupon_id): AppPath<i64>,

@@ -22,9 +22,12 @@ pub struct Envelope<T> {
     pub error: Option<ErrorBody>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
+    /// What went wrong; an issue error's starts with its outcome name
+    /// (`SOLD_OUT: ...`).
     pub message: String,
+    /// The HTTP status of the answer.
     pub status: u16,
 }
 

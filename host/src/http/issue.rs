@@ -9,9 +9,10 @@ use axum::extract::State;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
+use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
-
+use super::openapi::{CouponPath, Success};
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::outcome::Outcome;
@@ -27,31 +28,64 @@ pub fn router() -> Router<Lab> {
     Router::new().route("/lab/coupons/{coupon_id}/issue", post(issue))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct IssueBody {
+    /// The member asking, a positive id.
+    #[schema(minimum = 1)]
     member_id: i64,
+    /// A loaded method (`GET /lab/strategies`), case-insensitive.
+    #[schema(example = "REDIS_LUA")]
     method: String,
     /// Isolation-level methods: false skips the member check.
     duplicate_check: Option<bool>,
+    /// Passed to the component (the limited drop's request key), 1 to 128 bytes.
+    #[schema(min_length = 1, max_length = 128)]
     idempotency_key: Option<String>,
+    /// How many coupons, 1 to 100 (default 1).
+    #[schema(minimum = 1, maximum = 100)]
     quantity: Option<i64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Issued {
     coupon_id: u64,
     member_id: u64,
+    /// The method that served the request, as it is loaded.
     method: String,
+    /// `ISSUED` (200) or `ACCEPTED` (202: confirmed later, see the result).
+    #[schema(value_type = String, pattern = "^(ISSUED|ACCEPTED)$")]
     outcome: &'static str,
     /// Arrival order of this request on this coupon (in this server).
     sequence: u64,
+    /// What the component said about it, when it said anything.
     #[serde(skip_serializing_if = "Option::is_none")]
     detail: Option<String>,
+    /// Retries the component made (optimistic version conflicts, ...).
     retries: u32,
 }
 
+/// Issue with the chosen method. An error's message starts with its outcome
+/// name (`SOLD_OUT: ...`).
+#[utoipa::path(
+    post,
+    path = "/lab/coupons/{couponId}/issue",
+    operation_id = "issue",
+    tag = "coupons",
+    params(CouponPath),
+    request_body = IssueBody,
+    responses(
+        (status = 200, description = "ISSUED: the coupon was issued", body = Success<Issued>),
+        (status = 202, description = "ACCEPTED: reserved, to be confirmed asynchronously", body = Success<Issued>),
+        (status = 400, description = "A malformed body, a number out of range, or an unknown method", body = ApiError),
+        (status = 404, description = "UNKNOWN_MEMBER or UNKNOWN_COUPON", body = ApiError),
+        (status = 409, description = "SOLD_OUT, SOLD_OUT_AT_DB or DUPLICATE", body = ApiError),
+        (status = 503, description = "VERSION_CONFLICT, DEADLOCK, LOCK_WAIT_TIMEOUT, THROTTLED, QUEUE_FULL, UNAVAILABLE or BUSY: worth retrying", body = ApiError),
+        (status = 500, description = "FAILED: the component trapped (its compensation is in the message)", body = ApiError),
+        (status = 504, description = "TIMED_OUT: the component ran past its deadline (its compensation is in the message)", body = ApiError),
+    )
+)]
 async fn issue(
     State(lab): State<Lab>,
     AppPath(coupon_id): AppPath<i64>,

@@ -6,8 +6,10 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use sqlx::{MySql, QueryBuilder};
+use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to};
+use super::openapi::Success;
 use crate::lab::Lab;
 
 /// Most members one request may create.
@@ -19,21 +21,40 @@ pub fn router() -> Router<Lab> {
     Router::new().route("/lab/members", post(create))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 struct CreateMembers {
+    /// How many members to create, 1 to 1,000,000.
+    #[schema(minimum = 1, maximum = 1_000_000)]
     count: i64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CreatedMembers)]
 struct Created {
+    /// Members created.
     count: u64,
-    /// Members get consecutive ids unless another client inserts members at
-    /// the same moment.
+    /// The first member's id. Members get consecutive ids unless another
+    /// client inserts members at the same moment.
     first_id: u64,
+    /// The last member's id.
     last_id: u64,
 }
 
+/// Create members in bulk.
+#[utoipa::path(
+    post,
+    path = "/lab/members",
+    operation_id = "createMembers",
+    tag = "members",
+    request_body = CreateMembers,
+    responses(
+        (status = 201, description = "The members were created", body = Success<Created>),
+        (status = 400, description = "A malformed body, or a count out of range", body = ApiError),
+        (status = 503, description = "The database is unavailable", body = ApiError),
+        (status = 500, description = "The server failed while answering", body = ApiError),
+    )
+)]
 async fn create(
     State(lab): State<Lab>,
     AppJson(body): AppJson<CreateMembers>,

@@ -8,6 +8,7 @@ mod envelope;
 mod issue;
 mod members;
 mod metrics;
+mod openapi;
 mod results;
 mod strategies;
 mod write_behind;
@@ -24,6 +25,7 @@ use crate::lab::Lab;
 use crate::runtime::Strategy;
 
 pub use envelope::{ApiError, Envelope};
+pub(crate) use openapi::optional_fields;
 
 pub fn router(lab: Lab) -> Router {
     Router::new()
@@ -36,6 +38,7 @@ pub fn router(lab: Lab) -> Router {
         .merge(write_behind::router())
         .merge(drop::router())
         .merge(metrics::router())
+        .merge(openapi::router())
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(middleware::from_fn(run_to_end))

@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 use super::envelope::{Answer, ApiError, AppPath, positive};
+use super::openapi::{CouponPath, Success};
 use crate::lab::Lab;
 use crate::results::{self, CouponResult};
 
@@ -13,6 +14,21 @@ pub fn router() -> Router<Lab> {
     Router::new().route("/lab/coupons/{coupon_id}/result", get(result))
 }
 
+/// Counts, invariant checks, requests by method and outcome, latency.
+#[utoipa::path(
+    get,
+    path = "/lab/coupons/{couponId}/result",
+    operation_id = "result",
+    tag = "coupons",
+    params(CouponPath),
+    responses(
+        (status = 200, description = "The coupon's result", body = Success<CouponResult>),
+        (status = 400, description = "A coupon id that is not a positive integer", body = ApiError),
+        (status = 404, description = "The coupon does not exist", body = ApiError),
+        (status = 503, description = "The database is unavailable (Redis being down is a figure of the result)", body = ApiError),
+        (status = 500, description = "The server failed while answering", body = ApiError),
+    )
+)]
 async fn result(
     State(lab): State<Lab>,
     AppPath(coupon_id): AppPath<i64>,

@@ -6,35 +6,45 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
+use super::openapi::Success;
 use crate::lab::Lab;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/strategies", get(list))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Strategies {
+    /// The directory components are loaded from.
     directory: String,
     strategies: Vec<Loaded>,
+    /// Files that failed a check, each with why.
     rejected: Vec<Rejected>,
 }
 
-#[derive(Serialize)]
+/// A loaded component.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Loaded {
+    /// The method it serves (`describe`).
     method: String,
     summary: String,
     file: String,
+    /// Of the file's bytes, in hex.
     sha256: String,
+    /// The WIT world it implements (`issuer`, `stream-issuer`, ...).
     world: &'static str,
     loaded_at: DateTime<Utc>,
+    /// Why a replacement of its file was refused, this version serving on.
     last_error: Option<String>,
 }
 
-#[derive(Serialize)]
+/// A file that failed a check.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Rejected {
     file: String,
@@ -43,6 +53,17 @@ struct Rejected {
     at: DateTime<Utc>,
 }
 
+/// Loaded components (method, file, sha256, world, loaded at) and rejected files.
+#[utoipa::path(
+    get,
+    path = "/lab/strategies",
+    operation_id = "strategies",
+    tag = "strategies",
+    responses(
+        (status = 200, description = "What this server can run, and what it refused", body = Success<Strategies>),
+        (status = 500, description = "The server failed while answering", body = ApiError),
+    )
+)]
 async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
     let rejections = lab.registry.rejections();
     let strategies = lab

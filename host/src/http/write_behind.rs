@@ -7,8 +7,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppPath, positive};
+use super::openapi::{CouponPath, Success};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
 use crate::runtime::World;
@@ -20,21 +22,40 @@ pub fn router() -> Router<Lab> {
     )
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Reconciled {
     coupon_id: u64,
+    /// The write-behind method that reconciled.
     method: String,
     /// Members reserved in Redis without a row, now written.
     inserted: Vec<u64>,
     /// Members with a row but no reservation in Redis (reported, not changed).
     only_in_db: Vec<u64>,
+    /// The `issued_count` column, now the row count.
     issued_count: u64,
     total_count: u64,
     /// Rows beyond the total: what Redis losing its record cost.
     stock_excess: u64,
 }
 
+/// Write-behind: write the members only Redis has and set `issued_count` to
+/// the row count.
+#[utoipa::path(
+    post,
+    path = "/lab/write-behind/coupons/{couponId}/reconcile",
+    operation_id = "reconcile",
+    tag = "write-behind",
+    params(CouponPath),
+    responses(
+        (status = 200, description = "The coupon was reconciled", body = Success<Reconciled>),
+        (status = 400, description = "A coupon id that is not a positive integer", body = ApiError),
+        (status = 404, description = "The coupon does not exist", body = ApiError),
+        (status = 503, description = "Not reconciled: the database is unavailable, no write-behind-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
+        (status = 500, description = "The component trapped, or the server failed while answering", body = ApiError),
+        (status = 504, description = "The component ran past its deadline", body = ApiError),
+    )
+)]
 async fn reconcile(
     State(lab): State<Lab>,
     AppPath(coupon_id): AppPath<i64>,

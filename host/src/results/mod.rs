@@ -14,6 +14,7 @@ use std::sync::Arc;
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 use serde::Serialize;
 use sqlx::Row;
+use utoipa::ToSchema;
 
 use crate::confirmations::{self, AsyncSummary};
 use crate::lab::Lab;
@@ -27,7 +28,7 @@ mod stream;
 use self::reservations::{RedisFigures, noting_failure, redis_figures};
 pub use self::stream::{StreamSummary, stream_summary};
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CouponResult {
     coupon_id: u64,
@@ -52,6 +53,7 @@ pub struct CouponResult {
     redis: Option<RedisFigures>,
     /// Requests answered 202 and what became of them (every process's).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = crate::http::optional_fields::<AsyncSummary>)]
     confirmations: Option<AsyncSummary>,
     /// The labels the serving methods' descriptors ask to total, each under
     /// its field: value → requests (REDIS_PUBSUB's `publishReceivers`:
@@ -63,7 +65,7 @@ pub struct CouponResult {
     stream: Option<StreamSummary>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Invariants {
     /// Never more issued than the total (rows and counter alike).

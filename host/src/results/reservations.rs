@@ -5,13 +5,14 @@ use std::collections::BTreeSet;
 
 use couponlab_contract::keys;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::lab::Lab;
 
 /// How many member ids each list of differences shows.
 const SAMPLE: usize = 10;
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RedisFigures {
     /// False when Redis could not be read; `error` then says why, and the
@@ -20,10 +21,11 @@ pub struct RedisFigures {
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
     #[serde(flatten)]
+    #[schema(schema_with = crate::http::optional_fields::<SetComparison>)]
     comparison: Option<SetComparison>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct SetComparison {
     /// Members in `coupon:issued:{id}`.
@@ -44,7 +46,7 @@ struct SetComparison {
     stranded_members: Difference,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Difference {
     count: usize,
     /// The smallest member ids, at most [`SAMPLE`].

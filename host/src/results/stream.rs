@@ -5,7 +5,7 @@ use couponlab_contract::Stream;
 use redis::{AsyncCommands, RedisResult};
 
 /// A stream as a whole, for the result endpoint.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamSummary {
     /// Entries ever added (acked entries stay; the stream is not trimmed).

@@ -13,6 +13,7 @@ mod issue_concurrency;
 mod least_privilege;
 mod metrics;
 mod mysql_methods;
+mod openapi;
 mod redis_methods;
 mod result_endpoint;
 mod sandbox;
