@@ -6,6 +6,7 @@ mod common;
 mod api_contract;
 mod async_methods;
 mod call_endings;
+mod dashboard;
 mod drop_gate;
 mod hang_ups;
 mod hot_reload;

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::common::{Setup, TestLab, until};
+use crate::dashboard::Prometheus;
 
 const METHODS: [&str; 2] = ["PESSIMISTIC", "REDIS_LUA"];
 
@@ -149,41 +150,12 @@ async fn a_real_prometheus_scrapes_the_issue_counter() {
             .as_f64()
             .unwrap()
     };
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!("couponlab-prometheus-{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let target = lab.base.trim_start_matches("http://");
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: couponlab\n    static_configs:\n      - targets: ['{target}']\n"
-        ),
-    )
-    .unwrap();
-    let mut prometheus = tokio::process::Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("prometheus (Debian's prometheus package; cargo xtask test installs it)");
-    let query = format!(
-        "http://127.0.0.1:{port}/api/v1/query?query=couponlab_issue_requests_total{{method=\"REDIS_LUA\",outcome=\"ISSUED\"}}"
-    );
+    let prometheus = Prometheus::scraping(&lab);
+    let query = "couponlab_issue_requests_total{method=\"REDIS_LUA\",outcome=\"ISSUED\"}";
     // Scraped every second: the value Prometheus holds is the counter's.
     let started = std::time::Instant::now();
     let answered = loop {
-        let body: Option<Value> = match lab.client.get(&query).send().await {
-            Ok(response) => response.json().await.ok(),
-            Err(_) => None,
-        };
-        let value = body.as_ref().and_then(|body| {
+        let value = prometheus.query(&lab, query).await.and_then(|body| {
             body["data"]["result"][0]["value"][1]
                 .as_str()
                 .and_then(|value| value.parse::<f64>().ok())
@@ -194,8 +166,7 @@ async fn a_real_prometheus_scrapes_the_issue_counter() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(answered, Some(issued));
-    prometheus.kill().await.unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
+    prometheus.stop().await;
     lab.finish().await;
 }
 

