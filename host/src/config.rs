@@ -49,6 +49,12 @@ impl Default for Command {
     }
 }
 
+/// The database `cargo xtask run` uses: the local MariaDB or MySQL as root.
+const LOCAL_DATABASE: &str = "mysql://root@127.0.0.1:3306/couponlab";
+
+/// Where `cargo xtask strategies` installs the components.
+const INSTALLED_COMPONENTS: &str = "strategies/dist";
+
 /// Everything a server needs to start.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
@@ -57,11 +63,7 @@ pub struct Config {
     pub bind: SocketAddr,
 
     /// MySQL/MariaDB URL; the database is created if missing and migrated at start.
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "mysql://root@127.0.0.1:3306/couponlab"
-    )]
+    #[arg(long, env = "DATABASE_URL", default_value = LOCAL_DATABASE)]
     pub database_url: String,
 
     /// Redis URL; the path selects the logical database.
@@ -69,11 +71,7 @@ pub struct Config {
     pub redis_url: String,
 
     /// Directory of strategy components (`*.wasm`).
-    #[arg(
-        long,
-        env = "COUPONLAB_STRATEGY_DIR",
-        default_value = "strategies/dist"
-    )]
+    #[arg(long, env = "COUPONLAB_STRATEGY_DIR", default_value = INSTALLED_COMPONENTS)]
     pub strategy_dir: PathBuf,
 
     /// Reload components when files in the strategy directory change.

@@ -301,10 +301,7 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        crate::terminate(&mut self.child);
     }
 }
 

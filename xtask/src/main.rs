@@ -80,6 +80,15 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Stops a server process as a supervisor would (SIGTERM: it finishes what
+/// it holds) and waits for it.
+pub fn terminate(child: &mut std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
 /// A release binary of the host crate, where cargo put it: under
 /// `CARGO_TARGET_DIR` when that is set, else the repository's `target/`.
 pub fn release_binary(name: &str) -> PathBuf {

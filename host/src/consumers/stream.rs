@@ -221,10 +221,7 @@ async fn deliver(
     entry: StreamId,
     deliveries: u32,
 ) -> RedisResult<()> {
-    let entry = to_wit(entry, deliveries);
-    let Some(strategy) = owner(lab, &entry) else {
-        // Left pending: it is delivered again once its component is loaded.
-        tracing::warn!(id = %entry.id, "no stream-issuer component for this entry's method; left pending");
+    let Some((entry, strategy)) = owned(lab, entry, deliveries, "confirm") else {
         return Ok(());
     };
     let keep_claimed = keep_claimed(
@@ -290,9 +287,7 @@ async fn dead_letter(
     entry: StreamId,
     deliveries: u32,
 ) -> RedisResult<()> {
-    let entry = to_wit(entry, deliveries);
-    let Some(strategy) = owner(lab, &entry) else {
-        tracing::warn!(id = %entry.id, "no component to compensate a dead entry; left pending");
+    let Some((entry, strategy)) = owned(lab, entry, deliveries, "compensate") else {
         return Ok(());
     };
     copy_to_dead_letters(conn, ISSUE_STREAM, &entry, deliveries).await?;
@@ -341,12 +336,29 @@ pub(super) fn to_wit(entry: StreamId, deliveries: u32) -> StreamEntry {
     }
 }
 
-/// The component the entry's `method` field names, if it is a stream issuer.
-fn owner(lab: &Lab, entry: &StreamEntry) -> Option<Arc<Strategy>> {
-    let method = field(entry, fields::METHOD)?;
-    lab.registry
-        .get(method)
-        .filter(|s| s.world.stream_consumer().is_some())
+/// The entry as its component sees it, with that component: the stream
+/// issuer its `method` field names. `None` (logged) when none is loaded:
+/// the entry stays pending, to be delivered again once one is, for the
+/// component to `purpose` it.
+fn owned(
+    lab: &Lab,
+    entry: StreamId,
+    deliveries: u32,
+    purpose: &str,
+) -> Option<(StreamEntry, Arc<Strategy>)> {
+    let entry = to_wit(entry, deliveries);
+    let owner = field(&entry, fields::METHOD).and_then(|method| {
+        lab.registry
+            .get(method)
+            .filter(|s| s.world.stream_consumer().is_some())
+    });
+    match owner {
+        Some(strategy) => Some((entry, strategy)),
+        None => {
+            tracing::warn!(id = %entry.id, "no stream-issuer component to {purpose} this entry; left pending");
+            None
+        }
+    }
 }
 
 /// The value of the entry's field `name`.

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
-use super::openapi::{CouponPath, Success};
+use super::openapi::{ComponentFailed, CouponPath, Success};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
 use crate::runtime::World;
@@ -62,8 +62,7 @@ struct Seeded {
         (status = 400, description = "A malformed body, or a number out of range", body = ApiError),
         (status = 404, description = "The coupon does not exist", body = ApiError),
         (status = 503, description = "Not seeded: the database is unavailable, no gate-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
-        (status = 500, description = "The component trapped, or the server failed while answering", body = ApiError),
-        (status = 504, description = "The component ran past its deadline", body = ApiError),
+        ComponentFailed,
     )
 )]
 async fn seed(
@@ -126,8 +125,7 @@ struct Cancelled {
         (status = 400, description = "A malformed body, a member id that is not positive, or a bad key", body = ApiError),
         (status = 404, description = "The coupon does not exist", body = ApiError),
         (status = 503, description = "Not cancelled: the database is unavailable, no gate-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
-        (status = 500, description = "The component trapped, or the server failed while answering", body = ApiError),
-        (status = 504, description = "The component ran past its deadline", body = ApiError),
+        ComponentFailed,
     )
 )]
 async fn cancel(

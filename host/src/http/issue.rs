@@ -12,7 +12,7 @@ use tracing::Instrument;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
-use super::openapi::{CouponPath, Success};
+use super::openapi::{ComponentFailed, CouponPath, Success};
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::outcome::Outcome;
@@ -82,8 +82,7 @@ struct Issued {
         (status = 404, description = "UNKNOWN_MEMBER or UNKNOWN_COUPON", body = ApiError),
         (status = 409, description = "SOLD_OUT, SOLD_OUT_AT_DB or DUPLICATE", body = ApiError),
         (status = 503, description = "VERSION_CONFLICT, DEADLOCK, LOCK_WAIT_TIMEOUT, THROTTLED, QUEUE_FULL, UNAVAILABLE or BUSY: worth retrying", body = ApiError),
-        (status = 500, description = "FAILED: the component trapped (its compensation is in the message)", body = ApiError),
-        (status = 504, description = "TIMED_OUT: the component ran past its deadline (its compensation is in the message)", body = ApiError),
+        ComponentFailed,
     )
 )]
 async fn issue(

@@ -119,6 +119,27 @@ impl ToSchema for ApiError {
     }
 }
 
+/// What every route that calls a component may answer besides its own
+/// refusals: the component's trap (what its compensation undid is in the
+/// message) or the server failing while answering, and the component's
+/// deadline.
+#[derive(utoipa::IntoResponses)]
+#[expect(
+    dead_code,
+    reason = "it describes responses in the document; handlers answer ApiError"
+)]
+pub enum ComponentFailed {
+    /// The component trapped (an issue request's outcome is FAILED, and
+    /// what its compensation undid is in the message), or the server
+    /// failed while answering.
+    #[response(status = 500)]
+    Trapped(ApiError),
+    /// The component ran past its deadline (an issue request's outcome is
+    /// TIMED_OUT).
+    #[response(status = 504)]
+    TimedOut(ApiError),
+}
+
 fn boolean(value: bool) -> ObjectBuilder {
     ObjectBuilder::new()
         .schema_type(Type::Boolean)

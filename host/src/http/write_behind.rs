@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppPath, positive};
-use super::openapi::{CouponPath, Success};
+use super::openapi::{ComponentFailed, CouponPath, Success};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
 use crate::runtime::World;
@@ -52,8 +52,7 @@ struct Reconciled {
         (status = 400, description = "A coupon id that is not a positive integer", body = ApiError),
         (status = 404, description = "The coupon does not exist", body = ApiError),
         (status = 503, description = "Not reconciled: the database is unavailable, no write-behind-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
-        (status = 500, description = "The component trapped, or the server failed while answering", body = ApiError),
-        (status = 504, description = "The component ran past its deadline", body = ApiError),
+        ComponentFailed,
     )
 )]
 async fn reconcile(

@@ -378,6 +378,11 @@ impl TestLab {
     }
 
     /// Creates a coupon with `total`; returns its id.
+    /// `count` new members and a new coupon of `total`.
+    pub async fn members_and_coupon(&self, count: u64, total: u64) -> (Vec<u64>, u64) {
+        (self.members(count).await, self.coupon(total).await)
+    }
+
     pub async fn coupon(&self, total: u64) -> u64 {
         let reply = self
             .post(

@@ -14,6 +14,7 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 
 use crate::common::{Setup, TestLab, until};
+use crate::metrics::exposition;
 
 /// What `k6 run -o experimental-prometheus-rw` writes for issue.js (k6 1.1,
 /// `K6_PROMETHEUS_RW_TREND_STATS=p(50),p(99)` as the runner sets it):
@@ -174,17 +175,6 @@ async fn every_family(lab: &TestLab) {
     lab.issue_keyed(dropped, members[12], "REDIS_LUA_GATE", "dashboard")
         .await
         .ok();
-}
-
-async fn exposition(lab: &TestLab) -> String {
-    let response = lab
-        .client
-        .get(format!("{}/metrics", lab.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    response.text().await.unwrap()
 }
 
 /// Where the shipped Prometheus configuration finds the lab: the host's

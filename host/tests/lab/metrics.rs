@@ -33,7 +33,8 @@ fn samples(exposition: &str, name: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-async fn exposition(lab: &TestLab) -> String {
+/// The server's `/metrics`, checked to be the text format.
+pub(crate) async fn exposition(lab: &TestLab) -> String {
     let response = lab
         .client
         .get(format!("{}/metrics", lab.base))
@@ -172,10 +173,9 @@ async fn a_real_prometheus_scrapes_the_issue_counter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_are_one_object_a_line() {
-    let lab = Setup::with(&["pessimistic", "test_spin"])
-        .tune(|c| c.request_timeout_ms = 500)
-        .start()
-        .await;
+    // The in-process server only prepares the data; the one under test is
+    // a process of its own, logging JSON.
+    let lab = Setup::with(&["pessimistic", "test_spin"]).start().await;
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
     let mut server = lab.process(
@@ -205,8 +205,7 @@ async fn json_logs_are_one_object_a_line() {
     .await;
     // A burst with failures in it: a spinning component past its deadline
     // logs errors, unknown methods warnings.
-    let members = lab.members(10).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(10, 5).await;
     join_all(members.iter().map(|member| {
         let method = ["PESSIMISTIC", "TEST_SPIN", "NO_SUCH_METHOD"][(*member % 3) as usize];
         lab.client
@@ -232,8 +231,7 @@ async fn json_logs_are_one_object_a_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_confirmed_issue_has_its_lag_observed() {
     let lab = Setup::with(&["redis_async"]).start().await;
-    let members = lab.members(20).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(20, 10).await;
     let replies = lab.issue_all(coupon, &members, "REDIS_ASYNC").await;
     let accepted = replies.iter().filter(|reply| reply.status == 202).count() as u64;
     let result = lab.drained(coupon, accepted).await;
