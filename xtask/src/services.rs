@@ -58,7 +58,7 @@ pub fn ensure() -> anyhow::Result<()> {
         }
         if !std::path::Path::new(service.program).exists() {
             bail!(
-                "{} does not answer at {} and is not installed here; start one (for example `docker compose up -d`)",
+                "{} does not answer at {} and is not installed here; start one (for example `docker compose up -d mysql redis`)",
                 service.name,
                 service.address
             );

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to, sized};
-use super::openapi::Success;
+use super::schema::Success;
 use crate::lab::Lab;
 
 const MAX_TOTAL: u64 = 100_000_000;

@@ -10,7 +10,7 @@ use sqlx::Executor;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
-use super::openapi::Success;
+use super::schema::Success;
 use crate::lab::Lab;
 
 pub fn router() -> Router<Lab> {

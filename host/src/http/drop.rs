@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
-use super::openapi::{ComponentFailed, CouponPath, Success};
+use super::schema::{ComponentFailed, CouponPath, Success};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
 use crate::runtime::World;

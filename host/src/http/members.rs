@@ -9,7 +9,7 @@ use sqlx::{MySql, QueryBuilder};
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to};
-use super::openapi::Success;
+use super::schema::Success;
 use crate::lab::Lab;
 
 /// Most members one request may create.

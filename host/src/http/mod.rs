@@ -10,6 +10,7 @@ mod members;
 mod metrics;
 mod openapi;
 mod results;
+mod schema;
 mod strategies;
 mod write_behind;
 
@@ -25,7 +26,7 @@ use crate::lab::Lab;
 use crate::runtime::Strategy;
 
 pub use envelope::{ApiError, Envelope};
-pub(crate) use openapi::optional_fields;
+pub(crate) use schema::optional_fields;
 
 pub fn router(lab: Lab) -> Router {
     Router::new()

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 use super::envelope::{Answer, ApiError, AppPath, positive};
-use super::openapi::{CouponPath, Success};
+use super::schema::{CouponPath, Success};
 use crate::lab::Lab;
 use crate::results::{self, CouponResult};
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
-use super::openapi::Success;
+use super::schema::Success;
 use crate::lab::Lab;
 
 pub fn router() -> Router<Lab> {

@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppPath, positive};
-use super::openapi::{ComponentFailed, CouponPath, Success};
+use super::schema::{ComponentFailed, CouponPath, Success};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
 use crate::runtime::World;

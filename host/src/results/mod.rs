@@ -57,8 +57,12 @@ pub struct CouponResult {
     confirmations: Option<AsyncSummary>,
     /// The labels the serving methods' descriptors ask to total, each under
     /// its field: value → requests (REDIS_PUBSUB's `publishReceivers`:
-    /// requests by how many subscribers received the message).
+    /// requests by how many subscribers received the message). Left out of
+    /// the document's schema: their names are the components' to choose,
+    /// and a schema of "any other field" would also claim the fields the
+    /// confirmations flatten in.
     #[serde(flatten)]
+    #[schema(ignore)]
     label_totals: BTreeMap<String, BTreeMap<String, u64>>,
     /// The stream a stream or write-behind method served this coupon through.
     #[serde(skip_serializing_if = "Option::is_none")]
