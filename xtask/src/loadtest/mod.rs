@@ -6,14 +6,19 @@
 //! cargo xtask loadtest capacity --method REDIS_LUA [--start 200] [--step 200] [--max 5000]
 //!                               [--duration 5s] [--max-failure-rate 0.01] [--max-p99-ms 100]
 //! common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR] [--prometheus-rw [URL]]
+//!         [--fault SPEC]... [--allow-broken] [--database-url URL] [--redis-url URL]
 //! cargo xtask loadtest smoke    (the short checked run `cargo xtask test` ends with)
 //! cargo xtask loadtest --help   (this usage)
 //! ```
 //!
 //! For each method, one after another: create members (one per request)
-//! and a fresh coupon, run `loadtest/issue.js`, wait until every accepted
-//! request has its outcome, read the coupon's result. Reports go to
-//! `loadtest/reports/<UTC time>/` (report.md, chart.svg, results.json).
+//! and a fresh coupon, run `loadtest/issue.js` (k6 writes one record per
+//! request), wait until every accepted request has its outcome or nothing
+//! moves any more, read the coupon's result, and join the records with the
+//! rows and the reservation set read directly (`verification`). Reports go
+//! to `loadtest/reports/<UTC time>/` (report.md, chart.svg, results.json,
+//! requests-<METHOD>.csv). A method that breaks a guarantee it claims fails
+//! the run unless `--allow-broken`.
 //! `--serve` starts a server of its own on a free port, with a database of
 //! its own and Redis database 10, instead of using --base-url.
 //! `--prometheus-rw` (or `K6_PROMETHEUS_RW_SERVER_URL` set) adds k6's
@@ -22,24 +27,26 @@
 
 mod http;
 mod k6;
+mod provenance;
+mod records;
 mod report;
+mod run;
 mod server;
+mod truth;
+mod verification;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use serde_json::{Value, json};
 
 pub use self::http::Api;
 use self::k6::K6;
-use self::report::Row;
+use self::run::{Measured, Run, Runner};
 pub use self::server::database_url;
+use self::truth::Sources;
 use crate::root;
-
-/// How long an asynchronous method may take to confirm what it accepted.
-const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
 /// What `cargo xtask loadtest --help` prints.
 const USAGE: &str = "\
@@ -55,7 +62,15 @@ usage: cargo xtask loadtest <mode> [options]
   smoke     the short checked run `cargo xtask test` ends with
 
 common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR] [--prometheus-rw [URL]]
+        [--fault SPEC]... [--allow-broken] [--database-url URL] [--redis-url URL]
   --serve   start a server of its own (own database, Redis db 10) instead of --base-url
+  --database-url, --redis-url
+            where the server behind --base-url keeps its data, read directly
+            for the verification (default: DATABASE_URL and REDIS_URL, else
+            the server's defaults)
+  --allow-broken
+            report a method that breaks a guarantee it claims, but exit 0
+            (for demonstrations of what breaks)
   --out     where the report goes (default loadtest/reports/<UTC time>/)
   --prometheus-rw
             k6 also writes its figures to this Prometheus remote-write URL
@@ -105,23 +120,47 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     } else {
         None
     };
-    let base_url = match &server {
-        Some(server) => server.base_url(),
-        None => options.text("base-url", "http://127.0.0.1:8080"),
+    let (base_url, database_url, redis_url) = match &server {
+        Some(server) => (
+            server.base_url(),
+            database_url()?,
+            server::REDIS_URL.to_string(),
+        ),
+        None => (
+            options.text("base-url", "http://127.0.0.1:8080"),
+            options.text("database-url", &env_or("DATABASE_URL", LOCAL_DATABASE)),
+            options.text("redis-url", &env_or("REDIS_URL", LOCAL_REDIS)),
+        ),
     };
-    let api = Api::new(&base_url)?;
-    let k6 = K6::ensure(options.remote_write())?;
     let out = options
         .get("out")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("loadtest").join("reports").join(timestamp()));
-    let outcome = match mode {
-        "compare" => compare(&api, &k6, &options, &out, false),
-        "spike" => compare(&api, &k6, &options, &out, true),
-        _ => capacity(&api, &k6, &options, &out),
+    let runner = Runner {
+        api: Api::new(&base_url)?,
+        k6: K6::ensure(options.remote_write())?,
+        sources: Sources::connect(&database_url, &redis_url)?,
+        out,
+        client_timeout_ms: None,
     };
+    let report = match mode {
+        "compare" => compare(&runner, &options, false),
+        "spike" => compare(&runner, &options, true),
+        _ => capacity(&runner, &options),
+    }?;
     drop(server);
-    outcome
+    report.check_claims(options.flag("allow-broken"))
+}
+
+/// What the server reads when `DATABASE_URL` and `REDIS_URL` are not set.
+const LOCAL_DATABASE: &str = "mysql://root@127.0.0.1:3306/couponlab";
+const LOCAL_REDIS: &str = "redis://127.0.0.1:6379/0";
+
+fn env_or(key: &str, default: &str) -> String {
+    std::env::var(key)
+        .ok()
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(|| default.to_string())
 }
 
 /// The runner end to end on a short, slow run, checked: `cargo xtask test`
@@ -129,11 +168,16 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
 pub fn smoke() -> anyhow::Result<()> {
     println!("load test smoke run: k6 against a server of its own");
     let server = server::Server::start(false)?;
-    let api = Api::new(&server.base_url())?;
-    // Checked figures only: the smoke run writes to no Prometheus.
-    let k6 = K6::ensure(None)?;
     let out = root().join("target").join("loadtest-smoke");
     std::fs::remove_dir_all(&out).ok();
+    let runner = Runner {
+        api: Api::new(&server.base_url())?,
+        // Checked figures only: the smoke run writes to no Prometheus.
+        k6: K6::ensure(None)?,
+        sources: Sources::connect(&database_url()?, server::REDIS_URL)?,
+        out: out.clone(),
+        client_timeout_ms: None,
+    };
     let args = [
         "--methods",
         "PESSIMISTIC,REDIS_STREAM_ATOMIC",
@@ -145,7 +189,7 @@ pub fn smoke() -> anyhow::Result<()> {
         "10",
     ];
     let options = Options::parse(&args.map(String::from))?;
-    compare(&api, &k6, &options, &out, false)?;
+    compare(&runner, &options, false)?.check_claims(false)?;
     drop(server);
     let report = std::fs::read_to_string(out.join("report.md"))?;
     let chart = std::fs::read_to_string(out.join("chart.svg"))?;
@@ -164,19 +208,59 @@ pub fn smoke() -> anyhow::Result<()> {
         if !chart.contains(&format!(">{method}</text>")) {
             bail!("the smoke chart has no bar for {method}");
         }
+        // Every request has its record: 20/s for 2 s.
+        let records = std::fs::read_to_string(out.join(format!("requests-{method}.csv")))?;
+        if records.lines().count() < 30 {
+            bail!("the smoke run recorded too few requests for {method}:\n{records}");
+        }
     }
-    println!("load test smoke run: report and chart as expected");
+    println!("load test smoke run: report, chart and records as expected");
     Ok(())
 }
 
+/// The methods' figures of one invocation, and the claims they broke.
+struct Report {
+    /// Method → claims it makes that this run broke, with the figure.
+    broken: Vec<(String, &'static str, u64)>,
+}
+
+impl Report {
+    /// A method that claims a guarantee and broke it fails the run, loudly,
+    /// unless `allowed` (a demonstration of what breaks).
+    fn check_claims(self, allowed: bool) -> anyhow::Result<()> {
+        if self.broken.is_empty() {
+            return Ok(());
+        }
+        eprintln!("\n!!! BROKEN CLAIMS: a method broke a guarantee it claims (README, `claims`):");
+        for (method, claim, figure) in &self.broken {
+            eprintln!("!!!   {method} claims `{claim}`; this run broke it {figure} times");
+        }
+        if allowed {
+            eprintln!("!!! (--allow-broken: reported, not failed)");
+            return Ok(());
+        }
+        bail!(
+            "{} broken claims (pass --allow-broken to demonstrate them without failing)",
+            self.broken.len()
+        )
+    }
+}
+
+/// Records what each measured run broke of the claims of its method.
+fn broken_claims(method: &str, measured: &Measured, into: &mut Vec<(String, &'static str, u64)>) {
+    if let Some(verification) = &measured.row.verification {
+        for claim in verification.broken_claims(method) {
+            into.push((
+                method.to_string(),
+                claim.word(),
+                verification.breaking(claim),
+            ));
+        }
+    }
+}
+
 /// Runs each method on its own coupon and writes the comparison.
-fn compare(
-    api: &Api,
-    k6: &K6,
-    options: &Options,
-    out: &PathBuf,
-    spike: bool,
-) -> anyhow::Result<()> {
+fn compare(runner: &Runner, options: &Options, spike: bool) -> anyhow::Result<Report> {
     let methods = options.list("methods")?;
     let total = options.number("total", if spike { 100 } else { 1000 })?;
     let rate = options.number("rate", 300)?;
@@ -189,6 +273,7 @@ fn compare(
     };
     let mut rows = Vec::new();
     let mut raw = BTreeMap::new();
+    let mut broken = Vec::new();
     for (i, method) in methods.iter().enumerate() {
         println!(
             "[{}/{}] {method}: {}",
@@ -208,7 +293,8 @@ fn compare(
             duration: &duration,
             spike,
         };
-        let (row, k6_figures, result) = run.execute(api, k6, out)?;
+        let measured = run.execute(runner)?;
+        let row = &measured.row;
         println!(
             "      {:.0} req/s, p99 {:.1} ms, 2xx {}, 409 {}, 503 {}, rows {} of {}{}",
             row.requests_per_second,
@@ -221,11 +307,12 @@ fn compare(
             row.drain_ms
                 .map_or(String::new(), |ms| format!(", drained in {ms:.0} ms"))
         );
-        raw.insert(
-            method.clone(),
-            json!({ "k6": k6_figures, "result": result }),
-        );
-        rows.push(row);
+        if let Some(verification) = &row.verification {
+            println!("      verified: {}", verification.verdict);
+        }
+        broken_claims(method, &measured, &mut broken);
+        raw.insert(method.clone(), measured.raw);
+        rows.push(measured.row);
     }
     let (title, description) = if spike {
         (
@@ -242,23 +329,24 @@ fn compare(
             ),
         )
     };
-    report::write(out, title, &description, &rows, &json!(raw))?;
-    println!("\nreport: {}", out.join("report.md").display());
+    let provenance = provenance::describe(&runner.sources, &runner.k6)?;
+    report::write(&runner.out, title, &description, &rows, &raw, &provenance)?;
+    println!("\nreport: {}", runner.out.join("report.md").display());
     print!(
         "{}",
-        report::markdown(title, &description, &rows)
+        report::markdown(title, &description, &rows, &provenance)
             .lines()
             .skip(6)
             .collect::<Vec<_>>()
             .join("\n")
     );
     println!();
-    Ok(())
+    Ok(Report { broken })
 }
 
 /// Raises the arrival rate on one method until failures or p99 pass their
 /// bound; reports the highest rate that held.
-fn capacity(api: &Api, k6: &K6, options: &Options, out: &PathBuf) -> anyhow::Result<()> {
+fn capacity(runner: &Runner, options: &Options) -> anyhow::Result<Report> {
     let method = options
         .get("method")
         .context("--method is required")?
@@ -280,6 +368,7 @@ fn capacity(api: &Api, k6: &K6, options: &Options, out: &PathBuf) -> anyhow::Res
     let seconds = seconds(&duration)?;
     let mut rows = Vec::new();
     let mut raw = BTreeMap::new();
+    let mut broken = Vec::new();
     let mut held = None;
     let mut rate = start;
     while rate <= max {
@@ -294,7 +383,8 @@ fn capacity(api: &Api, k6: &K6, options: &Options, out: &PathBuf) -> anyhow::Res
             duration: &duration,
             spike: false,
         };
-        let (mut row, k6_figures, result) = run.execute(api, k6, out)?;
+        let mut measured = run.execute(runner)?;
+        let row = &measured.row;
         let holds =
             row.failure_rate() <= max_failure_rate && row.p99_ms <= max_p99_ms && row.dropped == 0;
         println!(
@@ -305,12 +395,10 @@ fn capacity(api: &Api, k6: &K6, options: &Options, out: &PathBuf) -> anyhow::Res
             row.dropped,
             if holds { "held" } else { "did not hold" }
         );
-        row.method = format!("{method} @ {rate}/s");
-        raw.insert(
-            row.method.clone(),
-            json!({ "k6": k6_figures, "result": result }),
-        );
-        rows.push(row);
+        broken_claims(&method, &measured, &mut broken);
+        measured.row.method = format!("{method} @ {rate}/s");
+        raw.insert(measured.row.method.clone(), measured.raw);
+        rows.push(measured.row);
         if !holds {
             break;
         }
@@ -329,99 +417,51 @@ fn capacity(api: &Api, k6: &K6, options: &Options, out: &PathBuf) -> anyhow::Res
         "{verdict} (bounds: failures ≤ {:.1}%, p99 ≤ {max_p99_ms} ms, no dropped iterations; {duration} per step, on a coupon no step can sell out).",
         max_failure_rate * 100.0
     );
+    let provenance = provenance::describe(&runner.sources, &runner.k6)?;
     report::write(
-        out,
+        &runner.out,
         "Capacity of one coupon",
         &description,
         &rows,
-        &json!(raw),
+        &raw,
+        &provenance,
     )?;
-    println!("\n{verdict}\nreport: {}", out.join("report.md").display());
-    Ok(())
+    println!(
+        "\n{verdict}\nreport: {}",
+        runner.out.join("report.md").display()
+    );
+    Ok(Report { broken })
 }
 
-/// One method, one coupon, one k6 run.
-struct Run<'a> {
-    method: &'a str,
-    total: u64,
-    members: u64,
-    rate: u64,
-    duration: &'a str,
-    spike: bool,
-}
-
-impl Run<'_> {
-    fn execute(&self, api: &Api, k6: &K6, out: &PathBuf) -> anyhow::Result<(Row, Value, Value)> {
-        let created = api.post("/lab/members", &json!({ "count": self.members }))?;
-        let first_member = created["firstId"].as_u64().context("no firstId")?;
-        let coupon = api.post(
-            "/lab/coupons",
-            &json!({ "name": format!("loadtest {}", self.method), "totalCount": self.total }),
-        )?;
-        let coupon_id = coupon["id"].as_u64().context("no coupon id")?;
-
-        std::fs::create_dir_all(out)?;
-        let summary = out.join(format!("k6-{}-{coupon_id}.json", self.method));
-        let env = [
-            ("BASE_URL", api.base_url()),
-            ("METHOD", self.method.to_string()),
-            ("COUPON_ID", coupon_id.to_string()),
-            ("FIRST_MEMBER", first_member.to_string()),
-            ("MEMBERS", self.members.to_string()),
-            (
-                "MODE",
-                if self.spike { "spike" } else { "rate" }.to_string(),
-            ),
-            ("RATE", self.rate.to_string()),
-            ("DURATION", self.duration.to_string()),
-        ];
-        let figures = k6.run_issue_script(&env, &summary)?;
-        std::fs::remove_file(&summary).ok();
-
-        let drained_at = Instant::now();
-        let mut result = api.get(&format!("/lab/coupons/{coupon_id}/result"))?;
-        let asynchronous = result.get("accepted").is_some();
-        while result["pending"].as_u64().unwrap_or(0) > 0 {
-            if drained_at.elapsed() > DRAIN_LIMIT {
-                println!(
-                    "      still {} pending after {DRAIN_LIMIT:?}; reporting as is",
-                    result["pending"]
-                );
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-            result = api.get(&format!("/lab/coupons/{coupon_id}/result"))?;
-        }
-        let drain_ms = asynchronous.then(|| drained_at.elapsed().as_secs_f64() * 1000.0);
-        Ok((
-            Row::from(self.method, &figures, &result, drain_ms),
-            figures,
-            result,
-        ))
-    }
-}
-
-/// `--key value` options and `--flag`s.
-struct Options(BTreeMap<String, Option<String>>);
+/// `--key value` options and `--flag`s; a repeated option keeps each value.
+struct Options(Vec<(String, Option<String>)>);
 
 impl Options {
     fn parse(args: &[String]) -> anyhow::Result<Self> {
-        let mut map = BTreeMap::new();
+        let mut options = Vec::new();
         let mut args = args.iter().peekable();
         while let Some(arg) = args.next() {
             let Some(key) = arg.strip_prefix("--") else {
                 bail!("unexpected argument {arg:?}")
             };
             let value = args.next_if(|next| !next.starts_with("--")).cloned();
-            map.insert(key.to_string(), value);
+            options.push((key.to_string(), value));
         }
-        Ok(Options(map))
+        Ok(Options(options))
     }
 
     /// Fails on an option the mode does not read (`known` plus the common ones).
     fn check(&self, known: &[&str]) -> anyhow::Result<()> {
-        const COMMON: [&str; 4] = ["base-url", "serve", "out", "prometheus-rw"];
-        for key in self.0.keys() {
+        const COMMON: [&str; 7] = [
+            "base-url",
+            "serve",
+            "out",
+            "prometheus-rw",
+            "database-url",
+            "redis-url",
+            "allow-broken",
+        ];
+        for (key, _) in &self.0 {
             if !known.contains(&key.as_str()) && !COMMON.contains(&key.as_str()) {
                 bail!(
                     "unknown option --{key}; this mode reads --{} and --{}",
@@ -445,11 +485,21 @@ impl Options {
     }
 
     fn flag(&self, key: &str) -> bool {
-        self.0.contains_key(key)
+        self.0.iter().any(|(k, _)| k == key)
     }
 
+    /// The last value given for `key`.
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.as_deref())
+        self.all(key).last().copied()
+    }
+
+    /// Every value given for a repeatable option, in order.
+    fn all(&self, key: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .filter_map(|(_, v)| v.as_deref())
+            .collect()
     }
 
     fn text(&self, key: &str, default: &str) -> String {

@@ -1,10 +1,13 @@
 //! The report of a run: a Markdown table, an SVG chart of the figures that
 //! matter side by side, and the raw results.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use super::verification::Verification;
 
 /// One method's figures in one run.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,11 +34,19 @@ pub struct Row {
     pub out_of_turn: u64,
     /// From the end of the load to the last confirmation (asynchronous methods).
     pub drain_ms: Option<f64>,
+    /// What every client was told, joined with the database and Redis.
+    pub verification: Option<Verification>,
 }
 
 impl Row {
     /// Combines k6's figures with the server's result for the method's coupon.
-    pub fn from(method: &str, k6: &Value, result: &Value, drain_ms: Option<f64>) -> Row {
+    pub fn from(
+        method: &str,
+        k6: &Value,
+        result: &Value,
+        drain_ms: Option<f64>,
+        verification: Option<Verification>,
+    ) -> Row {
         let status = |code: &str| k6["statuses"][code].as_u64().unwrap_or(0);
         let number = |value: &Value| value.as_u64().unwrap_or(0);
         let requests = number(&k6["requests"]);
@@ -58,6 +69,7 @@ impl Row {
             duplicates: number(&result["duplicateMembers"]),
             out_of_turn: number(&result["requests"]["fairness"]["servedAfterEarlierSoldOut"]),
             drain_ms,
+            verification,
         }
     }
 
@@ -70,7 +82,7 @@ impl Row {
     }
 }
 
-pub fn markdown(title: &str, description: &str, rows: &[Row]) -> String {
+pub fn markdown(title: &str, description: &str, rows: &[Row], provenance: &Value) -> String {
     let mut out = format!("# {title}\n\n{description}\n\n![chart](chart.svg)\n\n");
     out.push_str(
         "| method | requests | req/s | p50 ms | p99 ms | 2xx | 409 | 503 | errors | dropped | total | rows | over-issued | duplicates | out of turn | drain ms |\n",
@@ -106,7 +118,69 @@ pub fn markdown(title: &str, description: &str, rows: &[Row]) -> String {
          members served after an earlier arrival was refused as sold out. *Drain*: from the end \
          of the load until every accepted request had its outcome.\n",
     );
+    verification_table(&mut out, rows);
+    reproduction(&mut out, provenance);
     out
+}
+
+/// What every client was told against what the database and Redis hold.
+fn verification_table(out: &mut String, rows: &[Row]) {
+    let verified: Vec<(&Row, &Verification)> = rows
+        .iter()
+        .filter_map(|r| r.verification.as_ref().map(|v| (r, v)))
+        .collect();
+    if verified.is_empty() {
+        return;
+    }
+    out.push_str(
+        "\n## Verification\n\nEach client's answer (k6's record of every request, `requests-<METHOD>.csv`) \
+         joined with the rows and the reservation set, read directly after the drain.\n\n\
+         | method | acked but lost | issued but refused | stranded stock | over-issued | duplicates | out of turn | verdict |\n\
+         |---|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for (r, v) in verified {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.method,
+            v.acked_but_lost,
+            v.issued_but_refused,
+            v.stranded_stock,
+            v.over_issued,
+            v.duplicates,
+            v.out_of_turn,
+            v.verdict
+        );
+    }
+    out.push_str(
+        "\n*Acked but lost*: told 2xx, no issue row. *Issued but refused*: has a row, but was told \
+         a failure, timed out or got no answer. *Stranded stock*: the coupon answered SOLD_OUT while \
+         rows < total, held by reservations in Redis with no row once nothing moves.\n",
+    );
+}
+
+/// The faults, the commit, the command and the versions behind the figures.
+fn reproduction(out: &mut String, provenance: &Value) {
+    let text = |value: &Value| value.as_str().unwrap_or("unknown").to_string();
+    if let Some(faults) = provenance["faults"].as_array().filter(|f| !f.is_empty()) {
+        out.push_str("\n## Faults\n\n");
+        for fault in faults {
+            let _ = writeln!(out, "- {}", text(fault));
+        }
+    }
+    let versions = &provenance["versions"];
+    let _ = write!(
+        out,
+        "\n## Reproduce\n\n```sh\n{}\n```\n\ncommit `{}`; Redis {}, database {}, {}, {}; {} cores; seeds: {}.\n",
+        text(&provenance["command"]),
+        text(&provenance["commit"]),
+        text(&versions["redis"]),
+        text(&versions["database"]),
+        text(&versions["k6"]),
+        text(&versions["rust"]),
+        provenance["cores"],
+        text(&provenance["seeds"]),
+    );
 }
 
 /// Small multiples: one horizontal bar chart per figure, methods side by side.
@@ -114,13 +188,21 @@ pub fn svg(rows: &[Row]) -> String {
     // A figure a method does not have (drain time of a synchronous one) is
     // drawn as a dash, not as a zero.
     type Figure = (&'static str, fn(&Row) -> Option<f64>);
-    let panels: [Figure; 6] = [
+    fn verified(r: &Row, figure: fn(&Verification) -> u64) -> Option<f64> {
+        r.verification.as_ref().map(|v| figure(v) as f64)
+    }
+    let panels: [Figure; 9] = [
         ("throughput (req/s)", |r| Some(r.requests_per_second)),
         ("p99 latency (ms)", |r| Some(r.p99_ms)),
         ("over-issued", |r| Some(r.over_issued as f64)),
         ("duplicate members", |r| Some(r.duplicates as f64)),
         ("served out of turn", |r| Some(r.out_of_turn as f64)),
         ("drain time (ms)", |r| r.drain_ms),
+        ("acked but lost", |r| verified(r, |v| v.acked_but_lost)),
+        ("issued but refused", |r| {
+            verified(r, |v| v.issued_but_refused)
+        }),
+        ("stranded stock", |r| verified(r, |v| v.stranded_stock)),
     ];
     let (label_w, bar_w, row_h, top) = (170.0, 230.0, 20.0, 30.0);
     let panel_w = label_w + bar_w + 60.0;
@@ -176,18 +258,27 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Writes `report.md`, `chart.svg` and `results.json` into `dir`.
+/// Writes `report.md`, `chart.svg` and `results.json` (`provenance`, and
+/// each method's figures under `methods`) into `dir`.
 pub fn write(
     dir: &Path,
     title: &str,
     description: &str,
     rows: &[Row],
-    raw: &Value,
+    methods: &BTreeMap<String, Value>,
+    provenance: &Value,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("report.md"), markdown(title, description, rows))?;
+    std::fs::write(
+        dir.join("report.md"),
+        markdown(title, description, rows, provenance),
+    )?;
     std::fs::write(dir.join("chart.svg"), svg(rows))?;
-    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(raw)?)?;
+    let results = json!({ "title": title, "provenance": provenance, "methods": methods });
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
     Ok(())
 }
 
@@ -207,7 +298,7 @@ mod tests {
             "totalCount": 100, "issueRows": 103, "overIssued": 3, "duplicateMembers": 0,
             "requests": { "fairness": { "servedAfterEarlierSoldOut": 4 } },
         });
-        Row::from(method, &k6, &result, Some(120.0))
+        Row::from(method, &k6, &result, Some(120.0), None)
     }
 
     #[test]
@@ -228,7 +319,16 @@ mod tests {
     fn the_report_has_a_row_per_method_and_a_chart() {
         let rows = [row("PESSIMISTIC"), row("REDIS_LUA")];
         let dir = std::env::temp_dir().join(format!("couponlab-report-{}", std::process::id()));
-        write(&dir, "test", "a test run", &rows, &json!({})).unwrap();
+        let provenance = json!({ "command": "cargo xtask loadtest spike", "faults": ["kill-server@0.3s: fired at 300 ms"] });
+        write(
+            &dir,
+            "test",
+            "a test run",
+            &rows,
+            &BTreeMap::new(),
+            &provenance,
+        )
+        .unwrap();
         let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
         for method in ["PESSIMISTIC", "REDIS_LUA"] {
             let line = report
@@ -237,11 +337,19 @@ mod tests {
                 .expect("a row");
             assert!(line.contains("| 500 | 250 | 2.0 | 9.5 | 100 | 390 | 7 | 3 | 1 | 100 | 103 | 3 | 0 | 4 | 120 |"), "{line}");
         }
+        assert!(
+            report.contains("- kill-server@0.3s: fired at 300 ms"),
+            "{report}"
+        );
+        assert!(
+            report.contains("cargo xtask loadtest spike\n```"),
+            "{report}"
+        );
         let chart = std::fs::read_to_string(dir.join("chart.svg")).unwrap();
         assert!(chart.starts_with("<svg"));
         assert_eq!(
             chart.matches(">REDIS_LUA</text>").count(),
-            6,
+            9,
             "one bar per panel"
         );
         std::fs::remove_dir_all(dir).unwrap();

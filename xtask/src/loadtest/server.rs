@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use super::http::Api;
 use crate::{release_binary, root, run, services, strategies};
 
-const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
 
 pub struct Server {
     child: Child,

@@ -1,0 +1,69 @@
+//! What a report needs to be reproduced: the commit, the exact command, the
+//! versions of everything measured and measuring, the cores.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use super::k6::K6;
+use super::truth::Sources;
+use crate::root;
+
+pub fn describe(sources: &Sources, k6: &K6) -> anyhow::Result<Value> {
+    let (database, redis) = sources.versions()?;
+    Ok(json!({
+        "commit": commit(),
+        "command": command(),
+        "versions": {
+            "redis": redis,
+            "database": database,
+            "k6": k6.version()?,
+            "rust": first_line("rustc", &["--version"]),
+        },
+        "cores": std::thread::available_parallelism().map_or(0, usize::from),
+        // Nothing in a run is drawn at random: member n sends request n in
+        // k6's iteration order, and the fault proxies add fixed latency.
+        "seeds": "none: no random choices (member n sends request n, in k6's iteration order)",
+    }))
+}
+
+/// `git rev-parse HEAD`, marked `-dirty` when the work tree has changes.
+fn commit() -> String {
+    let head = first_line("git", &["rev-parse", "HEAD"]);
+    let dirty = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .current_dir(root())
+        .output()
+        .is_ok_and(|out| !out.stdout.is_empty());
+    if dirty { format!("{head}-dirty") } else { head }
+}
+
+/// The command line as typed: `cargo xtask loadtest ...`, each argument
+/// quoted when the shell would need it.
+fn command() -> String {
+    let mut words = vec!["cargo".to_string(), "xtask".to_string()];
+    words.extend(std::env::args().skip(1).map(|arg| {
+        if arg.is_empty() || arg.contains(|c: char| c.is_whitespace() || "'\"$*?&;|<>".contains(c))
+        {
+            format!("'{}'", arg.replace('\'', r"'\''"))
+        } else {
+            arg
+        }
+    }));
+    words.join(" ")
+}
+
+fn first_line(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .current_dir(root())
+        .output()
+        .ok()
+        .and_then(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| format!("{program}: unavailable"))
+}

@@ -1,0 +1,163 @@
+//! One method, one coupon, one k6 run — then the drain and the join of what
+//! every client was told with what the database and Redis hold.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use super::http::Api;
+use super::k6::{self, K6};
+use super::records;
+use super::report::Row;
+use super::truth::Sources;
+use super::verification::{Verification, claims};
+
+/// How long an asynchronous method may take to confirm what it accepted.
+const DRAIN_LIMIT: Duration = Duration::from_secs(300);
+
+/// How long the pending figure may stand still before the run is reported
+/// as it is: whatever a fault lost stays pending, and stream consumers
+/// reclaim a dead consumer's entries after 5 s of idleness.
+const SETTLED_AFTER: Duration = Duration::from_secs(10);
+
+/// What every run of one `cargo xtask loadtest` shares.
+pub struct Runner {
+    pub api: Api,
+    pub k6: K6,
+    /// The server's database and Redis, read directly for the join.
+    pub sources: Sources,
+    /// Where the report and the per-request records go.
+    pub out: PathBuf,
+    /// k6's request timeout (`--fault client-timeout=MS`).
+    pub client_timeout_ms: Option<u64>,
+}
+
+/// One method's run on one coupon.
+pub struct Run<'a> {
+    pub method: &'a str,
+    pub total: u64,
+    pub members: u64,
+    pub rate: u64,
+    pub duration: &'a str,
+    pub spike: bool,
+}
+
+/// What one run measured: its report row and its entry in results.json.
+pub struct Measured {
+    pub row: Row,
+    pub raw: Value,
+}
+
+impl Run<'_> {
+    pub fn execute(&self, runner: &Runner) -> anyhow::Result<Measured> {
+        let api = &runner.api;
+        let created = api.post("/lab/members", &json!({ "count": self.members }))?;
+        let first_member = created["firstId"].as_u64().context("no firstId")?;
+        let coupon = api.post(
+            "/lab/coupons",
+            &json!({ "name": format!("loadtest {}", self.method), "totalCount": self.total }),
+        )?;
+        let coupon_id = coupon["id"].as_u64().context("no coupon id")?;
+
+        std::fs::create_dir_all(&runner.out)?;
+        let summary = runner
+            .out
+            .join(format!("k6-{}-{coupon_id}.json", self.method));
+        let k6_records = runner
+            .out
+            .join(format!("k6-{}-{coupon_id}-requests.json", self.method));
+        let mut env = vec![
+            ("BASE_URL", api.base_url()),
+            ("METHOD", self.method.to_string()),
+            ("COUPON_ID", coupon_id.to_string()),
+            ("FIRST_MEMBER", first_member.to_string()),
+            ("MEMBERS", self.members.to_string()),
+            (
+                "MODE",
+                if self.spike { "spike" } else { "rate" }.to_string(),
+            ),
+            ("RATE", self.rate.to_string()),
+            ("DURATION", self.duration.to_string()),
+        ];
+        if let Some(ms) = runner.client_timeout_ms {
+            env.push(("CLIENT_TIMEOUT_MS", ms.to_string()));
+        }
+        let k6_run = runner.k6.start_issue_script(&env, &summary, &k6_records)?;
+        let figures = k6::finish(k6_run, &summary)?;
+        let told = records::read_k6_json(&k6_records)?;
+        std::fs::remove_file(&summary).ok();
+        std::fs::remove_file(&k6_records).ok();
+        let records_file = format!("requests-{}.csv", self.method);
+        std::fs::write(
+            runner.out.join(&records_file),
+            records::csv(self.method, coupon_id, &told),
+        )?;
+
+        let (result, drain_ms) = settle(api, coupon_id)?;
+        let truth = runner.sources.truth(coupon_id)?;
+        let out_of_turn = result["requests"]["fairness"]["servedAfterEarlierSoldOut"]
+            .as_u64()
+            .unwrap_or(0);
+        let verification = Verification::join(&told, &truth, out_of_turn);
+        let broken: Vec<&str> = verification
+            .broken_claims(self.method)
+            .iter()
+            .map(|claim| claim.word())
+            .collect();
+        let claimed: Vec<&str> = claims(self.method).iter().map(|c| c.word()).collect();
+        let raw = json!({
+            "couponId": coupon_id,
+            "firstMember": first_member,
+            "requestRecords": records_file,
+            "k6": figures,
+            "result": result,
+            "verification": verification,
+            "claims": claimed,
+            "brokenClaims": broken,
+        });
+        Ok(Measured {
+            row: Row::from(self.method, &figures, &result, drain_ms, Some(verification)),
+            raw,
+        })
+    }
+}
+
+/// Waits until every accepted request has its outcome, or until the pending
+/// figure stops moving; returns the coupon's result and, for a method that
+/// answers 202, how long that took.
+fn settle(api: &Api, coupon_id: u64) -> anyhow::Result<(Value, Option<f64>)> {
+    let path = format!("/lab/coupons/{coupon_id}/result");
+    let drained_at = Instant::now();
+    let mut result = api.get(&path)?;
+    let asynchronous = result.get("accepted").is_some();
+    let (mut last_pending, mut last_change) = (pending(&result), Instant::now());
+    while pending(&result) > 0 {
+        if drained_at.elapsed() > DRAIN_LIMIT {
+            println!(
+                "      still {} pending after {DRAIN_LIMIT:?}; reporting as is",
+                pending(&result)
+            );
+            break;
+        }
+        if last_change.elapsed() > SETTLED_AFTER {
+            println!(
+                "      {} pending, unchanged for {SETTLED_AFTER:?}: reporting as is",
+                pending(&result)
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        result = api.get(&path)?;
+        if pending(&result) != last_pending {
+            (last_pending, last_change) = (pending(&result), Instant::now());
+        }
+    }
+    let drain_ms = asynchronous.then(|| drained_at.elapsed().as_secs_f64() * 1000.0);
+    Ok((result, drain_ms))
+}
+
+fn pending(result: &Value) -> u64 {
+    result["pending"].as_u64().unwrap_or(0)
+}

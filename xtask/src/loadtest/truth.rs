@@ -1,0 +1,88 @@
+//! What the database and Redis hold, read directly (not through the lab's
+//! API, whose figures are what is being checked), and the versions of both
+//! for the report.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Context;
+use couponlab_contract::keys;
+use sqlx::Row as _;
+use sqlx::mysql::MySqlPool;
+
+use super::verification::Truth;
+
+/// Connections to the server's database and Redis.
+pub struct Sources {
+    runtime: tokio::runtime::Runtime,
+    db: MySqlPool,
+    redis: redis::Client,
+}
+
+impl Sources {
+    pub fn connect(database_url: &str, redis_url: &str) -> anyhow::Result<Sources> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let db = runtime
+            .block_on(
+                sqlx::mysql::MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .connect(database_url),
+            )
+            .with_context(|| format!("cannot reach the database at {database_url}"))?;
+        let redis = redis::Client::open(redis_url)
+            .with_context(|| format!("not a Redis URL: {redis_url}"))?;
+        Ok(Sources { runtime, db, redis })
+    }
+
+    /// The coupon's total, its rows by member and its reservation set.
+    pub fn truth(&self, coupon_id: u64) -> anyhow::Result<Truth> {
+        let (total, rows) = self.runtime.block_on(async {
+            let total: i32 = sqlx::query_scalar("SELECT total_count FROM coupons WHERE id = ?")
+                .bind(coupon_id)
+                .fetch_one(&self.db)
+                .await?;
+            let rows = sqlx::query(
+                "SELECT member_id, COUNT(*) AS n FROM coupon_issues \
+                 WHERE coupon_id = ? GROUP BY member_id",
+            )
+            .bind(coupon_id)
+            .fetch_all(&self.db)
+            .await?;
+            let rows = rows
+                .iter()
+                .map(|row| -> Result<(u64, u64), sqlx::Error> {
+                    let member: i64 = row.try_get("member_id")?;
+                    let n: i64 = row.try_get("n")?;
+                    Ok((member as u64, n as u64))
+                })
+                .collect::<Result<BTreeMap<u64, u64>, _>>()?;
+            Ok::<_, sqlx::Error>((total, rows))
+        })?;
+        let mut redis = self.redis.get_connection()?;
+        let reserved: BTreeSet<u64> = redis::cmd("SMEMBERS")
+            .arg(keys::issued(coupon_id))
+            .query(&mut redis)?;
+        Ok(Truth {
+            total: total.max(0) as u64,
+            rows,
+            reserved,
+        })
+    }
+
+    /// `SELECT VERSION()` and Redis's `redis_version`.
+    pub fn versions(&self) -> anyhow::Result<(String, String)> {
+        let database: String = self
+            .runtime
+            .block_on(sqlx::query_scalar("SELECT VERSION()").fetch_one(&self.db))?;
+        let mut redis = self.redis.get_connection()?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut redis)?;
+        let redis_version = info
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .unwrap_or("unknown")
+            .trim()
+            .to_string();
+        Ok((database, redis_version))
+    }
+}

@@ -1,0 +1,294 @@
+//! The join after the drain: what every client was told (k6's records)
+//! against what the database and Redis hold, read directly.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::records::Record;
+
+/// What the database and Redis hold for one coupon once nothing moves.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Truth {
+    pub total: u64,
+    /// Member → issue rows.
+    pub rows: BTreeMap<u64, u64>,
+    /// Members in the reservation set `coupon:issued:{id}`.
+    pub reserved: BTreeSet<u64>,
+}
+
+/// A guarantee a method claims (the README's methods table, `claims` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Claim {
+    /// Never more issued than the total.
+    Total,
+    /// At most one coupon per member.
+    OnePerMember,
+    /// Every client told 2xx has its row once the method has drained, even
+    /// across a crash of the server.
+    Acked,
+}
+
+impl Claim {
+    /// The claim's word in the README's `claims` column.
+    pub fn word(self) -> &'static str {
+        match self {
+            Claim::Total => "total",
+            Claim::OnePerMember => "member",
+            Claim::Acked => "acked",
+        }
+    }
+}
+
+/// The guarantees each method claims. The README's methods table says the
+/// same (a test checks it); a run that breaks one makes the runner fail.
+pub fn claims(method: &str) -> &'static [Claim] {
+    use Claim::*;
+    match method {
+        // Over-issue is their lesson; the UNIQUE key keeps one per member.
+        "READ_COMMITTED" | "REPEATABLE_READ" => &[OnePerMember, Acked],
+        // An acknowledgement lives in the process's memory or in a message
+        // nobody stores: a crash loses it.
+        "REDIS_ASYNC" | "REDIS_PUBSUB" => &[Total, OnePerMember],
+        _ => &[Total, OnePerMember, Acked],
+    }
+}
+
+/// The verification figures of one method's run, as results.json names them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    /// Told 2xx, no issue row after the drain.
+    pub acked_but_lost: u64,
+    /// Has a row, but was told a failure, timed out or got no answer.
+    pub issued_but_refused: u64,
+    /// Stock no one can buy any more: the coupon answered SOLD_OUT while
+    /// rows < total, and Redis holds reservations with no row.
+    pub stranded_stock: u64,
+    pub over_issued: u64,
+    pub duplicates: u64,
+    /// Members served after an earlier arrival was refused as sold out (the
+    /// server's fairness figure).
+    pub out_of_turn: u64,
+    /// The guarantees that held in this run, in words.
+    pub verdict: String,
+}
+
+impl Verification {
+    /// Joins the records with the truth read after the drain.
+    pub fn join(records: &[Record], truth: &Truth, out_of_turn: u64) -> Verification {
+        let rows = |member: &u64| truth.rows.get(member).copied().unwrap_or(0);
+        let told_success: BTreeSet<u64> = records
+            .iter()
+            .filter(|r| r.told_success())
+            .map(|r| r.member)
+            .collect();
+        let acked_but_lost = told_success.iter().filter(|m| rows(m) == 0).count() as u64;
+        let refused: BTreeSet<u64> = records
+            .iter()
+            .map(|r| r.member)
+            .filter(|m| !told_success.contains(m))
+            .collect();
+        let issued_but_refused = refused.iter().filter(|m| rows(m) > 0).count() as u64;
+        let row_count: u64 = truth.rows.values().sum();
+        let sold_out = records.iter().any(|r| r.outcome.starts_with("SOLD_OUT"));
+        let reserved_without_row = truth.reserved.iter().filter(|m| rows(m) == 0).count() as u64;
+        let stranded_stock = if sold_out && row_count < truth.total {
+            (truth.total - row_count).min(reserved_without_row)
+        } else {
+            0
+        };
+        let over_issued = row_count.saturating_sub(truth.total);
+        let duplicates = truth.rows.values().map(|n| n.saturating_sub(1)).sum();
+        let mut verification = Verification {
+            acked_but_lost,
+            issued_but_refused,
+            stranded_stock,
+            over_issued,
+            duplicates,
+            out_of_turn,
+            verdict: String::new(),
+        };
+        verification.verdict = verification.words();
+        verification
+    }
+
+    /// The figure that breaks `claim` in this run (0: it held).
+    pub fn breaking(&self, claim: Claim) -> u64 {
+        match claim {
+            Claim::Total => self.over_issued,
+            Claim::OnePerMember => self.duplicates,
+            Claim::Acked => self.acked_but_lost,
+        }
+    }
+
+    /// The claims of `method` this run broke.
+    pub fn broken_claims(&self, method: &str) -> Vec<Claim> {
+        claims(method)
+            .iter()
+            .copied()
+            .filter(|claim| self.breaking(*claim) > 0)
+            .collect()
+    }
+
+    fn words(&self) -> String {
+        let guarantees = [
+            ("never more than the total", self.over_issued, "over"),
+            ("one per member", self.duplicates, "duplicates"),
+            ("every 2xx issued", self.acked_but_lost, "told 2xx, no row"),
+            (
+                "no refusal issued",
+                self.issued_but_refused,
+                "refused or unanswered, with a row",
+            ),
+            ("no stock stranded", self.stranded_stock, "stranded"),
+            ("first come, first served", self.out_of_turn, "out of turn"),
+        ];
+        let held: Vec<&str> = guarantees
+            .iter()
+            .filter(|(_, n, _)| *n == 0)
+            .map(|(name, _, _)| *name)
+            .collect();
+        let broken: Vec<String> = guarantees
+            .iter()
+            .filter(|(_, n, _)| *n > 0)
+            .map(|(name, n, what)| format!("{name} ({n} {what})"))
+            .collect();
+        match (held.is_empty(), broken.is_empty()) {
+            (_, true) => format!("held: {}", held.join(", ")),
+            (true, _) => format!("broken: {}", broken.join(", ")),
+            _ => format!("held: {}; broken: {}", held.join(", "), broken.join(", ")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn told(member: u64, status: u16, outcome: &str) -> Record {
+        Record {
+            member,
+            status,
+            outcome: outcome.to_string(),
+            latency_ms: 1.0,
+            time: String::new(),
+        }
+    }
+
+    fn truth(total: u64, rows: &[(u64, u64)], reserved: &[u64]) -> Truth {
+        Truth {
+            total,
+            rows: rows.iter().copied().collect(),
+            reserved: reserved.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn a_2xx_without_a_row_is_acked_but_lost() {
+        // Members 1–3 accepted; the process died before 2 and 3 were confirmed.
+        let records = [
+            told(1, 202, "ACCEPTED"),
+            told(2, 202, "ACCEPTED"),
+            told(3, 202, "ACCEPTED"),
+            told(4, 409, "SOLD_OUT"),
+        ];
+        let v = Verification::join(&records, &truth(3, &[(1, 1)], &[1, 2, 3]), 0);
+        assert_eq!(v.acked_but_lost, 2);
+        assert_eq!(v.issued_but_refused, 0);
+        // Two reservations with no row and a SOLD_OUT answered: two unsellable.
+        assert_eq!(v.stranded_stock, 2);
+        assert_eq!(v.broken_claims("REDIS_PUBSUB"), []);
+        assert_eq!(v.broken_claims("REDIS_STREAM_ATOMIC"), [Claim::Acked]);
+        assert!(
+            v.verdict.contains("every 2xx issued (2 told 2xx, no row)"),
+            "{}",
+            v.verdict
+        );
+    }
+
+    #[test]
+    fn a_row_after_a_timeout_or_an_error_is_issued_but_refused() {
+        let records = [
+            told(1, 200, "ISSUED"),
+            told(2, 0, "TIMED_OUT"),
+            told(3, 0, "NO_ANSWER"),
+            told(4, 503, "UNAVAILABLE"),
+            told(5, 503, "UNAVAILABLE"),
+        ];
+        let v = Verification::join(
+            &records,
+            &truth(10, &[(1, 1), (2, 1), (3, 1), (4, 1)], &[]),
+            0,
+        );
+        assert_eq!(v.issued_but_refused, 3);
+        assert_eq!(v.acked_but_lost, 0);
+        // Nobody was told SOLD_OUT: what is left can still be sold.
+        assert_eq!(v.stranded_stock, 0);
+        assert!(v.broken_claims("PESSIMISTIC").is_empty());
+    }
+
+    #[test]
+    fn stranded_stock_needs_a_sold_out_answer_and_reservations_without_rows() {
+        let sold_out = [told(1, 200, "ISSUED"), told(2, 409, "SOLD_OUT")];
+        // Rows below the total, but every reservation has its row: the
+        // shortfall is not held in Redis, so nothing is stranded there.
+        let v = Verification::join(&sold_out, &truth(5, &[(1, 1)], &[1]), 0);
+        assert_eq!(v.stranded_stock, 0);
+        // Three reservations without rows; only the 4 missing rows can be
+        // stranded, and only 3 of them are held.
+        let v = Verification::join(&sold_out, &truth(5, &[(1, 1)], &[1, 7, 8, 9]), 0);
+        assert_eq!(v.stranded_stock, 3);
+        // Sold out with every row there: nothing stranded.
+        let v = Verification::join(&sold_out, &truth(1, &[(1, 1)], &[1, 7]), 0);
+        assert_eq!(v.stranded_stock, 0);
+    }
+
+    #[test]
+    fn over_issue_and_duplicates_break_the_claims_that_forbid_them() {
+        let records = [told(1, 200, "ISSUED"), told(2, 200, "ISSUED")];
+        let v = Verification::join(&records, &truth(1, &[(1, 2), (2, 1)], &[]), 4);
+        assert_eq!((v.over_issued, v.duplicates, v.out_of_turn), (2, 1, 4));
+        assert_eq!(
+            v.broken_claims("PESSIMISTIC"),
+            [Claim::Total, Claim::OnePerMember]
+        );
+        // READ_COMMITTED does not claim the total: only the duplicate breaks a claim.
+        assert_eq!(v.broken_claims("READ_COMMITTED"), [Claim::OnePerMember]);
+        assert!(
+            v.verdict.starts_with("held: every 2xx issued"),
+            "{}",
+            v.verdict
+        );
+    }
+
+    /// The README's methods table has a `claims` column; it says what
+    /// [`claims`] says, for every method it lists.
+    #[test]
+    fn the_readme_states_the_claims_the_runner_checks() {
+        let readme = std::fs::read_to_string(crate::root().join("README.md")).unwrap();
+        let mut table = readme
+            .lines()
+            .skip_while(|line| !line.starts_with("| method | what it does |"))
+            .take_while(|line| line.starts_with('|'));
+        let header = table.next().expect("the methods table");
+        let columns: Vec<&str> = header.split('|').map(str::trim).collect();
+        let at = columns
+            .iter()
+            .position(|c| *c == "claims")
+            .expect("a claims column");
+        let mut checked = 0;
+        for line in table.skip(1) {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let method = cells[1].trim_matches('`');
+            let stated: Vec<&str> = cells[at].split_whitespace().collect();
+            let coded: Vec<&str> = claims(method).iter().map(|c| c.word()).collect();
+            assert_eq!(stated, coded, "README's claims for {method}");
+            checked += 1;
+        }
+        assert!(
+            checked >= 17,
+            "only {checked} methods in the README's table"
+        );
+    }
+}
