@@ -22,6 +22,9 @@
 
 mod http;
 mod k6;
+// The links `--fault` cuts and slows: not wired into the runs yet.
+#[allow(dead_code)]
+mod proxy;
 mod report;
 mod server;
 
