@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 
 use super::http::Api;
 use super::proxy::Links;
-use crate::{release_binary, root, run, services, strategies};
+use crate::{release_binary, root, run, services, strategies, strategy_dir};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
 
@@ -92,7 +92,7 @@ impl Server {
     /// lab's data.
     pub fn start_with(serve: Serve<'_>) -> anyhow::Result<Server> {
         services::ensure()?;
-        let dist = root().join("strategies").join("dist");
+        let dist = strategy_dir();
         if serve.build {
             strategies::build_and_install(&dist)?;
             run(
@@ -297,4 +297,64 @@ pub fn database_url() -> anyhow::Result<String> {
     Ok(format!(
         "mysql://root@127.0.0.1:3306/couponlab_loadtest_{hash:08x}"
     ))
+}
+
+/// Need the release binary and the components, so they run by hand: build
+/// the tests (`cargo test --release -p xtask --no-run`), then run the test
+/// binary with `--ignored server::` and CARGO_TARGET_DIR set to the target
+/// directory that holds `release/couponlab` (and COUPONLAB_STRATEGY_DIR to
+/// the components, if not in strategies/dist). They use the `--serve`
+/// database and Redis db 10, emptied at start.
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    #[ignore = "needs the release couponlab binary and the components"]
+    fn a_killed_server_comes_back_on_its_port_with_its_data() {
+        let mut server = Server::start(false).unwrap();
+        let api = Api::new(&server.base_url()).unwrap();
+        let coupon = api
+            .post(
+                "/lab/coupons",
+                &json!({ "name": "restart", "totalCount": 3 }),
+            )
+            .unwrap();
+        let before = server.child.id();
+        let restarted = server.kill_and_restart().unwrap();
+        assert_eq!(restarted.processes, [("serve", before, server.child.id())]);
+        assert_ne!(before, server.child.id());
+        // Answering on the same address, the coupon still there.
+        let result = api
+            .get(&format!("/lab/coupons/{}/result", coupon["id"]))
+            .unwrap();
+        assert_eq!(result["totalCount"], 3, "{result}");
+        println!("{restarted}");
+    }
+
+    #[test]
+    #[ignore = "needs the release couponlab binary and the components"]
+    fn consumers_apart_are_killed_and_restarted() {
+        let mut server = Server::start_with(Serve {
+            roles_apart: true,
+            ..Serve::default()
+        })
+        .unwrap();
+        let before: Vec<u32> = server.consumers.iter().map(|(_, c)| c.id()).collect();
+        assert_eq!(before.len(), 3);
+        let restarted = server.kill_consumers_and_restart().unwrap();
+        let roles: Vec<&str> = restarted.processes.iter().map(|p| p.0).collect();
+        assert_eq!(roles, CONSUMERS);
+        for ((_, old, new), before) in restarted.processes.iter().zip(&before) {
+            assert_eq!(old, before);
+            assert_ne!(old, new);
+        }
+        for (role, consumer) in &mut server.consumers {
+            assert!(consumer.try_wait().unwrap().is_none(), "{role} exited");
+        }
+        assert!(server.roles_apart());
+        println!("{restarted}");
+    }
 }
