@@ -159,8 +159,18 @@ impl Server {
     pub fn kill_and_restart(&mut self) -> anyhow::Result<Restarted> {
         let killed_at = Instant::now();
         let old = kill(&mut self.child);
-        self.child = spawn_serve(self.port, &self.env, self.roles_apart)?;
-        self.wait_answering()?;
+        // A server that cannot start (its database link cut, say) exits:
+        // it is started again until it answers, START_LIMIT at most.
+        loop {
+            self.child = spawn_serve(self.port, &self.env, self.roles_apart)?;
+            match self.wait_answering() {
+                Ok(()) => break,
+                Err(_) if killed_at.elapsed() < START_LIMIT && self.child.try_wait()?.is_some() => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(err) => return Err(err),
+            }
+        }
         Ok(Restarted {
             processes: vec![("serve", old, self.child.id())],
             ready_after: killed_at.elapsed(),
