@@ -1,32 +1,99 @@
 //! `--serve`: a server of the runner's own, on a free port, with a database
 //! (`couponlab_loadtest_<migrations>`) and a Redis database (10) nobody else
 //! uses. It is emptied at start and stopped with SIGTERM when the run ends.
+//! It may talk to Redis and MySQL through the fault-injection links of
+//! `proxy.rs`, run its consumer roles in processes of their own, and be
+//! killed and restarted in the middle of a run (its data kept).
 //! The database name carries a hash of the migrations, so a checkout with
 //! other migrations never meets a schema it cannot migrate.
 
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
 use super::http::Api;
-use crate::{release_binary, root, run, services, strategies};
+use super::proxy::Links;
+use crate::{release_binary, root, run, services, strategies, strategy_dir};
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
+
+/// How long a started process may take to be ready.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// The consumer roles `couponlab consume` runs alone (README "Processes").
+const CONSUMERS: [&str; 3] = ["pubsub", "stream", "write-behind"];
+
+/// What a consumer logs once it consumes.
+const CONSUMING: &str = "couponlab is consuming";
+
+/// How `--serve`'s server starts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Serve<'a> {
+    /// Build the components and the release binary first.
+    pub build: bool,
+    /// Talk to Redis and MySQL through these links (their proxies).
+    pub links: Option<&'a Links>,
+    /// The roles apart: `serve --consumers false` plus one `consume`
+    /// process per consumer role.
+    pub roles_apart: bool,
+}
 
 pub struct Server {
     child: Child,
     port: u16,
+    /// The environment every process of the server is started with.
+    env: Vec<(&'static str, String)>,
+    /// The consumer processes, when the roles run apart: role and process.
+    consumers: Vec<(&'static str, Child)>,
+    roles_apart: bool,
+}
+
+/// What a kill and restart did.
+#[derive(Debug, Clone)]
+pub struct Restarted {
+    /// The processes killed and their successors: role, old pid, new pid.
+    pub processes: Vec<(&'static str, u32, u32)>,
+    /// From the kill until every new process was ready (the server
+    /// answering, a consumer consuming).
+    pub ready_after: Duration,
+}
+
+impl std::fmt::Display for Restarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let processes: Vec<String> = self
+            .processes
+            .iter()
+            .map(|(role, old, new)| format!("{role} pid {old} → {new}"))
+            .collect();
+        write!(
+            f,
+            "SIGKILL, restarted ({}), ready after {:.0} ms",
+            processes.join(", "),
+            self.ready_after.as_secs_f64() * 1000.0
+        )
+    }
 }
 
 impl Server {
     /// Starts the server; `build` first builds the components and the
     /// release binary (`cargo xtask test` has just done both).
     pub fn start(build: bool) -> anyhow::Result<Server> {
+        Self::start_with(Serve {
+            build,
+            ..Serve::default()
+        })
+    }
+
+    /// Starts the server as `serve` says, on a free port, and empties the
+    /// lab's data.
+    pub fn start_with(serve: Serve<'_>) -> anyhow::Result<Server> {
         services::ensure()?;
-        let dist = root().join("strategies").join("dist");
-        if build {
+        let dist = strategy_dir();
+        if serve.build {
             strategies::build_and_install(&dist)?;
             run(
                 Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
@@ -34,33 +101,46 @@ impl Server {
                     .current_dir(root()),
             )?;
         }
+        let (database_url, redis_url) = match serve.links {
+            // The server derives its components' users' URLs from these,
+            // host and port included: they go through the links too.
+            Some(links) => (links.through(&database_url()?)?, links.through(REDIS_URL)?),
+            None => (database_url()?, REDIS_URL.to_string()),
+        };
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new(release_binary("couponlab"))
-            .arg("serve")
-            .env("COUPONLAB_BIND", format!("127.0.0.1:{port}"))
-            .env("DATABASE_URL", database_url()?)
-            .env("REDIS_URL", REDIS_URL)
-            .env("COUPONLAB_STRATEGY_DIR", &dist)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .with_context(|| format!("cannot start {}", release_binary("couponlab").display()))?;
-        let mut server = Server { child, port };
-        let api = Api::new(&server.base_url())?;
-        let started = Instant::now();
-        while api.get("/lab/strategies").is_err() {
-            if let Some(status) = server.child.try_wait()? {
-                bail!("the server exited at start with {status}");
+        let env = vec![
+            ("DATABASE_URL", database_url),
+            ("REDIS_URL", redis_url),
+            ("COUPONLAB_STRATEGY_DIR", path(&dist)),
+        ];
+        let mut server = Server {
+            child: spawn_serve(port, &env, serve.roles_apart)?,
+            port,
+            env,
+            consumers: Vec::new(),
+            roles_apart: serve.roles_apart,
+        };
+        server.wait_answering()?;
+        Api::new(&server.base_url())?.delete_data()?;
+        if serve.roles_apart {
+            for role in CONSUMERS {
+                let consumer = spawn_consumer(role, &server.env)?;
+                server.consumers.push((role, consumer));
             }
-            if started.elapsed() > Duration::from_secs(60) {
-                bail!("the server did not answer within 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(100));
         }
-        api.delete_data()?;
         println!(
-            "serving on {} (a database of its own, Redis db 10)",
-            server.base_url()
+            "serving on {} (a database of its own, Redis db 10{}{})",
+            server.base_url(),
+            if serve.links.is_some() {
+                ", through fault-injection proxies"
+            } else {
+                ""
+            },
+            if serve.roles_apart {
+                "; consumers in processes of their own"
+            } else {
+                ""
+            }
         );
         Ok(server)
     }
@@ -68,12 +148,146 @@ impl Server {
     pub fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+
+    /// Whether the consumers run in processes of their own.
+    pub fn roles_apart(&self) -> bool {
+        self.roles_apart
+    }
+
+    /// SIGKILL of the serving process, then a new one on the same port with
+    /// the same data (nothing is emptied), once it answers.
+    pub fn kill_and_restart(&mut self) -> anyhow::Result<Restarted> {
+        let killed_at = Instant::now();
+        let old = kill(&mut self.child);
+        // A server that cannot start (its database link cut, say) exits:
+        // it is started again until it answers, START_LIMIT at most.
+        loop {
+            self.child = spawn_serve(self.port, &self.env, self.roles_apart)?;
+            match self.wait_answering() {
+                Ok(()) => break,
+                Err(_) if killed_at.elapsed() < START_LIMIT && self.child.try_wait()?.is_some() => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(Restarted {
+            processes: vec![("serve", old, self.child.id())],
+            ready_after: killed_at.elapsed(),
+        })
+    }
+
+    /// SIGKILL of every consumer process, then new ones, once each
+    /// consumes. Only when the roles run apart.
+    pub fn kill_consumers_and_restart(&mut self) -> anyhow::Result<Restarted> {
+        if !self.roles_apart {
+            bail!("the consumers run inside the server: there is no consumer process to kill");
+        }
+        let killed_at = Instant::now();
+        let mut processes = Vec::new();
+        for (role, child) in &mut self.consumers {
+            let old = kill(child);
+            *child = spawn_consumer(role, &self.env)?;
+            processes.push((*role, old, child.id()));
+        }
+        Ok(Restarted {
+            processes,
+            ready_after: killed_at.elapsed(),
+        })
+    }
+
+    /// Waits until the serving process answers.
+    fn wait_answering(&mut self) -> anyhow::Result<()> {
+        let api = Api::new(&self.base_url())?;
+        let started = Instant::now();
+        while api.get("/lab/strategies").is_err() {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("the server exited at start with {status}");
+            }
+            if started.elapsed() > START_LIMIT {
+                bail!("the server did not answer within {START_LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        for (_, consumer) in &mut self.consumers {
+            crate::terminate(consumer);
+        }
         crate::terminate(&mut self.child);
     }
+}
+
+/// `couponlab serve` on `port`.
+fn spawn_serve(port: u16, env: &[(&str, String)], roles_apart: bool) -> anyhow::Result<Child> {
+    let mut command = Command::new(release_binary("couponlab"));
+    command.arg("serve");
+    if roles_apart {
+        command.args(["--consumers", "false"]);
+    }
+    command
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .env("COUPONLAB_BIND", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .with_context(|| format!("cannot start {}", release_binary("couponlab").display()))
+}
+
+/// `couponlab consume <role>`, once it says it consumes.
+fn spawn_consumer(role: &str, env: &[(&str, String)]) -> anyhow::Result<Child> {
+    let mut child = Command::new(release_binary("couponlab"))
+        .args(["consume", role])
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        // Warnings as the server's, and the line that says it consumes.
+        .env("RUST_LOG", "warn,couponlab=info")
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start couponlab consume {role}"))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let (ready, consuming) = mpsc::channel();
+    // Reads the process's log to its end: the line it waits for, then the
+    // rest so the pipe never fills.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.contains(CONSUMING) {
+                let _ = ready.send(());
+            }
+        }
+    });
+    let started = Instant::now();
+    loop {
+        match consuming.recv_timeout(Duration::from_millis(50)) {
+            Ok(()) => return Ok(child),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait()?;
+                bail!("couponlab consume {role} exited at start with {status}");
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) if started.elapsed() > START_LIMIT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("couponlab consume {role} did not start consuming within {START_LIMIT:?}");
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+/// SIGKILL, reaped; the process's id.
+fn kill(child: &mut Child) -> u32 {
+    let pid = child.id();
+    let _ = child.kill();
+    let _ = child.wait();
+    pid
+}
+
+fn path(path: &std::path::Path) -> String {
+    path.to_string_lossy().into_owned()
 }
 
 /// The scratch database's URL, named after the migrations it holds.
@@ -93,4 +307,64 @@ pub fn database_url() -> anyhow::Result<String> {
     Ok(format!(
         "mysql://root@127.0.0.1:3306/couponlab_loadtest_{hash:08x}"
     ))
+}
+
+/// Need the release binary and the components, so they run by hand: build
+/// the tests (`cargo test --release -p xtask --no-run`), then run the test
+/// binary with `--ignored server::` and CARGO_TARGET_DIR set to the target
+/// directory that holds `release/couponlab` (and COUPONLAB_STRATEGY_DIR to
+/// the components, if not in strategies/dist). They use the `--serve`
+/// database and Redis db 10, emptied at start.
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    #[ignore = "needs the release couponlab binary and the components"]
+    fn a_killed_server_comes_back_on_its_port_with_its_data() {
+        let mut server = Server::start(false).unwrap();
+        let api = Api::new(&server.base_url()).unwrap();
+        let coupon = api
+            .post(
+                "/lab/coupons",
+                &json!({ "name": "restart", "totalCount": 3 }),
+            )
+            .unwrap();
+        let before = server.child.id();
+        let restarted = server.kill_and_restart().unwrap();
+        assert_eq!(restarted.processes, [("serve", before, server.child.id())]);
+        assert_ne!(before, server.child.id());
+        // Answering on the same address, the coupon still there.
+        let result = api
+            .get(&format!("/lab/coupons/{}/result", coupon["id"]))
+            .unwrap();
+        assert_eq!(result["totalCount"], 3, "{result}");
+        println!("{restarted}");
+    }
+
+    #[test]
+    #[ignore = "needs the release couponlab binary and the components"]
+    fn consumers_apart_are_killed_and_restarted() {
+        let mut server = Server::start_with(Serve {
+            roles_apart: true,
+            ..Serve::default()
+        })
+        .unwrap();
+        let before: Vec<u32> = server.consumers.iter().map(|(_, c)| c.id()).collect();
+        assert_eq!(before.len(), 3);
+        let restarted = server.kill_consumers_and_restart().unwrap();
+        let roles: Vec<&str> = restarted.processes.iter().map(|p| p.0).collect();
+        assert_eq!(roles, CONSUMERS);
+        for ((_, old, new), before) in restarted.processes.iter().zip(&before) {
+            assert_eq!(old, before);
+            assert_ne!(old, new);
+        }
+        for (role, consumer) in &mut server.consumers {
+            assert!(consumer.try_wait().unwrap().is_none(), "{role} exited");
+        }
+        assert!(server.roles_apart());
+        println!("{restarted}");
+    }
 }
