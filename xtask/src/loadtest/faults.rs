@@ -341,7 +341,7 @@ impl FaultPlan {
             }
             if matches!(fault, Fault::KillConsumers { .. }) && !setup.roles_apart {
                 bail!(
-                    "--fault {fault} needs the consumers in processes of their own (the roles apart: serve --consumers false, consume pubsub|stream|write-behind)"
+                    "--fault {fault} needs the consumers in processes of their own: add --roles-apart (serve --consumers false, consume pubsub|stream|write-behind)"
                 );
             }
         }

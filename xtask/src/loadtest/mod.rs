@@ -6,7 +6,7 @@
 //! cargo xtask loadtest capacity --method REDIS_LUA [--start 200] [--step 200] [--max 5000]
 //!                               [--duration 5s] [--max-failure-rate 0.01] [--max-p99-ms 100]
 //! common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR] [--prometheus-rw [URL]]
-//!         [--fault SPEC]... [--allow-broken] [--database-url URL] [--redis-url URL]
+//!         [--fault SPEC]... [--roles-apart] [--allow-broken] [--database-url URL] [--redis-url URL]
 //! cargo xtask loadtest smoke    (the short checked run `cargo xtask test` ends with)
 //! cargo xtask loadtest --help   (this usage)
 //! ```
@@ -25,18 +25,16 @@
 //! `experimental-prometheus-rw` output, so k6's figures land in the
 //! Prometheus that scrapes the server (`docker compose up -d prometheus grafana`).
 
-// `--fault`: not wired into the runs yet.
-#[allow(dead_code)]
 mod faults;
 mod http;
 mod k6;
 mod provenance;
-#[allow(dead_code)]
 mod proxy;
 mod records;
 mod report;
 mod run;
 mod server;
+mod smoke;
 mod truth;
 mod verification;
 
@@ -46,11 +44,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 
+use self::faults::{FaultPlan, Setup};
 pub use self::http::Api;
 use self::k6::K6;
 use self::run::{Measured, Run, Runner};
 pub use self::server::database_url;
-use self::truth::Sources;
+pub use self::smoke::smoke;
 use crate::root;
 
 /// What `cargo xtask loadtest --help` prints.
@@ -67,7 +66,7 @@ usage: cargo xtask loadtest <mode> [options]
   smoke     the short checked run `cargo xtask test` ends with
 
 common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR] [--prometheus-rw [URL]]
-        [--fault SPEC]... [--allow-broken] [--database-url URL] [--redis-url URL]
+        [--fault SPEC]... [--roles-apart] [--allow-broken] [--database-url URL] [--redis-url URL]
   --serve   start a server of its own (own database, Redis db 10) instead of --base-url
   --database-url, --redis-url
             where the server behind --base-url keeps its data, read directly
@@ -76,6 +75,16 @@ common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR] [--prometheus-r
   --allow-broken
             report a method that breaks a guarantee it claims, but exit 0
             (for demonstrations of what breaks)
+  --fault SPEC (repeatable; all but client-timeout need --serve)
+            redis-cut@START+DURATION, db-cut@START+DURATION   the link drops, then comes back
+            redis-latency=MS@START+DURATION, db-latency=MS@START+DURATION
+            kill-server@START       SIGKILL of the server, restarted at once
+            kill-consumers@START    the same for the consumer processes (--roles-apart)
+            client-timeout=MS       clients give up after MS
+            START and DURATION into the load: 300ms, 0.3s, 2s, 1m
+  --roles-apart
+            with --serve: `serve --consumers false` plus one `couponlab consume`
+            process per consumer role
   --out     where the report goes (default loadtest/reports/<UTC time>/)
   --prometheus-rw
             k6 also writes its figures to this Prometheus remote-write URL
@@ -120,40 +129,36 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     };
     let options = Options::parse(rest)?;
     options.check(known)?;
-    let server = if options.flag("serve") {
-        Some(server::Server::start(true)?)
-    } else {
-        None
-    };
-    let (base_url, database_url, redis_url) = match &server {
-        Some(server) => (
-            server.base_url(),
-            database_url()?,
-            server::REDIS_URL.to_string(),
-        ),
-        None => (
-            options.text("base-url", "http://127.0.0.1:8080"),
-            options.text("database-url", &env_or("DATABASE_URL", LOCAL_DATABASE)),
-            options.text("redis-url", &env_or("REDIS_URL", LOCAL_REDIS)),
-        ),
-    };
+    let fault_specs: Vec<String> = options.all("fault").into_iter().map(String::from).collect();
+    let faults = FaultPlan::parse(&fault_specs)?;
+    let roles_apart = options.flag("roles-apart");
+    faults.check(Setup {
+        serve: options.flag("serve"),
+        roles_apart,
+    })?;
     let out = options
         .get("out")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("loadtest").join("reports").join(timestamp()));
-    let runner = Runner {
-        api: Api::new(&base_url)?,
-        k6: K6::ensure(options.remote_write())?,
-        sources: Sources::connect(&database_url, &redis_url)?,
-        out,
-        client_timeout_ms: None,
+    let k6 = K6::ensure(options.remote_write())?;
+    let runner = if options.flag("serve") {
+        Runner::serving(faults, roles_apart, true, k6, out)?
+    } else {
+        Runner::against(
+            &options.text("base-url", "http://127.0.0.1:8080"),
+            &options.text("database-url", &env_or("DATABASE_URL", LOCAL_DATABASE)),
+            &options.text("redis-url", &env_or("REDIS_URL", LOCAL_REDIS)),
+            faults,
+            k6,
+            out,
+        )?
     };
     let report = match mode {
         "compare" => compare(&runner, &options, false),
         "spike" => compare(&runner, &options, true),
         _ => capacity(&runner, &options),
     }?;
-    drop(server);
+    drop(runner);
     report.check_claims(options.flag("allow-broken"))
 }
 
@@ -168,63 +173,8 @@ fn env_or(key: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_string())
 }
 
-/// The runner end to end on a short, slow run, checked: `cargo xtask test`
-/// ends with it, on the binary the tests just built.
-pub fn smoke() -> anyhow::Result<()> {
-    println!("load test smoke run: k6 against a server of its own");
-    let server = server::Server::start(false)?;
-    let out = root().join("target").join("loadtest-smoke");
-    std::fs::remove_dir_all(&out).ok();
-    let runner = Runner {
-        api: Api::new(&server.base_url())?,
-        // Checked figures only: the smoke run writes to no Prometheus.
-        k6: K6::ensure(None)?,
-        sources: Sources::connect(&database_url()?, server::REDIS_URL)?,
-        out: out.clone(),
-        client_timeout_ms: None,
-    };
-    let args = [
-        "--methods",
-        "PESSIMISTIC,REDIS_STREAM_ATOMIC",
-        "--rate",
-        "20",
-        "--duration",
-        "2s",
-        "--total",
-        "10",
-    ];
-    let options = Options::parse(&args.map(String::from))?;
-    compare(&runner, &options, false)?.check_claims(false)?;
-    drop(server);
-    let report = std::fs::read_to_string(out.join("report.md"))?;
-    let chart = std::fs::read_to_string(out.join("chart.svg"))?;
-    for method in ["PESSIMISTIC", "REDIS_STREAM_ATOMIC"] {
-        let row = report
-            .lines()
-            .find(|line| line.starts_with(&format!("| {method} |")));
-        let Some(row) = row else {
-            bail!("the smoke report has no row for {method}")
-        };
-        // Columns: total, rows, over-issued: 10 issued of 10, none over.
-        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        if cells[11..14] != ["10", "10", "0"] {
-            bail!("unexpected smoke figures for {method}: {row}");
-        }
-        if !chart.contains(&format!(">{method}</text>")) {
-            bail!("the smoke chart has no bar for {method}");
-        }
-        // Every request has its record: 20/s for 2 s.
-        let records = std::fs::read_to_string(out.join(format!("requests-{method}.csv")))?;
-        if records.lines().count() < 30 {
-            bail!("the smoke run recorded too few requests for {method}:\n{records}");
-        }
-    }
-    println!("load test smoke run: report, chart and records as expected");
-    Ok(())
-}
-
 /// The methods' figures of one invocation, and the claims they broke.
-struct Report {
+pub(crate) struct Report {
     /// Method → claims it makes that this run broke, with the figure.
     broken: Vec<(String, &'static str, u64)>,
 }
@@ -232,7 +182,7 @@ struct Report {
 impl Report {
     /// A method that claims a guarantee and broke it fails the run, loudly,
     /// unless `allowed` (a demonstration of what breaks).
-    fn check_claims(self, allowed: bool) -> anyhow::Result<()> {
+    pub(crate) fn check_claims(self, allowed: bool) -> anyhow::Result<()> {
         if self.broken.is_empty() {
             return Ok(());
         }
@@ -265,7 +215,7 @@ fn broken_claims(method: &str, measured: &Measured, into: &mut Vec<(String, &'st
 }
 
 /// Runs each method on its own coupon and writes the comparison.
-fn compare(runner: &Runner, options: &Options, spike: bool) -> anyhow::Result<Report> {
+pub(crate) fn compare(runner: &Runner, options: &Options, spike: bool) -> anyhow::Result<Report> {
     let methods = options.list("methods")?;
     let total = options.number("total", if spike { 100 } else { 1000 })?;
     let rate = options.number("rate", 300)?;
@@ -334,7 +284,7 @@ fn compare(runner: &Runner, options: &Options, spike: bool) -> anyhow::Result<Re
             ),
         )
     };
-    let provenance = provenance::describe(&runner.sources, &runner.k6)?;
+    let provenance = provenance::describe(&runner.sources, &runner.k6, &raw)?;
     report::write(&runner.out, title, &description, &rows, &raw, &provenance)?;
     println!("\nreport: {}", runner.out.join("report.md").display());
     print!(
@@ -422,7 +372,7 @@ fn capacity(runner: &Runner, options: &Options) -> anyhow::Result<Report> {
         "{verdict} (bounds: failures ≤ {:.1}%, p99 ≤ {max_p99_ms} ms, no dropped iterations; {duration} per step, on a coupon no step can sell out).",
         max_failure_rate * 100.0
     );
-    let provenance = provenance::describe(&runner.sources, &runner.k6)?;
+    let provenance = provenance::describe(&runner.sources, &runner.k6, &raw)?;
     report::write(
         &runner.out,
         "Capacity of one coupon",
@@ -439,10 +389,10 @@ fn capacity(runner: &Runner, options: &Options) -> anyhow::Result<Report> {
 }
 
 /// `--key value` options and `--flag`s; a repeated option keeps each value.
-struct Options(Vec<(String, Option<String>)>);
+pub(crate) struct Options(Vec<(String, Option<String>)>);
 
 impl Options {
-    fn parse(args: &[String]) -> anyhow::Result<Self> {
+    pub(crate) fn parse(args: &[String]) -> anyhow::Result<Self> {
         let mut options = Vec::new();
         let mut args = args.iter().peekable();
         while let Some(arg) = args.next() {
@@ -457,7 +407,7 @@ impl Options {
 
     /// Fails on an option the mode does not read (`known` plus the common ones).
     fn check(&self, known: &[&str]) -> anyhow::Result<()> {
-        const COMMON: [&str; 7] = [
+        const COMMON: [&str; 9] = [
             "base-url",
             "serve",
             "out",
@@ -465,6 +415,8 @@ impl Options {
             "database-url",
             "redis-url",
             "allow-broken",
+            "fault",
+            "roles-apart",
         ];
         for (key, _) in &self.0 {
             if !known.contains(&key.as_str()) && !COMMON.contains(&key.as_str()) {

@@ -1,6 +1,7 @@
 //! What a report needs to be reproduced: the commit, the exact command, the
 //! versions of everything measured and measuring, the cores.
 
+use std::collections::BTreeMap;
 use std::process::Command;
 
 use serde_json::{Value, json};
@@ -9,9 +10,34 @@ use super::k6::K6;
 use super::truth::Sources;
 use crate::root;
 
-pub fn describe(sources: &Sources, k6: &K6) -> anyhow::Result<Value> {
+/// The provenance of a report whose methods' figures are `methods`: each
+/// fault that fired in each method's run, and the rest.
+pub fn describe(
+    sources: &Sources,
+    k6: &K6,
+    methods: &BTreeMap<String, Value>,
+) -> anyhow::Result<Value> {
     let (database, redis) = sources.versions()?;
+    let faults: Vec<String> = methods
+        .iter()
+        .flat_map(|(method, figures)| {
+            figures["faults"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |fired| {
+                    format!(
+                        "{method}: `{}` fired at {:.0} ms, ended at {:.0} ms into the load; {}",
+                        fired["fault"].as_str().unwrap_or_default(),
+                        fired["firedAtMs"].as_f64().unwrap_or_default(),
+                        fired["endedAtMs"].as_f64().unwrap_or_default(),
+                        fired["note"].as_str().unwrap_or_default()
+                    )
+                })
+        })
+        .collect();
     Ok(json!({
+        "faults": faults,
         "commit": commit(),
         "command": command(),
         "versions": {

@@ -2,15 +2,19 @@
 //! every client was told with what the database and Redis hold.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::{Value, json};
 
+use super::faults::{FaultPlan, Fired, Injector};
 use super::http::Api;
 use super::k6::{self, K6};
+use super::proxy::Links;
 use super::records;
 use super::report::Row;
+use super::server::{self, Serve, Server};
 use super::truth::Sources;
 use super::verification::{Verification, claims};
 
@@ -30,8 +34,67 @@ pub struct Runner {
     pub sources: Sources,
     /// Where the report and the per-request records go.
     pub out: PathBuf,
-    /// k6's request timeout (`--fault client-timeout=MS`).
-    pub client_timeout_ms: Option<u64>,
+    /// The `--fault`s, injected into every method's run.
+    pub faults: FaultPlan,
+    /// The proxies between `--serve`'s server and Redis/MySQL, when a fault
+    /// cuts or slows a link.
+    pub links: Option<Arc<Links>>,
+    /// `--serve`'s server, for the faults that kill it.
+    pub server: Option<Arc<Mutex<Server>>>,
+}
+
+impl Runner {
+    /// A runner with a server of its own (`--serve`: database
+    /// `couponlab_loadtest_<hash>`, Redis db 10), reached through the
+    /// fault proxies when a fault cuts or slows a link.
+    pub fn serving(
+        faults: FaultPlan,
+        roles_apart: bool,
+        build: bool,
+        k6: K6,
+        out: PathBuf,
+    ) -> anyhow::Result<Runner> {
+        let links = if faults.needs_links() {
+            Some(Arc::new(Links::start()?))
+        } else {
+            None
+        };
+        let server = Server::start_with(Serve {
+            build,
+            links: links.as_deref(),
+            roles_apart,
+        })?;
+        Ok(Runner {
+            api: Api::new(&server.base_url())?,
+            k6,
+            sources: Sources::connect(&server::database_url()?, server::REDIS_URL)?,
+            out,
+            faults,
+            links,
+            server: Some(Arc::new(Mutex::new(server))),
+        })
+    }
+
+    /// A runner against a server someone else runs, whose data is at
+    /// `database_url` and `redis_url`.
+    pub fn against(
+        base_url: &str,
+        database_url: &str,
+        redis_url: &str,
+        faults: FaultPlan,
+        k6: K6,
+        out: PathBuf,
+    ) -> anyhow::Result<Runner> {
+        Ok(Runner {
+            api: Api::new(base_url)?,
+            k6,
+            sources: Sources::connect(database_url, redis_url)?,
+            out,
+            faults,
+            links: None,
+            server: None,
+        })
+    }
 }
 
 /// One method's run on one coupon.
@@ -81,11 +144,21 @@ impl Run<'_> {
             ("RATE", self.rate.to_string()),
             ("DURATION", self.duration.to_string()),
         ];
-        if let Some(ms) = runner.client_timeout_ms {
+        if let Some(ms) = runner.faults.client_timeout_ms() {
             env.push(("CLIENT_TIMEOUT_MS", ms.to_string()));
         }
         let k6_run = runner.k6.start_issue_script(&env, &summary, &k6_records)?;
-        let figures = k6::finish(k6_run, &summary)?;
+        let injector =
+            Injector::start(&runner.faults, runner.links.clone(), runner.server.clone())?;
+        let figures = k6::finish(k6_run, &summary);
+        let fired = injector.finish()?;
+        let figures = figures?;
+        for fired in &fired {
+            println!(
+                "      fault {}: fired at {:.0} ms, ended at {:.0} ms; {}",
+                fired.fault, fired.fired_at_ms, fired.ended_at_ms, fired.note
+            );
+        }
         let told = records::read_k6_json(&k6_records)?;
         std::fs::remove_file(&summary).ok();
         std::fs::remove_file(&k6_records).ok();
@@ -116,6 +189,7 @@ impl Run<'_> {
             "verification": verification,
             "claims": claimed,
             "brokenClaims": broken,
+            "faults": fired.iter().map(Fired::to_json).collect::<Vec<_>>(),
         });
         Ok(Measured {
             row: Row::from(self.method, &figures, &result, drain_ms, Some(verification)),
