@@ -325,12 +325,6 @@ impl FaultPlan {
             .any(|fault| matches!(fault, Fault::KillConsumers { .. }))
     }
 
-    /// Whether any fault acts on the served processes or their links
-    /// (everything but `client-timeout`): those need `--serve`.
-    pub fn needs_serve(&self) -> bool {
-        self.faults.iter().any(|fault| fault.window().is_some())
-    }
-
     /// Fails when a fault needs what the run does not have.
     pub fn check(&self, setup: Setup) -> anyhow::Result<()> {
         for fault in &self.faults {
@@ -354,16 +348,6 @@ impl FaultPlan {
             .iter()
             .map(|fault| format!("`{fault}`: {}", fault.describe()))
             .collect()
-    }
-
-    /// The moment, into the load, the last timed fault is due to end.
-    pub fn last_end(&self) -> Duration {
-        self.faults
-            .iter()
-            .filter_map(Fault::window)
-            .map(|(_, end)| end)
-            .max()
-            .unwrap_or_default()
     }
 }
 
@@ -391,7 +375,6 @@ impl Fired {
 
 /// Runs the timed faults of a plan while the load runs.
 pub struct Injector {
-    started: Instant,
     cancel: Arc<Cancel>,
     threads: Vec<(String, JoinHandle<anyhow::Result<Option<Fired>>>)>,
 }
@@ -483,16 +466,7 @@ impl Injector {
                 .context("cannot start a fault's thread")?;
             threads.push((fault.to_string(), thread));
         }
-        Ok(Injector {
-            started,
-            cancel,
-            threads,
-        })
-    }
-
-    /// The moment the faults are counted from.
-    pub fn started(&self) -> Instant {
-        self.started
+        Ok(Injector { cancel, threads })
     }
 
     /// Waits until every fault has fired and ended; what fired, in the
@@ -707,8 +681,7 @@ mod tests {
             ]
         );
         assert_eq!(parsed.client_timeout_ms(), Some(1500));
-        assert!(parsed.needs_links() && parsed.needs_serve() && parsed.needs_roles_apart());
-        assert_eq!(parsed.last_end(), ms(61_500));
+        assert!(parsed.needs_links() && parsed.needs_roles_apart());
         // The canonical form parses to the same fault.
         for fault in parsed.faults() {
             assert_eq!(&Fault::parse(&fault.to_string()).unwrap(), fault);
@@ -789,7 +762,7 @@ mod tests {
         // A client timeout asks nothing of the server.
         let timeout = plan(&["client-timeout=300"]).unwrap();
         timeout.check(Setup::default()).unwrap();
-        assert!(!timeout.needs_links() && !timeout.needs_serve());
+        assert!(!timeout.needs_links());
         assert!(plan(&[]).unwrap().is_empty());
         // The injector refuses faults it has nothing to act on.
         assert!(Injector::start(&cut, None, None).is_err());
@@ -819,8 +792,8 @@ mod tests {
             "client-timeout=100",
         ])
         .unwrap();
+        let started = Instant::now();
         let injector = Injector::start(&faults, Some(links.clone()), None).unwrap();
-        let started = injector.started();
         assert!(pings(&links));
         while started.elapsed() < ms(250) {
             std::thread::sleep(ms(10));

@@ -56,9 +56,9 @@ use crate::root;
 const USAGE: &str = "\
 usage: cargo xtask loadtest <mode> [options]
 
-  compare   --methods A,B,... [--rate 300] [--duration 10s] [--total 1000]
+  compare   --methods A,B,...|all [--rate 300] [--duration 10s] [--total 1000]
             each method in turn at a constant arrival rate, on a coupon of its own
-  spike     --methods A,B,... [--members 3000] [--total 100]
+  spike     --methods A,B,...|all [--members 3000] [--total 100]
             every member asks at second zero (the event-open scenario)
   capacity  --method A [--start 200] [--step 200] [--max 5000] [--duration 5s]
             [--max-failure-rate 0.01] [--max-p99-ms 100]
@@ -136,6 +136,9 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         serve: options.flag("serve"),
         roles_apart,
     })?;
+    for fault in faults.describe() {
+        println!("fault {fault}");
+    }
     let out = options
         .get("out")
         .map(PathBuf::from)
@@ -216,7 +219,10 @@ fn broken_claims(method: &str, measured: &Measured, into: &mut Vec<(String, &'st
 
 /// Runs each method on its own coupon and writes the comparison.
 pub(crate) fn compare(runner: &Runner, options: &Options, spike: bool) -> anyhow::Result<Report> {
-    let methods = options.list("methods")?;
+    let mut methods = options.list("methods")?;
+    if methods == ["ALL"] {
+        methods = loaded_methods(&runner.api)?;
+    }
     let total = options.number("total", if spike { 100 } else { 1000 })?;
     let rate = options.number("rate", 300)?;
     let duration = options.text("duration", "10s");
@@ -297,6 +303,21 @@ pub(crate) fn compare(runner: &Runner, options: &Options, spike: bool) -> anyhow
     );
     println!();
     Ok(Report { broken })
+}
+
+/// `--methods all`: every method the server has loaded, in its order.
+fn loaded_methods(api: &Api) -> anyhow::Result<Vec<String>> {
+    let loaded = api.get("/lab/strategies")?;
+    let methods: Vec<String> = loaded["strategies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|strategy| strategy["method"].as_str().map(String::from))
+        .collect();
+    if methods.is_empty() {
+        bail!("--methods all: the server has no method loaded ({loaded})");
+    }
+    Ok(methods)
 }
 
 /// Raises the arrival rate on one method until failures or p99 pass their

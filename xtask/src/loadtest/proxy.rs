@@ -141,16 +141,6 @@ impl Links {
         &self.proxy(link).listen
     }
 
-    /// The Redis URL of logical database `db`, through the Redis link.
-    pub fn redis_url(&self, db: u8) -> String {
-        format!("redis://{}/{db}", self.redis.listen)
-    }
-
-    /// The URL of database `name` as root, through the MySQL link.
-    pub fn database_url(&self, name: &str) -> String {
-        format!("mysql://root@{}/{name}", self.database.listen)
-    }
-
     /// `url` with the address of Redis or MySQL replaced by its link's:
     /// `mysql://root@127.0.0.1:3306/x` → `mysql://root@127.0.0.1:<port>/x`.
     /// Fails on a URL that points at neither.
@@ -170,6 +160,7 @@ impl Links {
     }
 
     /// Connections open through the link now.
+    #[cfg(test)]
     pub fn connections(&self, link: Link) -> usize {
         self.proxy(link)
             .running
@@ -546,8 +537,6 @@ mod tests {
                 .unwrap(),
             format!("mysql://root@{db}/couponlab_x")
         );
-        assert_eq!(links.redis_url(10), format!("redis://{redis}/10"));
-        assert_eq!(links.database_url("x"), format!("mysql://root@{db}/x"));
         assert!(links.through("mysql://root@127.0.0.1:33060/x").is_err());
         assert!(links.through("redis://10.0.0.1:6379/0").is_err());
     }

@@ -79,15 +79,6 @@ impl std::fmt::Display for Restarted {
 }
 
 impl Server {
-    /// Starts the server; `build` first builds the components and the
-    /// release binary (`cargo xtask test` has just done both).
-    pub fn start(build: bool) -> anyhow::Result<Server> {
-        Self::start_with(Serve {
-            build,
-            ..Serve::default()
-        })
-    }
-
     /// Starts the server as `serve` says, on a free port, and empties the
     /// lab's data.
     pub fn start_with(serve: Serve<'_>) -> anyhow::Result<Server> {
@@ -324,7 +315,7 @@ mod tests {
     #[test]
     #[ignore = "needs the release couponlab binary and the components"]
     fn a_killed_server_comes_back_on_its_port_with_its_data() {
-        let mut server = Server::start(false).unwrap();
+        let mut server = Server::start_with(Serve::default()).unwrap();
         let api = Api::new(&server.base_url()).unwrap();
         let coupon = api
             .post(
