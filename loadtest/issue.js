@@ -17,7 +17,8 @@
 //   CLIENT_TIMEOUT_MS  clients give up after this long (k6's request timeout; default 60 s)
 //
 // What every client was told goes out as one `issue_request` sample per
-// request (value: its latency in ms; tags: status, outcome; metadata: member),
+// request (value: its latency in ms; tags: status, outcome; metadata: member,
+// the error message),
 // which `--out json=FILE` writes line by line: the runner joins those records
 // with the database after the run.
 import exec from 'k6/execution';
@@ -40,7 +41,7 @@ if (!COUPON_ID) throw new Error('COUPON_ID is required (cargo xtask loadtest cre
 // The statuses a client can see; "0" is no answer at all.
 const STATUSES = ['200', '202', '400', '404', '409', '500', '503', '504', '0'];
 const answers = new Counter('issue_answers');
-const told = new Trend('issue_request', true);
+const record = new Trend('issue_request', true);
 // k6's error code for a request that passed its timeout.
 const REQUEST_TIMEOUT = 1050;
 const PARAMS = { tags: { name: 'issue' } };
@@ -61,32 +62,48 @@ export const options = {
   summaryTrendStats: TREND_STATS,
 };
 
-// The outcome name a client read: the envelope's `outcome` on success, the
-// name an error message starts with (`SOLD_OUT: ...`), else the status; a
-// request with no status got no answer or gave up waiting.
-function outcomeOf(res) {
-  if (res.status === 0) return res.error_code === REQUEST_TIMEOUT ? 'TIMED_OUT' : 'NO_ANSWER';
+// What a client read: the envelope's `outcome` on success, else the name
+// an error message starts with (`SOLD_OUT: ...`) or the status, with the
+// message; a request with no status got no answer or gave up waiting.
+function told(res) {
+  if (res.status === 0) {
+    return { outcome: res.error_code === REQUEST_TIMEOUT ? 'TIMED_OUT' : 'NO_ANSWER', message: res.error || '' };
+  }
   let body = null;
   try {
     body = res.json();
   } catch (_) {
-    return `HTTP_${res.status}`;
+    return { outcome: `HTTP_${res.status}`, message: String(res.body || '').slice(0, 200) };
   }
-  if (body && body.success && body.response && body.response.outcome) return body.response.outcome;
-  const named = body && body.error && /^([A-Z][A-Z_]+):/.exec(body.error.message || '');
-  return named ? named[1] : `HTTP_${res.status}`;
+  if (body && body.success && body.response && body.response.outcome) {
+    return { outcome: body.response.outcome, message: '' };
+  }
+  const message = (body && body.error && body.error.message) || '';
+  const named = /^([A-Z][A-Z_]+):/.exec(message);
+  return { outcome: named ? named[1] : `HTTP_${res.status}`, message };
+}
+
+// The runner counts its faults' times from this line: setup() runs once
+// every VU is initialised, right before the first request (starting 300
+// VUs takes k6 a few hundred milliseconds).
+const LOAD_STARTS = 'couponlab: the load starts';
+export function setup() {
+  console.log(LOAD_STARTS);
 }
 
 export default function () {
   const n = exec.scenario.iterationInTest;
   const memberId = FIRST_MEMBER + (n % MEMBERS);
-  // Metadata, not a tag: one value per member would make a time series each.
-  exec.vu.metrics.metadata.member = String(memberId);
   const started = Date.now();
   const res = issue(COUPON_ID, { memberId, method: METHOD }, PARAMS);
   const latency = res.status === 0 ? Date.now() - started : res.timings.duration;
-  told.add(latency, { status: String(res.status), outcome: outcomeOf(res) });
+  const answer = told(res);
+  // Metadata, not tags: one value per member would make a time series each.
+  exec.vu.metrics.metadata.member = String(memberId);
+  exec.vu.metrics.metadata.message = answer.message;
+  record.add(latency, { status: String(res.status), outcome: answer.outcome });
   delete exec.vu.metrics.metadata.member;
+  delete exec.vu.metrics.metadata.message;
   answers.add(1, { status: STATUSES.includes(String(res.status)) ? String(res.status) : '0' });
 }
 

@@ -3,10 +3,13 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+
+/// How long a request answered 503 is asked again.
+const PATIENCE: Duration = Duration::from_secs(10);
 
 /// The server a run talks to: `http://host:port`.
 #[derive(Debug, Clone)]
@@ -42,8 +45,28 @@ impl Api {
     }
 
     /// Sends the request and returns the envelope's `response`, or fails with
-    /// the envelope's error message.
+    /// the envelope's error message. A 503 is asked again for up to
+    /// [`PATIENCE`]: after a cut link, each pooled connection that died with
+    /// it fails its first use, as a 503, before a new one is opened — and a
+    /// 503 changed nothing.
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let since = Instant::now();
+        loop {
+            let (status, envelope) = self.exchange(method, path, body)?;
+            if status != 503 || since.elapsed() > PATIENCE {
+                return response(status, method, path, envelope);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Sends the request; its status and envelope.
+    fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(u16, Value)> {
         let mut stream = TcpStream::connect(&self.address)
             .with_context(|| format!("cannot reach the lab at http://{}", self.address))?;
         stream.set_read_timeout(Some(Duration::from_secs(120)))?;
@@ -67,12 +90,17 @@ impl Api {
             .context("no HTTP status")?;
         let envelope: Value =
             serde_json::from_str(body).with_context(|| format!("not JSON ({status}): {body}"))?;
-        if envelope["success"] != Value::Bool(true) {
-            bail!(
-                "{method} {path} answered {status}: {}",
-                envelope["error"]["message"]
-            );
-        }
-        Ok(envelope["response"].clone())
+        Ok((status, envelope))
     }
+}
+
+/// The envelope's `response`, or its error message as the error.
+fn response(status: u16, method: &str, path: &str, envelope: Value) -> anyhow::Result<Value> {
+    if envelope["success"] != Value::Bool(true) {
+        bail!(
+            "{method} {path} answered {status}: {}",
+            envelope["error"]["message"]
+        );
+    }
+    Ok(envelope["response"].clone())
 }

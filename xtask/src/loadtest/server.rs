@@ -9,6 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -99,6 +100,8 @@ impl Server {
             None => (database_url()?, REDIS_URL.to_string()),
         };
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        // A run's log starts empty.
+        drop(server_log(false)?);
         let env = vec![
             ("DATABASE_URL", database_url),
             ("REDIS_URL", redis_url),
@@ -120,7 +123,7 @@ impl Server {
             }
         }
         println!(
-            "serving on {} (a database of its own, Redis db 10{}{})",
+            "serving on {} (a database of its own, Redis db 10{}{}; log: {})",
             server.base_url(),
             if serve.links.is_some() {
                 ", through fault-injection proxies"
@@ -131,7 +134,8 @@ impl Server {
                 "; consumers in processes of their own"
             } else {
                 ""
-            }
+            },
+            server_log_path().display()
         );
         Ok(server)
     }
@@ -224,9 +228,28 @@ fn spawn_serve(port: u16, env: &[(&str, String)], roles_apart: bool) -> anyhow::
         .envs(env.iter().map(|(key, value)| (key, value)))
         .env("COUPONLAB_BIND", format!("127.0.0.1:{port}"))
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
+        .stdout(server_log(true)?)
         .spawn()
         .with_context(|| format!("cannot start {}", release_binary("couponlab").display()))
+}
+
+/// Where the served process logs, each process of a run after the one
+/// before (a restart appends): what a fault did on the server's side.
+fn server_log_path() -> PathBuf {
+    root().join("target").join("loadtest-server.log")
+}
+
+fn server_log(append: bool) -> anyhow::Result<Stdio> {
+    let path = server_log_path();
+    std::fs::create_dir_all(path.parent().expect("target/"))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(append)
+        .write(true)
+        .truncate(!append)
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(Stdio::from(file))
 }
 
 /// `couponlab consume <role>`, once it says it consumes.

@@ -173,6 +173,7 @@ mod tests {
             outcome: outcome.to_string(),
             latency_ms: 1.0,
             time: String::new(),
+            message: String::new(),
         }
     }
 
