@@ -550,11 +550,30 @@ impl Target {
                     .lock()
                     .map_err(|_| anyhow::anyhow!("server poisoned"))?;
                 let restarted = if matches!(self.fault, Fault::KillServer { .. }) {
-                    server.kill_and_restart()?
+                    // A killed process's connections die with it, and Redis
+                    // and MySQL see them end (MySQL rolls back what they
+                    // held); a proxy in between keeps the far side open,
+                    // locks and all, so the links drop every connection.
+                    server.kill_and_restart(|| match self.links.as_deref() {
+                        Some(links) => {
+                            [Link::Redis, Link::Database]
+                                .into_iter()
+                                .try_for_each(|link| {
+                                    links.cut(link)?;
+                                    links.restore(link)
+                                })
+                        }
+                        None => Ok(()),
+                    })?
                 } else {
                     server.kill_consumers_and_restart()?
                 };
-                restarted.to_string()
+                match (&self.fault, &self.links) {
+                    (Fault::KillServer { .. }, Some(_)) => format!(
+                        "{restarted}; the links dropped the dead process's connections before the restart"
+                    ),
+                    _ => restarted.to_string(),
+                }
             }
             Fault::ClientTimeout { .. } => return Ok(None),
         };

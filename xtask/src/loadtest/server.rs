@@ -149,11 +149,16 @@ impl Server {
         self.roles_apart
     }
 
-    /// SIGKILL of the serving process, then a new one on the same port with
-    /// the same data (nothing is emptied), once it answers.
-    pub fn kill_and_restart(&mut self) -> anyhow::Result<Restarted> {
+    /// SIGKILL of the serving process, then `after_kill`, then a new one on
+    /// the same port with the same data (nothing is emptied), once it
+    /// answers.
+    pub fn kill_and_restart(
+        &mut self,
+        after_kill: impl FnOnce() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Restarted> {
         let killed_at = Instant::now();
         let old = kill(&mut self.child);
+        after_kill()?;
         // A server that cannot start (its database link cut, say) exits:
         // it is started again until it answers, START_LIMIT at most.
         loop {
@@ -347,7 +352,7 @@ mod tests {
             )
             .unwrap();
         let before = server.child.id();
-        let restarted = server.kill_and_restart().unwrap();
+        let restarted = server.kill_and_restart(|| Ok(())).unwrap();
         assert_eq!(restarted.processes, [("serve", before, server.child.id())]);
         assert_ne!(before, server.child.id());
         // Answering on the same address, the coupon still there.
