@@ -13,13 +13,15 @@
 //! For each method, one after another: create members (one per request)
 //! and a fresh coupon, run `loadtest/issue.js`, wait until every accepted
 //! request has its outcome, read the coupon's result. Reports go to
-//! `loadtest/reports/<UTC time>/` (report.md, chart.svg, results.json).
+//! `loadtest/reports/<UTC time>/` (report.md, chart.svg, report.html,
+//! results.json).
 //! `--serve` starts a server of its own on a free port, with a database of
 //! its own and Redis database 10, instead of using --base-url.
 //! `--prometheus-rw` (or `K6_PROMETHEUS_RW_SERVER_URL` set) adds k6's
 //! `experimental-prometheus-rw` output, so k6's figures land in the
 //! Prometheus that scrapes the server (`docker compose up -d prometheus grafana`).
 
+mod html;
 mod http;
 mod k6;
 mod report;
@@ -149,6 +151,7 @@ pub fn smoke() -> anyhow::Result<()> {
     drop(server);
     let report = std::fs::read_to_string(out.join("report.md"))?;
     let chart = std::fs::read_to_string(out.join("chart.svg"))?;
+    let html = std::fs::read_to_string(out.join("report.html"))?;
     for method in ["PESSIMISTIC", "REDIS_STREAM_ATOMIC"] {
         let row = report
             .lines()
@@ -163,6 +166,9 @@ pub fn smoke() -> anyhow::Result<()> {
         }
         if !chart.contains(&format!(">{method}</text>")) {
             bail!("the smoke chart has no bar for {method}");
+        }
+        if !html.contains(&format!("<tr data-method=\"{method}\">")) {
+            bail!("the smoke report.html has no row for {method}");
         }
     }
     println!("load test smoke run: report and chart as expected");

@@ -176,7 +176,7 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Writes `report.md`, `chart.svg` and `results.json` into `dir`.
+/// Writes `report.md`, `chart.svg`, `report.html` and `results.json` into `dir`.
 pub fn write(
     dir: &Path,
     title: &str,
@@ -187,6 +187,10 @@ pub fn write(
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("report.md"), markdown(title, description, rows))?;
     std::fs::write(dir.join("chart.svg"), svg(rows))?;
+    std::fs::write(
+        dir.join("report.html"),
+        super::html::render(title, description, rows, raw),
+    )?;
     std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(raw)?)?;
     Ok(())
 }
