@@ -80,7 +80,8 @@ async function refreshCoupons() {
   }
   const coupons = listed.response.coupons.slice(0, SHOWN);
   const results = await Promise.all(coupons.map((c) => api(`/lab/coupons/${c.id}/result`).catch((e) => ({ ok: false, message: String(e) }))));
-  note.textContent = `${listed.response.count} coupons; the newest ${coupons.length} shown, each figure its result's, read every second. Pick a coupon for its charts.`;
+  const count = listed.response.count;
+  note.textContent = `${count} coupon${count === 1 ? '' : 's'}; the newest ${coupons.length} shown, each figure its result's, read every second. Pick a coupon for its charts.`;
   body.innerHTML = coupons.map((coupon, i) => {
     const current = String(coupon.id) === selected.id ? ' aria-current="true"' : '';
     const head = `<tr data-coupon="${coupon.id}"${current}><th scope="row"><a href="#/coupons/${coupon.id}">${coupon.id}</a></th><td>${esc(coupon.name)}</td>${cell('totalCount', coupon.totalCount)}`;
@@ -127,7 +128,7 @@ async function refreshReports() {
     return;
   }
   const { directory, reports } = reply.response;
-  note.innerHTML = `${reports.length} runs in <code>${esc(directory)}</code>, newest first.`;
+  note.innerHTML = `${reports.length} run${reports.length === 1 ? '' : 's'} in <code>${esc(directory)}</code>, newest first.`;
   document.querySelector('#reports tbody').innerHTML = reports.map((r) => {
     const base = `/lab/reports/${encodeURIComponent(r.run)}/`;
     const run = r.html ? `<a href="${base}${encodeURIComponent(r.html)}">${esc(r.run)}</a>` : esc(r.run);
@@ -244,7 +245,7 @@ function drawRates() {
 
 /** Lines over time, each named at its end; x is seconds of the samples. */
 function lineChart(series, { line = null, lineLabel = '', unit = '' } = {}) {
-  const [w, h, left, right, top, bottom] = [600, 220, 48, 130, 10, 26];
+  const [w, h, left, right, top, bottom] = [620, 220, 48, 150, 10, 26];
   if (!series.some((s) => s.points.length > 0)) return '<p class="note">No request yet.</p>';
   const xs = series.flatMap((s) => s.points.map((p) => p[0]));
   const x0 = Math.min(...xs);
