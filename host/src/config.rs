@@ -55,6 +55,9 @@ const LOCAL_DATABASE: &str = "mysql://root@127.0.0.1:3306/couponlab";
 /// Where `cargo xtask strategies` installs the components.
 const INSTALLED_COMPONENTS: &str = "strategies/dist";
 
+/// Where `cargo xtask loadtest` writes its reports, one directory a run.
+const LOAD_TEST_REPORTS: &str = "loadtest/reports";
+
 /// Everything a server needs to start.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
@@ -77,6 +80,10 @@ pub struct Config {
     /// Reload components when files in the strategy directory change.
     #[arg(long, env = "COUPONLAB_WATCH", default_value_t = true, action = clap::ArgAction::Set)]
     pub watch: bool,
+
+    /// Directory of load test reports the console lists (`GET /lab/reports`).
+    #[arg(long, env = "COUPONLAB_REPORTS_DIR", default_value = LOAD_TEST_REPORTS)]
+    pub reports_dir: PathBuf,
 
     /// Wall-clock budget of one strategy call, host calls included.
     #[arg(long, env = "COUPONLAB_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]

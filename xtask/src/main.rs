@@ -48,6 +48,9 @@ fn main() -> anyhow::Result<()> {
             services::ensure()?;
             // The metrics tests check the exposition and scrape it.
             services::ensure_debian("promtool", "prometheus")?;
+            // The console tests drive a headless Chromium through WebDriver.
+            services::ensure_debian("chromium", "chromium")?;
+            services::ensure_debian("chromedriver", "chromium-driver")?;
             strategies::build_and_install(&strategy_dir())?;
             let mut test = vec!["test", "--release", "--workspace"];
             test.extend(rest.iter().map(String::as_str));

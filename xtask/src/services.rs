@@ -123,7 +123,12 @@ pub fn ensure_debian(binary: &str, package: &str) -> anyhow::Result<std::path::P
     let path = std::path::Path::new("/usr/bin").join(binary);
     if !path.exists() {
         println!("installing {binary} (apt-get install {package})");
-        run(Command::new("apt-get").args(["install", "-y", "-q", package]))?;
+        let install = || run(Command::new("apt-get").args(["install", "-y", "-q", package]));
+        if install().is_err() {
+            // Package lists older than the archive name files it no longer has.
+            run(Command::new("apt-get").args(["update", "-q"]))?;
+            install()?;
+        }
     }
     Ok(path)
 }

@@ -1,4 +1,5 @@
-//! `POST /lab/coupons`: create a coupon and warm `coupon:total:{id}`.
+//! `POST /lab/coupons`: create a coupon and warm `coupon:total:{id}`;
+//! `GET /lab/coupons`: the newest coupons, for the console to pick from.
 //!
 //! `perMemberLimit` (default 1) is how many coupons one member may hold in a
 //! limited drop; REDIS_LUA_GATE enforces it in Redis.
@@ -6,8 +7,10 @@
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::routing::get;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to, sized};
@@ -16,9 +19,12 @@ use crate::lab::Lab;
 
 const MAX_TOTAL: u64 = 100_000_000;
 const MAX_NAME: usize = 100;
+/// Coupons the listing answers: the newest, as many as a person follows
+/// at once (a load test makes one per method).
+const LISTED: u32 = 100;
 
 pub fn router() -> Router<Lab> {
-    Router::new().route("/lab/coupons", post(create))
+    Router::new().route("/lab/coupons", get(list).post(create))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -100,6 +106,74 @@ async fn create(
             total_count,
             per_member_limit,
             warmed,
+        },
+    ))
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct Coupons {
+    /// Every coupon in the database.
+    count: u64,
+    /// The newest 100, newest first; each one's figures are its result's.
+    coupons: Vec<Listed>,
+}
+
+/// A coupon as it was created.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct Listed {
+    id: u64,
+    name: String,
+    total_count: u64,
+    per_member_limit: u64,
+    created_at: DateTime<Utc>,
+}
+
+/// The newest coupons (id, name, total), newest first.
+#[utoipa::path(
+    get,
+    path = "/lab/coupons",
+    operation_id = "coupons",
+    tag = "coupons",
+    responses(
+        (status = 200, description = "The newest 100 coupons and how many there are", body = Success<Coupons>),
+        (status = 503, description = "The database is unavailable", body = ApiError),
+        (status = 500, description = "The server failed while answering", body = ApiError),
+    )
+)]
+async fn list(State(lab): State<Lab>) -> Result<Answer<Coupons>, ApiError> {
+    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM coupons")
+        .fetch_one(lab.db())
+        .await?;
+    let rows = sqlx::query(
+        "SELECT id, name, total_count, per_member_limit, \
+                CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED) AS created_ms \
+         FROM coupons ORDER BY id DESC LIMIT ?",
+    )
+    .bind(LISTED)
+    .fetch_all(lab.db())
+    .await?;
+    let coupons = rows
+        .iter()
+        .map(|row| {
+            Ok(Listed {
+                id: row.try_get::<i64, _>("id")? as u64,
+                name: row.try_get("name")?,
+                total_count: row.try_get::<i32, _>("total_count")? as u64,
+                per_member_limit: row.try_get::<i32, _>("per_member_limit")? as u64,
+                // Through UNIX_TIMESTAMP: the column is in the session's
+                // time zone, whatever the server's is.
+                created_at: DateTime::from_timestamp_millis(row.try_get("created_ms")?)
+                    .unwrap_or_default(),
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()?;
+    Ok(Answer(
+        StatusCode::OK,
+        Coupons {
+            count: count as u64,
+            coupons,
         },
     ))
 }

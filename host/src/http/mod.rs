@@ -1,6 +1,8 @@
 //! The `/lab` API: one module per resource, each exposing `router()`, and one
-//! envelope every answer travels in, errors and unknown paths included.
+//! envelope every answer travels in, errors and unknown paths included; and
+//! the console at `/`, which reads that API.
 
+mod console;
 mod coupons;
 mod data;
 mod drop;
@@ -9,6 +11,7 @@ mod issue;
 mod members;
 mod metrics;
 mod openapi;
+mod reports;
 mod results;
 mod schema;
 mod strategies;
@@ -40,6 +43,8 @@ pub fn router(lab: Lab) -> Router {
         .merge(drop::router())
         .merge(metrics::router())
         .merge(openapi::router())
+        .merge(reports::router())
+        .merge(console::router())
         .fallback(|| async { ApiError::not_found("no such path") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(middleware::from_fn(run_to_end))

@@ -16,7 +16,7 @@ use utoipa::OpenApi;
 #[cfg(doc)]
 use super::envelope::Answer;
 use super::envelope::{ApiError, ErrorBody};
-use super::{coupons, data, drop, issue, members, results, strategies, write_behind};
+use super::{coupons, data, drop, issue, members, reports, results, strategies, write_behind};
 use crate::lab::Lab;
 
 pub fn router() -> Router<Lab> {
@@ -50,6 +50,7 @@ async fn document() -> axum::Json<utoipa::openapi::OpenApi> {
     paths(
         members::create,
         coupons::create,
+        coupons::list,
         issue::issue,
         results::result,
         write_behind::reconcile,
@@ -57,6 +58,8 @@ async fn document() -> axum::Json<utoipa::openapi::OpenApi> {
         drop::cancel,
         data::reset,
         strategies::list,
+        reports::list,
+        reports::file,
         document,
     ),
     components(schemas(ApiError, ErrorBody))

@@ -15,9 +15,9 @@
 //! and a fresh coupon, run `loadtest/issue.js` (k6 writes one record per
 //! request), wait until every accepted request has its outcome or nothing
 //! moves any more, read the coupon's result, and join the records with the
-//! rows and the reservation set read directly (`verification`). Reports go
-//! to `loadtest/reports/<UTC time>/` (report.md, chart.svg, results.json,
-//! requests-<METHOD>.csv). A method that breaks a guarantee it claims fails
+//! issue rows read directly (`verification`). Reports go
+//! to `loadtest/reports/<UTC time>/` (report.md, chart.svg, report.html,
+//! results.json, requests-<METHOD>.csv). A method that breaks a guarantee it claims fails
 //! the run unless `--allow-broken`.
 //! `--serve` starts a server of its own on a free port, with a database of
 //! its own and Redis database 10, instead of using --base-url.
@@ -26,6 +26,7 @@
 //! Prometheus that scrapes the server (`docker compose up -d prometheus grafana`).
 
 mod faults;
+mod html;
 mod http;
 mod k6;
 mod provenance;

@@ -134,7 +134,7 @@ fn verification_table(out: &mut String, rows: &[Row]) {
     }
     out.push_str(
         "\n## Verification\n\nEach client's answer (k6's record of every request, `requests-<METHOD>.csv`) \
-         joined with the rows and the reservation set, read directly after the drain.\n\n\
+         joined with the issue rows, read directly after the drain.\n\n\
          | method | acked but lost | issued but refused | stranded stock | over-issued | duplicates | out of turn | verdict |\n\
          |---|---:|---:|---:|---:|---:|---:|---|\n",
     );
@@ -155,24 +155,42 @@ fn verification_table(out: &mut String, rows: &[Row]) {
     out.push_str(
         "\n*Acked but lost*: told 2xx, no issue row. *Issued but refused*: has a row, but was told \
          a failure, timed out or got no answer. *Stranded stock*: the coupon answered SOLD_OUT while \
-         rows < total, held by reservations in Redis with no row once nothing moves.\n",
+         fewer rows than the total once nothing moves: held in Redis by reservations no call will confirm.\n",
     );
 }
 
 /// The faults, the commit, the command and the versions behind the figures.
 fn reproduction(out: &mut String, provenance: &Value) {
-    let text = |value: &Value| value.as_str().unwrap_or("unknown").to_string();
-    if let Some(faults) = provenance["faults"].as_array().filter(|f| !f.is_empty()) {
+    let faults = faults(provenance);
+    if !faults.is_empty() {
         out.push_str("\n## Faults\n\n");
         for fault in faults {
-            let _ = writeln!(out, "- {}", text(fault));
+            let _ = writeln!(out, "- {fault}");
         }
     }
-    let versions = &provenance["versions"];
     let _ = write!(
         out,
-        "\n## Reproduce\n\n```sh\n{}\n```\n\ncommit `{}`; Redis {}, database {}, {}, {}; {} cores; seeds: {}.\n",
+        "\n## Reproduce\n\n```sh\n{}\n```\n\n{}\n",
         text(&provenance["command"]),
+        environment(provenance)
+    );
+}
+
+/// The faults that fired, one line each.
+pub fn faults(provenance: &Value) -> Vec<String> {
+    provenance["faults"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(text)
+        .collect()
+}
+
+/// The commit, versions, cores and seeds, as one sentence.
+pub fn environment(provenance: &Value) -> String {
+    let versions = &provenance["versions"];
+    format!(
+        "commit {}; Redis {}, database {}, {}, {}; {} cores; seeds: {}.",
         text(&provenance["commit"]),
         text(&versions["redis"]),
         text(&versions["database"]),
@@ -180,7 +198,11 @@ fn reproduction(out: &mut String, provenance: &Value) {
         text(&versions["rust"]),
         provenance["cores"],
         text(&provenance["seeds"]),
-    );
+    )
+}
+
+pub fn text(value: &Value) -> String {
+    value.as_str().unwrap_or("unknown").to_string()
 }
 
 /// Small multiples: one horizontal bar chart per figure, methods side by side.
@@ -258,8 +280,8 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Writes `report.md`, `chart.svg` and `results.json` (`provenance`, and
-/// each method's figures under `methods`) into `dir`.
+/// Writes `report.md`, `chart.svg`, `report.html` and `results.json`
+/// (`provenance`, and each method's figures under `methods`) into `dir`.
 pub fn write(
     dir: &Path,
     title: &str,
@@ -274,6 +296,10 @@ pub fn write(
         markdown(title, description, rows, provenance),
     )?;
     std::fs::write(dir.join("chart.svg"), svg(rows))?;
+    std::fs::write(
+        dir.join("report.html"),
+        super::html::render(title, description, rows, &json!(methods), provenance),
+    )?;
     let results = json!({ "title": title, "provenance": provenance, "methods": methods });
     std::fs::write(
         dir.join("results.json"),

@@ -4,7 +4,8 @@
 //! of the per-request records and the rows.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -13,7 +14,7 @@ use super::faults::FaultPlan;
 use super::k6::K6;
 use super::run::Runner;
 use super::{Options, compare};
-use crate::root;
+use crate::{root, run, services};
 
 pub fn smoke() -> anyhow::Result<()> {
     println!("load test smoke run: k6 against a server of its own");
@@ -41,6 +42,7 @@ pub fn smoke() -> anyhow::Result<()> {
     drop(runner);
     let report = std::fs::read_to_string(out.join("report.md"))?;
     let chart = std::fs::read_to_string(out.join("chart.svg"))?;
+    let html = std::fs::read_to_string(out.join("report.html"))?;
     for method in ["PESSIMISTIC", "REDIS_STREAM_ATOMIC"] {
         let row = report
             .lines()
@@ -56,11 +58,15 @@ pub fn smoke() -> anyhow::Result<()> {
         if !chart.contains(&format!(">{method}</text>")) {
             bail!("the smoke chart has no bar for {method}");
         }
+        if !html.contains(&format!("<tr data-method=\"{method}\">")) {
+            bail!("the smoke report.html has no row for {method}");
+        }
         // Every request has its record: 20/s for 2 s.
         if told_success(&out, method)?.len() < 10 {
             bail!("the smoke run recorded too few successes for {method}");
         }
     }
+    screenshot(&out.join("report.html"), "report.png")?;
     println!("load test smoke run: report, chart and records as expected");
     under_faults()
 }
@@ -118,6 +124,31 @@ fn under_faults() -> anyhow::Result<()> {
         bail!("REDIS_LUA after redis-cut: {verification}");
     }
     println!("      REDIS_LUA: no over-issue, no stranded stock");
+    Ok(())
+}
+
+/// A picture of `page` as a person's browser shows it at 1280 px, for
+/// looking at afterwards: `<target>/artifacts/<name>`.
+fn screenshot(page: &Path, name: &str) -> anyhow::Result<()> {
+    let chromium = services::ensure_debian("chromium", "chromium")?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let artifacts = target.join("artifacts");
+    std::fs::create_dir_all(&artifacts)?;
+    let picture = artifacts.join(name);
+    run(Command::new(chromium)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,1600",
+        ])
+        .arg(format!("--screenshot={}", picture.display()))
+        .arg(format!("file://{}", page.display()))
+        .stderr(Stdio::null()))?;
+    println!("load test smoke run: {} written", picture.display());
     Ok(())
 }
 

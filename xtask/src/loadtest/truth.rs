@@ -1,11 +1,10 @@
-//! What the database and Redis hold, read directly (not through the lab's
-//! API, whose figures are what is being checked), and the versions of both
-//! for the report.
+//! What the database holds, read directly (not through the lab's API, whose
+//! figures are what is being checked), and the versions of the database and
+//! Redis for the report.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use anyhow::Context;
-use couponlab_contract::keys;
 use sqlx::Row as _;
 use sqlx::mysql::MySqlPool;
 
@@ -35,7 +34,7 @@ impl Sources {
         Ok(Sources { runtime, db, redis })
     }
 
-    /// The coupon's total, its rows by member and its reservation set.
+    /// The coupon's total and its rows by member.
     pub fn truth(&self, coupon_id: u64) -> anyhow::Result<Truth> {
         let (total, rows) = self.runtime.block_on(async {
             let total: i32 = sqlx::query_scalar("SELECT total_count FROM coupons WHERE id = ?")
@@ -59,14 +58,9 @@ impl Sources {
                 .collect::<Result<BTreeMap<u64, u64>, _>>()?;
             Ok::<_, sqlx::Error>((total, rows))
         })?;
-        let mut redis = self.redis.get_connection()?;
-        let reserved: BTreeSet<u64> = redis::cmd("SMEMBERS")
-            .arg(keys::issued(coupon_id))
-            .query(&mut redis)?;
         Ok(Truth {
             total: total.max(0) as u64,
             rows,
-            reserved,
         })
     }
 

@@ -13,8 +13,6 @@ pub struct Truth {
     pub total: u64,
     /// Member → issue rows.
     pub rows: BTreeMap<u64, u64>,
-    /// Members in the reservation set `coupon:issued:{id}`.
-    pub reserved: BTreeSet<u64>,
 }
 
 /// A guarantee a method claims (the README's methods table, `claims` column).
@@ -62,8 +60,10 @@ pub struct Verification {
     pub acked_but_lost: u64,
     /// Has a row, but was told a failure, timed out or got no answer.
     pub issued_but_refused: u64,
-    /// Stock no one can buy any more: the coupon answered SOLD_OUT while
-    /// rows < total, and Redis holds reservations with no row.
+    /// Stock no one can buy any more: the coupon answered SOLD_OUT, yet
+    /// once nothing moves there are fewer rows than the total — the rest is
+    /// held in Redis by reservations no call will confirm (in
+    /// `coupon:issued:{id}`, or the drop's stock counter).
     pub stranded_stock: u64,
     pub over_issued: u64,
     pub duplicates: u64,
@@ -92,9 +92,8 @@ impl Verification {
         let issued_but_refused = refused.iter().filter(|m| rows(m) > 0).count() as u64;
         let row_count: u64 = truth.rows.values().sum();
         let sold_out = records.iter().any(|r| r.outcome.starts_with("SOLD_OUT"));
-        let reserved_without_row = truth.reserved.iter().filter(|m| rows(m) == 0).count() as u64;
-        let stranded_stock = if sold_out && row_count < truth.total {
-            (truth.total - row_count).min(reserved_without_row)
+        let stranded_stock = if sold_out {
+            truth.total.saturating_sub(row_count)
         } else {
             0
         };
@@ -177,11 +176,10 @@ mod tests {
         }
     }
 
-    fn truth(total: u64, rows: &[(u64, u64)], reserved: &[u64]) -> Truth {
+    fn truth(total: u64, rows: &[(u64, u64)]) -> Truth {
         Truth {
             total,
             rows: rows.iter().copied().collect(),
-            reserved: reserved.iter().copied().collect(),
         }
     }
 
@@ -194,10 +192,10 @@ mod tests {
             told(3, 202, "ACCEPTED"),
             told(4, 409, "SOLD_OUT"),
         ];
-        let v = Verification::join(&records, &truth(3, &[(1, 1)], &[1, 2, 3]), 0);
+        let v = Verification::join(&records, &truth(3, &[(1, 1)]), 0);
         assert_eq!(v.acked_but_lost, 2);
         assert_eq!(v.issued_but_refused, 0);
-        // Two reservations with no row and a SOLD_OUT answered: two unsellable.
+        // Sold out with one row of three: two coupons nobody can buy.
         assert_eq!(v.stranded_stock, 2);
         assert_eq!(v.broken_claims("REDIS_PUBSUB"), []);
         assert_eq!(v.broken_claims("REDIS_STREAM_ATOMIC"), [Claim::Acked]);
@@ -217,11 +215,7 @@ mod tests {
             told(4, 503, "UNAVAILABLE"),
             told(5, 503, "UNAVAILABLE"),
         ];
-        let v = Verification::join(
-            &records,
-            &truth(10, &[(1, 1), (2, 1), (3, 1), (4, 1)], &[]),
-            0,
-        );
+        let v = Verification::join(&records, &truth(10, &[(1, 1), (2, 1), (3, 1), (4, 1)]), 0);
         assert_eq!(v.issued_but_refused, 3);
         assert_eq!(v.acked_but_lost, 0);
         // Nobody was told SOLD_OUT: what is left can still be sold.
@@ -230,25 +224,31 @@ mod tests {
     }
 
     #[test]
-    fn stranded_stock_needs_a_sold_out_answer_and_reservations_without_rows() {
+    fn stranded_stock_is_what_a_sold_out_coupon_never_issued() {
         let sold_out = [told(1, 200, "ISSUED"), told(2, 409, "SOLD_OUT")];
-        // Rows below the total, but every reservation has its row: the
-        // shortfall is not held in Redis, so nothing is stranded there.
-        let v = Verification::join(&sold_out, &truth(5, &[(1, 1)], &[1]), 0);
+        let v = Verification::join(&sold_out, &truth(5, &[(1, 1)]), 0);
+        assert_eq!(v.stranded_stock, 4);
+        // Refused at the database's guard: the same.
+        let at_db = [told(1, 200, "ISSUED"), told(2, 409, "SOLD_OUT_AT_DB")];
+        assert_eq!(
+            Verification::join(&at_db, &truth(3, &[(1, 1)]), 0).stranded_stock,
+            2
+        );
+        // Sold out with every coupon issued: nothing stranded.
+        let v = Verification::join(&sold_out, &truth(1, &[(1, 1)]), 0);
         assert_eq!(v.stranded_stock, 0);
-        // Three reservations without rows; only the 4 missing rows can be
-        // stranded, and only 3 of them are held.
-        let v = Verification::join(&sold_out, &truth(5, &[(1, 1)], &[1, 7, 8, 9]), 0);
-        assert_eq!(v.stranded_stock, 3);
-        // Sold out with every row there: nothing stranded.
-        let v = Verification::join(&sold_out, &truth(1, &[(1, 1)], &[1, 7]), 0);
-        assert_eq!(v.stranded_stock, 0);
+        // Never told SOLD_OUT: what is left can still be sold.
+        let open = [told(1, 200, "ISSUED"), told(2, 503, "UNAVAILABLE")];
+        assert_eq!(
+            Verification::join(&open, &truth(5, &[(1, 1)]), 0).stranded_stock,
+            0
+        );
     }
 
     #[test]
     fn over_issue_and_duplicates_break_the_claims_that_forbid_them() {
         let records = [told(1, 200, "ISSUED"), told(2, 200, "ISSUED")];
-        let v = Verification::join(&records, &truth(1, &[(1, 2), (2, 1)], &[]), 4);
+        let v = Verification::join(&records, &truth(1, &[(1, 2), (2, 1)]), 4);
         assert_eq!((v.over_issued, v.duplicates, v.out_of_turn), (2, 1, 4));
         assert_eq!(
             v.broken_claims("PESSIMISTIC"),

@@ -1,0 +1,334 @@
+// The couponlab console: the lab's own JSON routes, read on a short poll and
+// drawn as tables and SVG charts. Every figure shown is one the API answers;
+// the charts over time are those answers sampled since the page opened.
+'use strict';
+
+const TICK_MS = 1000; // coupons, strategies and reports
+const COUPON_TICK_MS = 500; // the coupon whose charts are open
+const SHOWN = 20; // coupons whose results are read every tick
+const SAMPLES = 600; // five minutes of the open coupon at COUPON_TICK_MS
+
+const selected = { id: null, samples: [], busy: false };
+
+/** A whole number past 2^53 (an id from a large AUTO_INCREMENT) kept as
+ *  its digits: as a JavaScript number it would name another coupon. */
+function exact(key, value, context) {
+  const digits = context && context.source;
+  const unsafe = typeof value === 'number' && !Number.isSafeInteger(value);
+  return unsafe && /^\d+$/.test(digits || '') ? digits : value;
+}
+
+/** One call to the API: `{ok, response}` or `{ok: false, status, message}`. */
+async function api(path) {
+  const reply = await fetch(path, { cache: 'no-store' });
+  const body = JSON.parse(await reply.text(), exact);
+  if (body.success) return { ok: true, response: body.response };
+  return { ok: false, status: reply.status, message: body.error ? body.error.message : `HTTP ${reply.status}` };
+}
+
+function esc(value) {
+  return String(value).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+/** Whole numbers as they are (the API's own digits), others to 0.1. */
+function num(value) {
+  if (value === undefined || value === null) return '—';
+  if (typeof value === 'string') return value;
+  return Number.isInteger(value) ? String(value) : value.toFixed(1);
+}
+
+function cell(field, value, numeric = true) {
+  return `<td data-field="${field}"${numeric ? ' class="num"' : ''}>${esc(num(value))}</td>`;
+}
+
+function time(iso) {
+  const at = new Date(iso);
+  return Number.isNaN(at.getTime()) ? iso : at.toLocaleTimeString();
+}
+
+function basename(path) {
+  return String(path).split(/[\\/]/).pop();
+}
+
+function outcomeName(name) {
+  return `<span class="swatch" data-outcome="${esc(name)}" aria-hidden="true"></span>${esc(name)}`;
+}
+
+/** The invariants as words, each broken one marked in bold with ✗. */
+function invariants(result) {
+  const broken = Object.entries(result.invariants).filter(([, held]) => !held).map(([name]) => name);
+  if (broken.length === 0) return '<span class="good">held</span>';
+  return broken.map((name) => `<span class="bad">${esc(name)}</span>`).join(' ');
+}
+
+/** The server's state, announced only when it changes; the time of the
+ *  last reading beside it, not announced. */
+function setStatus(up, text) {
+  const status = document.getElementById('status');
+  if (status.textContent !== text) status.textContent = text;
+  status.dataset.state = up ? 'up' : 'down';
+  if (up) document.getElementById('updated').textContent = `updated ${new Date().toLocaleTimeString()}`;
+}
+
+async function refreshCoupons() {
+  const listed = await api('/lab/coupons');
+  const note = document.getElementById('coupons-note');
+  const body = document.querySelector('#coupons tbody');
+  if (!listed.ok) {
+    body.innerHTML = `<tr><td colspan="10" class="error">${esc(listed.message)}</td></tr>`;
+    return;
+  }
+  const coupons = listed.response.coupons.slice(0, SHOWN);
+  const results = await Promise.all(coupons.map((c) => api(`/lab/coupons/${c.id}/result`).catch((e) => ({ ok: false, message: String(e) }))));
+  const count = listed.response.count;
+  note.textContent = `${count} coupon${count === 1 ? '' : 's'}; the newest ${coupons.length} shown, each figure its result's, read every second. Pick a coupon for its charts.`;
+  body.innerHTML = coupons.map((coupon, i) => {
+    const current = String(coupon.id) === selected.id ? ' aria-current="true"' : '';
+    const head = `<tr data-coupon="${coupon.id}"${current}><th scope="row"><a href="#/coupons/${coupon.id}">${coupon.id}</a></th><td>${esc(coupon.name)}</td>${cell('totalCount', coupon.totalCount)}`;
+    const reply = results[i];
+    if (!reply.ok) return `${head}<td colspan="7">${esc(reply.message)}</td></tr>`;
+    const r = reply.response;
+    return head
+      + cell('issueRows', r.issueRows)
+      + cell('setSize', r.redis && r.redis.readable ? r.redis.setSize : null)
+      + cell('pending', r.pending)
+      + cell('overIssued', r.overIssued)
+      + cell('duplicateMembers', r.duplicateMembers)
+      + cell('outOfTurn', r.requests.fairness.servedAfterEarlierSoldOut)
+      + `<td data-field="invariants">${invariants(r)}</td></tr>`;
+  }).join('') || '<tr><td colspan="10">No coupon yet: <code>POST /lab/coupons</code>, or run <code>cargo xtask loadtest</code>.</td></tr>';
+}
+
+async function refreshStrategies() {
+  const reply = await api('/lab/strategies');
+  if (!reply.ok) {
+    document.getElementById('strategies-note').textContent = reply.message;
+    return;
+  }
+  const listing = reply.response;
+  document.getElementById('strategies-note').innerHTML =
+    `${listing.strategies.length} loaded from <code>${esc(listing.directory)}</code>; drop, replace or remove a <code>.wasm</code> there and this list follows.`;
+  document.querySelector('#strategies tbody').innerHTML = listing.strategies.map((s) => {
+    const refused = s.lastError ? `<br><span class="bad">replacement refused: ${esc(s.lastError)}</span>` : '';
+    return `<tr data-method="${esc(s.method)}"><th scope="row" title="${esc(s.summary)}">${esc(s.method)}${refused}</th>`
+      + `<td>${esc(s.world)}</td><td class="mono" title="${esc(s.file)}">${esc(basename(s.file))}</td>`
+      + `<td class="mono" title="${esc(s.sha256)}">${esc(s.sha256.slice(0, 12))}</td><td>${esc(time(s.loadedAt))}</td></tr>`;
+  }).join('') || '<tr><td colspan="5">None: run <code>cargo xtask strategies</code>.</td></tr>';
+  document.querySelector('#rejected tbody').innerHTML = listing.rejected.map((r) =>
+    `<tr data-file="${esc(basename(r.file))}"><th scope="row" class="mono" title="${esc(r.file)}">${esc(basename(r.file))}</th>`
+    + `<td class="reason">${esc(r.reason)}</td><td>${esc(time(r.at))}</td></tr>`).join('')
+    || '<tr><td colspan="3">None.</td></tr>';
+}
+
+async function refreshReports() {
+  const reply = await api('/lab/reports');
+  const note = document.getElementById('reports-note');
+  if (!reply.ok) {
+    note.textContent = reply.message;
+    return;
+  }
+  const { directory, reports } = reply.response;
+  note.innerHTML = `${reports.length} run${reports.length === 1 ? '' : 's'} in <code>${esc(directory)}</code>, newest first.`;
+  document.querySelector('#reports tbody').innerHTML = reports.map((r) => {
+    const base = `/lab/reports/${encodeURIComponent(r.run)}/`;
+    const run = r.html ? `<a href="${base}${encodeURIComponent(r.html)}">${esc(r.run)}</a>` : esc(r.run);
+    const files = r.files.map((f) => `<a href="${base}${encodeURIComponent(f)}">${esc(f)}</a>`).join(' ');
+    return `<tr data-run="${esc(r.run)}"><th scope="row">${run}</th><td>${esc(r.title || '—')}</td><td>${files}</td></tr>`;
+  }).join('') || '<tr><td colspan="3">No report yet: <code>cargo xtask loadtest spike --methods REDIS_LUA</code> writes one.</td></tr>';
+}
+
+/** The coupon named by the page's address (`#/coupons/{id}`), or null. */
+function couponInHash() {
+  const match = /^#\/coupons\/(.+)$/.exec(window.location.hash);
+  return match ? decodeURIComponent(match[1]) : null;
+}
+
+function openCoupon() {
+  selected.id = couponInHash();
+  selected.samples = [];
+  document.getElementById('coupon').hidden = selected.id === null;
+  refreshCoupon();
+}
+
+async function refreshCoupon() {
+  if (selected.id === null || selected.busy) return;
+  selected.busy = true;
+  const id = selected.id;
+  try {
+    const reply = await api(`/lab/coupons/${encodeURIComponent(id)}/result`);
+    if (id !== selected.id) return;
+    const error = document.getElementById('coupon-error');
+    document.getElementById('coupon-title').textContent = `Coupon ${id}`;
+    error.hidden = reply.ok;
+    document.getElementById('coupon-body').hidden = !reply.ok;
+    if (!reply.ok) {
+      error.textContent = reply.message;
+      error.dataset.status = reply.status;
+      return;
+    }
+    const r = reply.response;
+    document.getElementById('coupon-title').textContent = `Coupon ${r.couponId}: ${r.name}`;
+    selected.samples.push({ t: performance.now() / 1000, result: r });
+    if (selected.samples.length > SAMPLES) selected.samples.shift();
+    showCoupon(r);
+  } catch (e) {
+    setStatus(false, `the server does not answer: ${e}`);
+  } finally {
+    selected.busy = false;
+  }
+}
+
+function showCoupon(r) {
+  const figures = [
+    ['totalCount', 'total', r.totalCount], ['issuedCount', 'issued_count column', r.issuedCount],
+    ['issueRows', 'issue rows', r.issueRows], ['distinctMembers', 'distinct members', r.distinctMembers],
+    ['overIssued', 'over-issued', r.overIssued], ['duplicateMembers', 'duplicate members', r.duplicateMembers],
+    ['countMismatch', 'column − rows', r.countMismatch],
+    ['outOfTurn', 'served out of turn', r.requests.fairness.servedAfterEarlierSoldOut],
+    ['requests', 'requests', r.requests.total],
+  ];
+  if (r.redis && r.redis.readable) {
+    figures.push(['setSize', 'Redis reservations', r.redis.setSize],
+      ['redisOnlyMembers', 'reserved in Redis only', r.redis.redisOnlyMembers.count],
+      ['strandedMembers', 'stranded reservations', r.redis.strandedMembers.count]);
+  }
+  if (r.accepted !== undefined) figures.push(['accepted', 'accepted (202)', r.accepted], ['pending', 'pending', r.pending]);
+  if (r.stream) figures.push(['streamPending', 'stream pending', r.stream.pending], ['deadLetters', 'dead letters', r.stream.deadLetters]);
+  document.querySelector('#coupon-figures tbody').innerHTML =
+    figures.map(([field, label, value]) => `<tr><th scope="row">${esc(label)}</th>${cell(field, value)}</tr>`).join('')
+    + `<tr><th scope="row">invariants</th><td data-field="invariants">${invariants(r)}</td></tr>`;
+  const counts = (table, map) => {
+    document.querySelector(`${table} tbody`).innerHTML = Object.entries(map || {}).map(([name, count]) =>
+      `<tr data-outcome="${esc(name)}"><th scope="row">${outcomeName(name)}</th><td class="num count">${count}</td></tr>`).join('')
+      || '<tr><td colspan="2">none</td></tr>';
+  };
+  counts('#outcome-counts', r.requests.byOutcome);
+  counts('#async-results', r.asyncResults);
+  document.getElementById('async-results').hidden = r.asyncResults === undefined;
+  drawIssued();
+  drawRates();
+  const methods = Object.entries(r.requests.byMethod).map(([method, m]) => ({ label: method, figures: m.latencyMs }));
+  document.getElementById('chart-latency').innerHTML = percentiles(methods);
+  document.getElementById('chart-lag').innerHTML = r.confirmationLagMs
+    ? percentiles([{ label: 'issued 202s', figures: r.confirmationLagMs }])
+    : '<p class="note">No 202 confirmed for this coupon.</p>';
+}
+
+function drawIssued() {
+  const samples = selected.samples;
+  const points = (pick) => samples.map((s) => [s.t, pick(s.result)]);
+  const series = [{ name: 'issue rows', outcome: 'ISSUED', points: points((r) => r.issueRows) }];
+  if (samples[samples.length - 1].result.accepted !== undefined) {
+    series.push({ name: 'accepted (202)', outcome: 'ACCEPTED', points: points((r) => r.accepted) });
+  }
+  const total = samples[samples.length - 1].result.totalCount;
+  document.getElementById('chart-issued').innerHTML = lineChart(series, { line: total, lineLabel: `total ${total}` });
+}
+
+function drawRates() {
+  const samples = selected.samples;
+  const names = new Set();
+  samples.forEach((s) => Object.keys(s.result.requests.byOutcome).forEach((n) => names.add(n)));
+  const series = [...names].sort().map((name) => ({
+    name,
+    outcome: name,
+    points: samples.slice(1).map((s, i) => {
+      const before = samples[i];
+      const count = (x) => x.result.requests.byOutcome[name] || 0;
+      return [s.t, (count(s) - count(before)) / Math.max(s.t - before.t, 0.001)];
+    }),
+  }));
+  document.getElementById('chart-rates').innerHTML = samples.length < 2
+    ? '<p class="note">Needs two readings.</p>'
+    : lineChart(series, { unit: '/s' });
+}
+
+/** Lines over time, each named at its end; x is seconds of the samples. */
+function lineChart(series, { line = null, lineLabel = '', unit = '' } = {}) {
+  const [w, h, left, right, top, bottom] = [620, 220, 48, 150, 10, 26];
+  if (!series.some((s) => s.points.length > 0)) return '<p class="note">No request yet.</p>';
+  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
+  const x0 = Math.min(...xs);
+  const span = Math.max(Math.max(...xs) - x0, 1);
+  const ymax = niceMax(Math.max(line || 0, ...series.flatMap((s) => s.points.map((p) => p[1]))));
+  const x = (t) => left + ((t - x0) / span) * (w - left - right);
+  const y = (v) => top + (1 - v / ymax) * (h - top - bottom);
+  let svg = '';
+  for (let i = 0; i <= 4; i += 1) {
+    const v = (ymax * i) / 4;
+    svg += `<line class="grid" x1="${left}" x2="${w - right}" y1="${y(v)}" y2="${y(v)}"/><text x="${left - 4}" y="${y(v) + 4}" text-anchor="end">${num(v)}</text>`;
+  }
+  svg += `<line class="axis" x1="${left}" x2="${w - right}" y1="${y(0)}" y2="${y(0)}"/>`;
+  svg += `<text x="${left}" y="${h - 6}">0 s</text><text x="${w - right}" y="${h - 6}" text-anchor="end">${num(span)} s</text>`;
+  const labels = [];
+  if (line !== null) {
+    svg += `<path class="total" d="M${left},${y(line)}H${w - right}"/>`;
+    labels.push({ y: y(line), text: lineLabel });
+  }
+  for (const s of series.filter((s) => s.points.length > 0)) {
+    const d = s.points.map((p, i) => `${i ? 'L' : 'M'}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join('');
+    svg += `<path data-outcome="${esc(s.outcome)}" d="${d}"><title>${esc(s.name)}</title></path>`;
+    const last = s.points[s.points.length - 1];
+    labels.push({ y: y(last[1]), text: `${s.name} ${num(last[1])}${unit}`, outcome: s.outcome });
+  }
+  // End labels in order from the top, at least a line apart.
+  labels.sort((a, b) => a.y - b.y);
+  let floor = 0;
+  for (const label of labels) {
+    const at = Math.max(label.y + 4, floor + 12);
+    floor = at;
+    const mark = label.outcome ? `<rect data-outcome="${esc(label.outcome)}" x="${w - right + 4}" y="${at - 8}" width="8" height="8"/>` : '';
+    svg += `${mark}<text x="${w - right + 15}" y="${at}">${esc(label.text)}</text>`;
+  }
+  const described = labels.map((l) => l.text).join('; ');
+  return `<svg viewBox="0 0 ${w} ${Math.max(h, floor + 6)}" role="img" aria-label="${esc(described)}">${svg}</svg>`;
+}
+
+/** Horizontal bars of p50, p95, p99 and max for each group, value written. */
+function percentiles(groups) {
+  const keys = ['p50', 'p95', 'p99', 'max'];
+  const [w, left, barW, row] = [600, 210, 320, 16];
+  if (groups.length === 0) return '<p class="note">No request yet.</p>';
+  const max = niceMax(Math.max(...groups.flatMap((g) => keys.map((k) => g.figures[k] || 0))));
+  let svg = '';
+  let at = 4;
+  for (const group of groups) {
+    svg += `<text x="0" y="${at + 11}" font-weight="bold">${esc(group.label)}</text>`;
+    at += row;
+    for (const key of keys) {
+      const value = group.figures[key] || 0;
+      const bar = (value / max) * barW;
+      svg += `<text x="${left - 6}" y="${at + 11}" text-anchor="end">${key}</text><rect class="bar" x="${left}" y="${at + 2}" width="${bar.toFixed(1)}" height="${row - 5}"/><text x="${left + bar + 4}" y="${at + 11}">${num(value)} ms</text>`;
+      at += row;
+    }
+  }
+  return `<svg viewBox="0 0 ${w} ${at + 4}" role="img" aria-label="latency percentiles">${svg}</svg>`;
+}
+
+function niceMax(value) {
+  if (!(value > 0)) return 1;
+  const step = 10 ** Math.floor(Math.log10(value));
+  return [1, 2, 2.5, 5, 10].map((m) => m * step).find((m) => m >= value);
+}
+
+let ticking = false;
+
+async function tick() {
+  // A slow server must not pile up reads: one tick at a time.
+  if (ticking) return;
+  ticking = true;
+  try {
+    await Promise.all([refreshCoupons(), refreshStrategies(), refreshReports()]);
+    setStatus(true, 'live');
+  } catch (e) {
+    setStatus(false, `the server does not answer: ${e}`);
+  } finally {
+    ticking = false;
+  }
+}
+
+window.addEventListener('hashchange', openCoupon);
+openCoupon();
+tick();
+setInterval(tick, TICK_MS);
+setInterval(refreshCoupon, COUPON_TICK_MS);

@@ -1,0 +1,444 @@
+//! The report as one self-contained HTML file (`report.html`): the table,
+//! the charts and the figures of results.json, with its styles inline and
+//! its charts as inline SVG, so it opens offline, mailed or archived. The
+//! outcome colours are the console's own stylesheet, compiled in.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::report::{self, Row, svg};
+
+/// One colour and dash pattern per outcome, shared with the console.
+const OUTCOMES_CSS: &str = include_str!("../../../host/assets/console/outcomes.css");
+
+const REPORT_CSS: &str = "\
+body { margin: 0 auto; padding: 0 1rem 2rem; max-width: 1200px; font: 15px/1.45 system-ui, sans-serif; color: #1a1a1a; }
+h1 { font-size: 1.4rem; border-bottom: 2px solid #1a1a1a; padding: 0.6rem 0; }
+h2 { font-size: 1.1rem; margin-top: 1.6rem; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+th, td { padding: 0.25rem 0.55rem; border-bottom: 1px solid #ccc; text-align: left; }
+thead th { border-bottom: 2px solid #1a1a1a; }
+tbody tr:nth-child(even) { background: #f3f3f3; }
+.num { text-align: right; }
+.note { color: #555; font-size: 0.9rem; }
+svg { max-width: 100%; height: auto; }
+svg text { font: 11px system-ui, sans-serif; }
+";
+
+/// The verification figures the runner records per method, in the order
+/// shown: (field of `verification`, column heading).
+const VERIFICATION: [(&str, &str); 7] = [
+    ("ackedButLost", "acked but lost"),
+    ("issuedButRefused", "issued but refused"),
+    ("strandedStock", "stranded stock"),
+    ("overIssued", "over-issued"),
+    ("duplicates", "duplicates"),
+    ("outOfTurn", "out of turn"),
+    ("verdict", "verdict"),
+];
+
+/// The whole page for a run: what `report::write` writes as report.html.
+pub fn render(
+    title: &str,
+    description: &str,
+    rows: &[Row],
+    raw: &Value,
+    provenance: &Value,
+) -> String {
+    let mut out = format!(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{t}</title>\n<style>\n{OUTCOMES_CSS}{REPORT_CSS}</style>\n</head>\n<body>\n\
+         <h1>{t}</h1>\n<p>{d}</p>\n",
+        t = esc(title),
+        d = esc(description),
+    );
+    summary(&mut out, rows);
+    out.push_str("<h2>Side by side</h2>\n");
+    out.push_str(&svg(rows));
+    outcomes(&mut out, rows, raw);
+    latency(&mut out, rows, raw);
+    verification(&mut out, rows, raw);
+    reproduction(&mut out, provenance);
+    out.push_str(
+        "<p class=\"note\">2xx: issued (200) or accepted (202). Client latencies are k6's; \
+         server latencies are the result endpoint's. <em>Out of turn</em>: members served after \
+         an earlier arrival was refused as sold out. <em>Drain</em>: from the end of the load \
+         until every accepted request had its outcome.</p>\n</body>\n</html>\n",
+    );
+    out
+}
+
+/// The table of report.md, one row per method, numbers right-aligned.
+fn summary(out: &mut String, rows: &[Row]) {
+    type Column = (&'static str, fn(&Row) -> String);
+    let columns: [Column; 15] = [
+        ("requests", |r| r.requests.to_string()),
+        ("req/s", |r| format!("{:.0}", r.requests_per_second)),
+        ("p50 ms", |r| format!("{:.1}", r.p50_ms)),
+        ("p99 ms", |r| format!("{:.1}", r.p99_ms)),
+        ("2xx", |r| r.accepted.to_string()),
+        ("409", |r| r.conflicts.to_string()),
+        ("503", |r| r.unavailable.to_string()),
+        ("errors", |r| r.errors.to_string()),
+        ("dropped", |r| r.dropped.to_string()),
+        ("total", |r| r.total.to_string()),
+        ("rows", |r| r.issue_rows.to_string()),
+        ("over-issued", |r| r.over_issued.to_string()),
+        ("duplicates", |r| r.duplicates.to_string()),
+        ("out of turn", |r| r.out_of_turn.to_string()),
+        ("drain ms", |r| {
+            r.drain_ms.map_or("—".to_string(), |ms| format!("{ms:.0}"))
+        }),
+    ];
+    let headings: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+    let body = rows.iter().map(|row| {
+        let cells: Vec<String> = columns.iter().map(|(_, cell)| cell(row)).collect();
+        (row.method.clone(), cells)
+    });
+    out.push_str("<h2>Figures</h2>\n");
+    table(out, "summary", "method", &headings, body);
+}
+
+/// Answers by outcome per method, as stacked bars named in text and as a
+/// table; then what became of the 202s, when any method answered 202.
+fn outcomes(out: &mut String, rows: &[Row], raw: &Value) {
+    let counts = |row: &Row, field: &str| -> Vec<(String, u64)> {
+        let map = match field {
+            "asyncResults" => &raw[&row.method]["result"]["asyncResults"],
+            _ => &raw[&row.method]["result"]["requests"]["byOutcome"],
+        };
+        map.as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, count)| (name.clone(), count.as_u64().unwrap_or(0)))
+            .collect()
+    };
+    for (field, heading) in [
+        ("byOutcome", "Answers by outcome (the server's record)"),
+        ("asyncResults", "What became of the 202s"),
+    ] {
+        let names: BTreeSet<String> = rows
+            .iter()
+            .flat_map(|row| counts(row, field))
+            .map(|(name, _)| name)
+            .collect();
+        if names.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "<h2>{heading}</h2>");
+        stacked_bars(
+            out,
+            rows.iter()
+                .map(|row| (row.method.as_str(), counts(row, field))),
+        );
+        let headings: Vec<&str> = names.iter().map(String::as_str).collect();
+        let body = rows.iter().map(|row| {
+            let found = counts(row, field);
+            let cells = names
+                .iter()
+                .map(|name| {
+                    let count = found.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c);
+                    count.to_string()
+                })
+                .collect();
+            (row.method.clone(), cells)
+        });
+        table(out, field, "method", &headings, body);
+    }
+}
+
+/// One bar per method, its segments an outcome's share, each segment
+/// coloured by the shared stylesheet and named in the legend under it.
+fn stacked_bars<'a>(
+    out: &mut String,
+    methods: impl Iterator<Item = (&'a str, Vec<(String, u64)>)>,
+) {
+    let methods: Vec<_> = methods.collect();
+    let (label_w, bar_w, row_h) = (190.0, 560.0, 22.0);
+    let height = row_h * methods.len() as f64 + 8.0;
+    let _ = writeln!(
+        out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {} {height}\" width=\"{}\" role=\"img\" aria-label=\"answers by outcome per method\">",
+        label_w + bar_w + 10.0,
+        label_w + bar_w + 10.0
+    );
+    for (i, (method, counts)) in methods.iter().enumerate() {
+        let y = 4.0 + i as f64 * row_h;
+        let total: u64 = counts.iter().map(|(_, c)| c).sum();
+        let _ = write!(
+            out,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+            label_w - 6.0,
+            y + 14.0,
+            esc(method)
+        );
+        let mut x = label_w;
+        for (name, count) in counts.iter().filter(|(_, c)| *c > 0) {
+            let w = *count as f64 / total as f64 * bar_w;
+            let _ = write!(
+                out,
+                "<rect data-outcome=\"{n}\" x=\"{x:.1}\" y=\"{y}\" width=\"{w:.1}\" height=\"{}\"><title>{n}: {count}</title></rect>",
+                row_h - 6.0,
+                n = esc(name),
+            );
+            // Named in the segment too when it fits, so the bar reads
+            // without its colours.
+            if w > 8.0 * (name.len() + 6) as f64 {
+                let _ = write!(
+                    out,
+                    "<text x=\"{:.1}\" y=\"{}\" stroke=\"#fff\" stroke-width=\"3\" paint-order=\"stroke\">{} {count}</text>",
+                    x + 4.0,
+                    y + 12.0,
+                    esc(name)
+                );
+            }
+            x += w;
+        }
+        out.push('\n');
+    }
+    out.push_str("</svg>\n");
+}
+
+/// Client and server latency percentiles, and the confirmation lag of the
+/// methods that answer 202.
+fn latency(out: &mut String, rows: &[Row], raw: &Value) {
+    const KEYS: [&str; 4] = ["p50", "p95", "p99", "max"];
+    let figures = |value: &Value| -> Vec<String> {
+        KEYS.iter()
+            .map(|key| {
+                value[key]
+                    .as_f64()
+                    .map_or("—".into(), |ms| format!("{ms:.1}"))
+            })
+            .collect()
+    };
+    let headings = [
+        "client p50",
+        "client p95",
+        "client p99",
+        "client max",
+        "server p50",
+        "server p95",
+        "server p99",
+        "server max",
+    ];
+    let body = rows.iter().map(|row| {
+        let run = &raw[&row.method];
+        let mut cells = figures(&run["k6"]["latencyMs"]);
+        cells.extend(figures(&run["result"]["requests"]["latencyMs"]));
+        (row.method.clone(), cells)
+    });
+    out.push_str("<h2>Latency (ms)</h2>\n");
+    table(out, "latency", "method", &headings, body);
+    let lagging: Vec<&Row> = rows
+        .iter()
+        .filter(|row| raw[&row.method]["result"]["confirmationLagMs"].is_object())
+        .collect();
+    if lagging.is_empty() {
+        return;
+    }
+    let body = lagging.iter().map(|row| {
+        let lag = &raw[&row.method]["result"]["confirmationLagMs"];
+        (row.method.clone(), figures(lag))
+    });
+    out.push_str("<h2>Confirmation lag (ms, 202 → committed)</h2>\n");
+    table(out, "lag", "method", &KEYS, body);
+}
+
+/// The runner's verification of each method, for the methods it verified.
+fn verification(out: &mut String, rows: &[Row], raw: &Value) {
+    let verified: Vec<(&Row, &Value)> = rows
+        .iter()
+        .map(|row| (row, &raw[&row.method]["verification"]))
+        .filter(|(_, v)| v.is_object())
+        .collect();
+    if verified.is_empty() {
+        return;
+    }
+    let headings: Vec<&str> = VERIFICATION.iter().map(|(_, heading)| *heading).collect();
+    let body = verified.iter().map(|(row, v)| {
+        let cells = VERIFICATION
+            .iter()
+            .map(|(field, _)| match &v[field] {
+                Value::String(text) => text.clone(),
+                Value::Null => "—".to_string(),
+                other => other.to_string(),
+            })
+            .collect();
+        (row.method.clone(), cells)
+    });
+    out.push_str("<h2>Verification</h2>\n");
+    table(out, "verification", "method", &headings, body);
+}
+
+/// The faults that fired, and the command, commit and versions behind the
+/// figures.
+fn reproduction(out: &mut String, provenance: &Value) {
+    let faults = report::faults(provenance);
+    if !faults.is_empty() {
+        out.push_str("<h2>Faults</h2>\n<ul id=\"faults\">\n");
+        for fault in faults {
+            let _ = writeln!(out, "<li>{}</li>", esc(&fault));
+        }
+        out.push_str("</ul>\n");
+    }
+    let _ = write!(
+        out,
+        "<h2>Reproduce</h2>\n<pre id=\"command\">{}</pre>\n<p>{}</p>\n",
+        esc(&report::text(&provenance["command"])),
+        esc(&report::environment(provenance))
+    );
+}
+
+/// A table with a row heading and one cell per heading; a cell that reads
+/// as a number is right-aligned, and an outcome's heading carries its
+/// colour swatch.
+fn table(
+    out: &mut String,
+    id: &str,
+    first: &str,
+    headings: &[&str],
+    body: impl Iterator<Item = (String, Vec<String>)>,
+) {
+    let _ = write!(
+        out,
+        "<div class=\"scroll\"><table id=\"{id}\">\n<thead><tr><th scope=\"col\">{}</th>",
+        esc(first)
+    );
+    for heading in headings {
+        let swatch = if heading.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+            format!(
+                "<span class=\"swatch\" data-outcome=\"{}\"></span>",
+                esc(heading)
+            )
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            out,
+            "<th scope=\"col\" class=\"num\">{swatch}{}</th>",
+            esc(heading)
+        );
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for (name, cells) in body {
+        let _ = write!(
+            out,
+            "<tr data-method=\"{0}\"><th scope=\"row\">{0}</th>",
+            esc(&name)
+        );
+        for cell in cells {
+            let numeric = cell.parse::<f64>().is_ok() || cell == "—";
+            let class = if numeric { " class=\"num\"" } else { "" };
+            let _ = write!(out, "<td{class}>{}</td>", esc(&cell));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table></div>\n");
+}
+
+fn esc(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn row(method: &str) -> Row {
+        let k6 = json!({
+            "requests": 300, "requestsPerSecond": 3000.0,
+            "latencyMs": { "p50": 2.0, "p95": 8.0, "p99": 9.5, "max": 20.0 },
+            "statuses": { "202": 100, "409": 200 }, "dropped": 0,
+        });
+        Row::from(method, &k6, &result(), Some(80.0), None)
+    }
+
+    fn result() -> Value {
+        json!({
+            "totalCount": 100, "issueRows": 100, "overIssued": 0, "duplicateMembers": 0,
+            "requests": {
+                "byOutcome": { "ACCEPTED": 100, "SOLD_OUT": 200 },
+                "latencyMs": { "p50": 1.0, "p95": 3.0, "p99": 4.0, "max": 7.5 },
+                "fairness": { "servedAfterEarlierSoldOut": 0 },
+            },
+            "accepted": 100, "asyncResults": { "ISSUED": 100 }, "pending": 0,
+            "confirmationLagMs": { "p50": 5.0, "p95": 9.0, "p99": 12.0, "max": 30.0 },
+        })
+    }
+
+    #[test]
+    fn the_page_is_self_contained_with_every_section() {
+        let rows = [row("REDIS_STREAM"), row("REDIS_LUA <x>")];
+        let verification = json!({
+            "ackedButLost": 0, "issuedButRefused": 0, "strandedStock": 0, "overIssued": 0,
+            "duplicates": 0, "outOfTurn": 0, "verdict": "kept",
+        });
+        let raw = json!({
+            "REDIS_STREAM": { "k6": {}, "result": result(), "verification": verification },
+            "REDIS_LUA <x>": { "k6": {}, "result": result() },
+        });
+        let provenance = json!({ "command": "cargo xtask loadtest spike --fault kill-server@0.3s", "faults": ["REDIS_LUA: `kill-server@300ms` fired at 300 ms"] });
+        let page = render("Event open", "a test run", &rows, &raw, &provenance);
+        assert!(
+            page.contains(
+                "<pre id=\"command\">cargo xtask loadtest spike --fault kill-server@0.3s</pre>"
+            ),
+            "{page}"
+        );
+        assert!(
+            page.contains("<li>REDIS_LUA: `kill-server@300ms` fired at 300 ms</li>"),
+            "{page}"
+        );
+        assert!(page.starts_with("<!doctype html>"));
+        // Nothing the page loads from elsewhere: no link, script or URL.
+        for external in [
+            "<link", "<script", "src=", "href=", "http://", "https://", "url(",
+        ] {
+            let allowed = page.matches("xmlns=\"http://www.w3.org/2000/svg\"").count();
+            let found = page.matches(external).count();
+            let expected = if external == "http://" { allowed } else { 0 };
+            assert_eq!(found, expected, "{external}");
+        }
+        for section in [
+            "id=\"summary\"",
+            "id=\"byOutcome\"",
+            "id=\"asyncResults\"",
+            "id=\"latency\"",
+            "id=\"lag\"",
+            "id=\"verification\"",
+        ] {
+            assert!(page.contains(section), "{section}");
+        }
+        assert!(
+            page.contains("<tr data-method=\"REDIS_LUA &lt;x&gt;\">"),
+            "escaped"
+        );
+        assert!(page.contains("<td>kept</td>"));
+        assert!(page.contains("<rect data-outcome=\"SOLD_OUT\""));
+        assert!(page.contains("[data-outcome=\"SOLD_OUT\"] { --outcome:"));
+        // Only the verified method has a verification row.
+        let verified = &page[page.find("id=\"verification\"").unwrap()..];
+        assert_eq!(verified.matches("<tr data-method=").count(), 1);
+    }
+
+    #[test]
+    fn a_run_without_202s_or_verification_leaves_those_sections_out() {
+        let rows = [row("PESSIMISTIC")];
+        let raw = json!({ "PESSIMISTIC": { "k6": {}, "result": { "requests": { "byOutcome": { "ISSUED": 3 } } } } });
+        let page = render("t", "d", &rows, &raw, &Value::Null);
+        for section in ["id=\"asyncResults\"", "id=\"lag\"", "id=\"verification\""] {
+            assert!(!page.contains(section), "{section}");
+        }
+        assert!(page.contains("id=\"byOutcome\""));
+    }
+}
