@@ -15,7 +15,7 @@
 //! and a fresh coupon, run `loadtest/issue.js` (k6 writes one record per
 //! request), wait until every accepted request has its outcome or nothing
 //! moves any more, read the coupon's result, and join the records with the
-//! issue rows read directly (`verification`). Reports go
+//! issue rows and the Redis stock read directly (`verification`). Reports go
 //! to `loadtest/reports/<UTC time>/` (report.md, chart.svg, report.html,
 //! results.json, requests-<METHOD>.csv). A method that breaks a guarantee it claims fails
 //! the run unless `--allow-broken`.

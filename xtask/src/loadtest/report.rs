@@ -134,7 +134,7 @@ fn verification_table(out: &mut String, rows: &[Row]) {
     }
     out.push_str(
         "\n## Verification\n\nEach client's answer (k6's record of every request, `requests-<METHOD>.csv`) \
-         joined with the issue rows, read directly after the drain.\n\n\
+         joined with the issue rows and the Redis stock, read directly after the drain.\n\n\
          | method | acked but lost | issued but refused | stranded stock | over-issued | duplicates | out of turn | verdict |\n\
          |---|---:|---:|---:|---:|---:|---:|---|\n",
     );
@@ -155,7 +155,7 @@ fn verification_table(out: &mut String, rows: &[Row]) {
     out.push_str(
         "\n*Acked but lost*: told 2xx, no issue row. *Issued but refused*: has a row, but was told \
          a failure, timed out or got no answer. *Stranded stock*: the coupon answered SOLD_OUT while \
-         fewer rows than the total once nothing moves: held in Redis by reservations no call will confirm.\n",
+         once nothing moves Redis holds reservations no call will confirm (the total less the rows less what Redis would still sell).\n",
     );
 }
 

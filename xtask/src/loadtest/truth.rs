@@ -1,10 +1,11 @@
-//! What the database holds, read directly (not through the lab's API, whose
-//! figures are what is being checked), and the versions of the database and
-//! Redis for the report.
+//! What the database and Redis hold, read directly (not through the lab's
+//! API, whose figures are what is being checked), and the versions of both
+//! for the report.
 
 use std::collections::BTreeMap;
 
 use anyhow::Context;
+use couponlab_contract::keys;
 use sqlx::Row as _;
 use sqlx::mysql::MySqlPool;
 
@@ -34,7 +35,7 @@ impl Sources {
         Ok(Sources { runtime, db, redis })
     }
 
-    /// The coupon's total and its rows by member.
+    /// The coupon's total, its rows by member, and what Redis would still sell.
     pub fn truth(&self, coupon_id: u64) -> anyhow::Result<Truth> {
         let (total, rows) = self.runtime.block_on(async {
             let total: i32 = sqlx::query_scalar("SELECT total_count FROM coupons WHERE id = ?")
@@ -58,10 +59,29 @@ impl Sources {
                 .collect::<Result<BTreeMap<u64, u64>, _>>()?;
             Ok::<_, sqlx::Error>((total, rows))
         })?;
+        let total = total.max(0) as u64;
         Ok(Truth {
-            total: total.max(0) as u64,
+            total,
             rows,
+            sellable_in_redis: self.sellable_in_redis(coupon_id, total)?,
         })
+    }
+
+    /// How many more coupons Redis would sell: the drop gate's stock counter
+    /// (`lua/gate_reserve.lua`), else what the reservation set has room for;
+    /// `None` when the coupon has neither (a database method served it).
+    fn sellable_in_redis(&self, coupon_id: u64, total: u64) -> anyhow::Result<Option<u64>> {
+        let mut redis = self.redis.get_connection()?;
+        let remaining: Option<i64> = redis::cmd("GET")
+            .arg(format!("coupon:gate:{coupon_id}:remaining"))
+            .query(&mut redis)?;
+        if let Some(remaining) = remaining {
+            return Ok(Some(remaining.max(0) as u64));
+        }
+        let reserved: u64 = redis::cmd("SCARD")
+            .arg(keys::issued(coupon_id))
+            .query(&mut redis)?;
+        Ok((reserved > 0).then(|| total.saturating_sub(reserved)))
     }
 
     /// `SELECT VERSION()` and Redis's `redis_version`.

@@ -13,6 +13,9 @@ pub struct Truth {
     pub total: u64,
     /// Member → issue rows.
     pub rows: BTreeMap<u64, u64>,
+    /// How many more coupons Redis would still sell, where the method keeps
+    /// its stock in Redis (`None` for the database methods).
+    pub sellable_in_redis: Option<u64>,
 }
 
 /// A guarantee a method claims (the README's methods table, `claims` column).
@@ -60,10 +63,9 @@ pub struct Verification {
     pub acked_but_lost: u64,
     /// Has a row, but was told a failure, timed out or got no answer.
     pub issued_but_refused: u64,
-    /// Stock no one can buy any more: the coupon answered SOLD_OUT, yet
-    /// once nothing moves there are fewer rows than the total — the rest is
-    /// held in Redis by reservations no call will confirm (in
-    /// `coupon:issued:{id}`, or the drop's stock counter).
+    /// Stock no one can buy any more: the coupon answered SOLD_OUT, and once
+    /// nothing moves Redis holds reservations no call will confirm — the
+    /// total less the rows less what Redis would still sell.
     pub stranded_stock: u64,
     pub over_issued: u64,
     pub duplicates: u64,
@@ -92,10 +94,9 @@ impl Verification {
         let issued_but_refused = refused.iter().filter(|m| rows(m) > 0).count() as u64;
         let row_count: u64 = truth.rows.values().sum();
         let sold_out = records.iter().any(|r| r.outcome.starts_with("SOLD_OUT"));
-        let stranded_stock = if sold_out {
-            truth.total.saturating_sub(row_count)
-        } else {
-            0
+        let stranded_stock = match truth.sellable_in_redis {
+            Some(sellable) if sold_out => truth.total.saturating_sub(row_count + sellable),
+            _ => 0,
         };
         let over_issued = row_count.saturating_sub(truth.total);
         let duplicates = truth.rows.values().map(|n| n.saturating_sub(1)).sum();
@@ -176,10 +177,12 @@ mod tests {
         }
     }
 
-    fn truth(total: u64, rows: &[(u64, u64)]) -> Truth {
+    /// A method that keeps its stock in Redis, which would sell `sellable` more.
+    fn truth(total: u64, rows: &[(u64, u64)], sellable: u64) -> Truth {
         Truth {
             total,
             rows: rows.iter().copied().collect(),
+            sellable_in_redis: Some(sellable),
         }
     }
 
@@ -192,10 +195,10 @@ mod tests {
             told(3, 202, "ACCEPTED"),
             told(4, 409, "SOLD_OUT"),
         ];
-        let v = Verification::join(&records, &truth(3, &[(1, 1)]), 0);
+        // Three reserved, one row: Redis would sell none of the other two.
+        let v = Verification::join(&records, &truth(3, &[(1, 1)], 0), 0);
         assert_eq!(v.acked_but_lost, 2);
         assert_eq!(v.issued_but_refused, 0);
-        // Sold out with one row of three: two coupons nobody can buy.
         assert_eq!(v.stranded_stock, 2);
         assert_eq!(v.broken_claims("REDIS_PUBSUB"), []);
         assert_eq!(v.broken_claims("REDIS_STREAM_ATOMIC"), [Claim::Acked]);
@@ -215,7 +218,11 @@ mod tests {
             told(4, 503, "UNAVAILABLE"),
             told(5, 503, "UNAVAILABLE"),
         ];
-        let v = Verification::join(&records, &truth(10, &[(1, 1), (2, 1), (3, 1), (4, 1)]), 0);
+        let v = Verification::join(
+            &records,
+            &truth(10, &[(1, 1), (2, 1), (3, 1), (4, 1)], 5),
+            0,
+        );
         assert_eq!(v.issued_but_refused, 3);
         assert_eq!(v.acked_but_lost, 0);
         // Nobody was told SOLD_OUT: what is left can still be sold.
@@ -224,31 +231,40 @@ mod tests {
     }
 
     #[test]
-    fn stranded_stock_is_what_a_sold_out_coupon_never_issued() {
+    fn stranded_stock_is_held_in_redis_after_a_sold_out() {
         let sold_out = [told(1, 200, "ISSUED"), told(2, 409, "SOLD_OUT")];
-        let v = Verification::join(&sold_out, &truth(5, &[(1, 1)]), 0);
-        assert_eq!(v.stranded_stock, 4);
-        // Refused at the database's guard: the same.
-        let at_db = [told(1, 200, "ISSUED"), told(2, 409, "SOLD_OUT_AT_DB")];
+        // Total 5, one row, Redis would sell one more: three are held.
+        let v = Verification::join(&sold_out, &truth(5, &[(1, 1)], 1), 0);
+        assert_eq!(v.stranded_stock, 3);
+        // What a failed confirm gave back after the spike is for sale again.
         assert_eq!(
-            Verification::join(&at_db, &truth(3, &[(1, 1)]), 0).stranded_stock,
-            2
-        );
-        // Sold out with every coupon issued: nothing stranded.
-        let v = Verification::join(&sold_out, &truth(1, &[(1, 1)]), 0);
-        assert_eq!(v.stranded_stock, 0);
-        // Never told SOLD_OUT: what is left can still be sold.
-        let open = [told(1, 200, "ISSUED"), told(2, 503, "UNAVAILABLE")];
-        assert_eq!(
-            Verification::join(&open, &truth(5, &[(1, 1)]), 0).stranded_stock,
+            Verification::join(&sold_out, &truth(5, &[(1, 1)], 4), 0).stranded_stock,
             0
         );
+        // Refused at the database's guard: the same count.
+        let at_db = [told(1, 200, "ISSUED"), told(2, 409, "SOLD_OUT_AT_DB")];
+        assert_eq!(
+            Verification::join(&at_db, &truth(3, &[(1, 1)], 0), 0).stranded_stock,
+            2
+        );
+        // Never told SOLD_OUT: nothing is stranded.
+        let open = [told(1, 200, "ISSUED"), told(2, 503, "UNAVAILABLE")];
+        assert_eq!(
+            Verification::join(&open, &truth(5, &[(1, 1)], 0), 0).stranded_stock,
+            0
+        );
+        // The database methods keep no stock in Redis.
+        let db = Truth {
+            sellable_in_redis: None,
+            ..truth(5, &[(1, 1)], 0)
+        };
+        assert_eq!(Verification::join(&sold_out, &db, 0).stranded_stock, 0);
     }
 
     #[test]
     fn over_issue_and_duplicates_break_the_claims_that_forbid_them() {
         let records = [told(1, 200, "ISSUED"), told(2, 200, "ISSUED")];
-        let v = Verification::join(&records, &truth(1, &[(1, 2), (2, 1)]), 4);
+        let v = Verification::join(&records, &truth(1, &[(1, 2), (2, 1)], 0), 4);
         assert_eq!((v.over_issued, v.duplicates, v.out_of_turn), (2, 1, 4));
         assert_eq!(
             v.broken_claims("PESSIMISTIC"),
