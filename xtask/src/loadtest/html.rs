@@ -25,6 +25,8 @@ tbody tr:nth-child(even) { background: #f3f3f3; }
 .num { text-align: right; }
 .note { color: #555; font-size: 0.9rem; }
 svg { max-width: 100%; height: auto; }
+pre { white-space: pre-wrap; }
+#verification th:last-child, #verification td:last-child { text-align: left; }
 svg text { font: 11px system-ui, sans-serif; }
 ";
 
