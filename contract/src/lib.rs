@@ -35,6 +35,12 @@ pub mod keys {
     pub fn issued(coupon_id: u64) -> String {
         format!("{ISSUED_PREFIX}{coupon_id}")
     }
+
+    /// String: the stock REDIS_LUA_GATE's drop has left to sell, which the
+    /// load runner's verification reads.
+    pub fn gate_remaining(coupon_id: u64) -> String {
+        format!("coupon:gate:{coupon_id}:remaining")
+    }
 }
 
 /// The pub/sub channel of stage 5: `memberId:couponId` messages, published

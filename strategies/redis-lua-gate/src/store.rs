@@ -3,16 +3,11 @@
 //! scripts of its contract — reserve, cancel, seed-if-absent.
 
 use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
-use couponlab_sdk::{args, redis};
+use couponlab_sdk::{args, keys, redis};
 
 const RESERVE: &str = include_str!("../../../lua/gate_reserve.lua");
 const CANCEL: &str = include_str!("../../../lua/gate_cancel.lua");
 const SEED: &str = include_str!("../../../lua/gate_seed.lua");
-
-/// String: the stock left.
-fn remaining(coupon_id: u64) -> String {
-    format!("coupon:gate:{coupon_id}:remaining")
-}
 
 /// String: coupons one member may hold, copied from the coupon row.
 fn limit(coupon_id: u64) -> String {
@@ -58,7 +53,7 @@ pub fn reserve(
     quantity: u32,
 ) -> Result<Option<Verdict>, String> {
     let keys = args![
-        remaining(coupon_id),
+        keys::gate_remaining(coupon_id),
         limit(coupon_id),
         buyer(coupon_id, member_id),
         reserved(coupon_id, key)
@@ -87,7 +82,7 @@ pub enum Restock {
 /// and still there; false when there was nothing to restore.
 pub fn cancel(coupon_id: u64, member_id: u64, key: &str, restock: Restock) -> Result<bool, String> {
     let keys = args![
-        remaining(coupon_id),
+        keys::gate_remaining(coupon_id),
         buyer(coupon_id, member_id),
         reserved(coupon_id, key)
     ];
@@ -115,7 +110,7 @@ pub fn seed(
     per_member_limit: u64,
     ttl_seconds: u32,
 ) -> Result<SeedAnswer, String> {
-    let keys = args![remaining(coupon_id), limit(coupon_id)];
+    let keys = args![keys::gate_remaining(coupon_id), limit(coupon_id)];
     let argv = args![quantity, per_member_limit, ttl_seconds];
     let reply = redis::eval(SEED, &keys, &argv).map_err(redis_failed)?;
     match reply.as_array() {

@@ -2,7 +2,7 @@
 
 pub use couponlab_contract::REQUESTS_CHANNEL;
 pub use couponlab_contract::fields;
-pub use couponlab_contract::keys::{issued, total};
+pub use couponlab_contract::keys::{gate_remaining, issued, total};
 
 /// Stream of stage 6: one entry per accepted request (its [`fields`]),
 /// confirmed by the host's stream consumers.

@@ -67,13 +67,13 @@ impl Sources {
         })
     }
 
-    /// How many more coupons Redis would sell: the drop gate's stock counter
-    /// (`lua/gate_reserve.lua`), else what the reservation set has room for;
+    /// How many more coupons Redis would sell: the drop gate's stock counter,
+    /// else what the reservation set has room for;
     /// `None` when the coupon has neither (a database method served it).
     fn sellable_in_redis(&self, coupon_id: u64, total: u64) -> anyhow::Result<Option<u64>> {
         let mut redis = self.redis.get_connection()?;
         let remaining: Option<i64> = redis::cmd("GET")
-            .arg(format!("coupon:gate:{coupon_id}:remaining"))
+            .arg(keys::gate_remaining(coupon_id))
             .query(&mut redis)?;
         if let Some(remaining) = remaining {
             return Ok(Some(remaining.max(0) as u64));
