@@ -95,10 +95,14 @@ pub fn terminate(child: &mut std::process::Child) {
 /// A release binary of the host crate, where cargo put it: under
 /// `CARGO_TARGET_DIR` when that is set, else the repository's `target/`.
 pub fn release_binary(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    target_dir().join("release").join(name)
+}
+
+/// Where cargo builds: `CARGO_TARGET_DIR` when set, else `target/`.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
-    target.join("release").join(name)
+        .unwrap_or_else(|| root().join("target"))
 }
 
 /// Where components are installed: `COUPONLAB_STRATEGY_DIR`, as the server

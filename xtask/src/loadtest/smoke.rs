@@ -4,7 +4,7 @@
 //! of the per-request records and the rows.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
@@ -14,7 +14,7 @@ use super::faults::FaultPlan;
 use super::k6::K6;
 use super::run::Runner;
 use super::{Options, compare};
-use crate::{root, run, services};
+use crate::{root, run, services, target_dir};
 
 pub fn smoke() -> anyhow::Result<()> {
     println!("load test smoke run: k6 against a server of its own");
@@ -131,10 +131,7 @@ fn under_faults() -> anyhow::Result<()> {
 /// looking at afterwards: `<target>/artifacts/<name>`.
 fn screenshot(page: &Path, name: &str) -> anyhow::Result<()> {
     let chromium = services::ensure_debian("chromium", "chromium")?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
-    let artifacts = target.join("artifacts");
+    let artifacts = target_dir().join("artifacts");
     std::fs::create_dir_all(&artifacts)?;
     let picture = artifacts.join(name);
     run(Command::new(chromium)
