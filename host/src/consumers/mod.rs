@@ -115,7 +115,6 @@ where
     }
 }
 
-/// Sleeps for `pause` unless cancelled first; false when cancelled.
 /// Records what an accepted request became, and for an issued one how long
 /// after its 202 it was confirmed.
 async fn record(lab: &Lab, method: &str, confirmation: &Confirmation) {
@@ -131,6 +130,7 @@ async fn record(lab: &Lab, method: &str, confirmation: &Confirmation) {
     }
 }
 
+/// Sleeps for `pause` unless cancelled first; false when cancelled.
 async fn pause_unless_cancelled(cancel: &CancellationToken, pause: Duration) -> bool {
     tokio::select! {
         () = cancel.cancelled() => false,

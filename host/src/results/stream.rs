@@ -2,6 +2,7 @@
 //! for `/metrics`.
 
 use couponlab_contract::Stream;
+use redis::streams::StreamInfoGroupsReply;
 use redis::{AsyncCommands, RedisResult};
 
 /// A stream as a whole, for the result endpoint.
@@ -12,6 +13,10 @@ pub struct StreamSummary {
     pub length: u64,
     /// Delivered to a consumer, not acked yet.
     pub pending: u64,
+    /// Not delivered to any consumer yet (the group's lag). With `pending`,
+    /// what the consumers still owe: an entry whose request got no answer
+    /// has no 202 on record, yet it is confirmed all the same.
+    pub undelivered: u64,
     /// Entries in its dead-letter stream.
     pub dead_letters: u64,
 }
@@ -26,26 +31,25 @@ pub async fn stream_summary(
     if length == 0 {
         return Ok(None);
     }
-    let pending = match redis::cmd("XPENDING")
-        .arg(stream.name)
-        .arg(stream.group)
-        .query_async::<redis::Value>(&mut redis)
-        .await
-    {
-        Ok(redis::Value::Array(summary)) => summary
-            .into_iter()
-            .next()
-            .and_then(|count| redis::from_redis_value::<u64>(count).ok())
-            .unwrap_or(0),
-        Ok(_) => 0,
-        // No consumer has created the group yet: everything is unread, nothing pending.
-        Err(err) if err.code() == Some("NOGROUP") => 0,
-        Err(err) => return Err(err),
+    let groups: StreamInfoGroupsReply = redis.xinfo_groups(stream.name).await?;
+    // No consumer has created the group yet: everything is unread, nothing pending.
+    let (pending, undelivered) = match groups.groups.iter().find(|g| g.name == stream.group) {
+        Some(group) => (
+            group.pending as u64,
+            // Redis leaves the lag out only after entries were deleted,
+            // which nothing here does: then the read counter tells.
+            group.lag.map_or_else(
+                || length.saturating_sub(group.entries_read.unwrap_or(0) as u64),
+                |lag| lag as u64,
+            ),
+        ),
+        None => (0, length),
     };
     let dead_letters: u64 = redis.xlen(stream.dead_letters).await?;
     Ok(Some(StreamSummary {
         length,
         pending,
+        undelivered,
         dead_letters,
     }))
 }

@@ -156,6 +156,10 @@ async fn a_stream_consumer_killed_mid_drain_loses_nothing_and_writes_nothing_twi
         let replies = lab.issue_all(coupon, chunk, "REDIS_STREAM").await;
         assert!(replies.iter().all(|r| r.status == 202));
     }
+    // No consumer yet: the stream owes every entry, none delivered.
+    let waiting = lab.result(coupon).await;
+    assert_eq!(waiting["stream"]["undelivered"], json!(TOTAL), "{waiting}");
+    assert_eq!(waiting["stream"]["pending"], json!(0), "{waiting}");
 
     let mut consumer = stream_consumer_process(&lab);
     until("the consumer has confirmed some", DRAIN, || async {
@@ -176,6 +180,7 @@ async fn a_stream_consumer_killed_mid_drain_loses_nothing_and_writes_nothing_twi
     assert_eq!(result["issuedCount"], json!(TOTAL));
     assert_eq!(lab.issued_members(coupon).await, members);
     assert_eq!(result["stream"]["pending"], json!(0), "{result}");
+    assert_eq!(result["stream"]["undelivered"], json!(0), "{result}");
 
     stops_cleanly_on_sigterm(consumer).await;
     lab.finish().await;
