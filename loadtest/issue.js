@@ -8,6 +8,8 @@
 // Every request comes from a distinct member (FIRST_MEMBER, FIRST_MEMBER+1, ...).
 // Environment:
 //   BASE_URL      http://127.0.0.1:8080
+//   BASE_URLS     the hosts to spread the requests over, comma separated
+//                 (request n goes to host n mod hosts; default BASE_URL)
 //   METHOD        the method to drive            COUPON_ID   its coupon
 //   FIRST_MEMBER  the first member id            MEMBERS     members available
 //   MODE          rate: constant arrival rate; spike: MEMBERS requests at second zero
@@ -15,6 +17,8 @@
 //   VUS           virtual users (rate: pre-allocated, 10x at most; spike: all at once)
 //   SUMMARY       where handleSummary writes the figures as JSON
 //   CLIENT_TIMEOUT_MS  clients give up after this long (k6's request timeout; default 60 s)
+//   START_AT_MS   hold the load until this Unix time in ms: several k6 processes
+//                 (`--execution-segment`) start one spike together
 //
 // What every client was told goes out as one `issue_request` sample per
 // request (value: its latency in ms; tags: status, outcome; metadata: member,
@@ -23,7 +27,8 @@
 // with the database after the run.
 import exec from 'k6/execution';
 import { Counter, Trend } from 'k6/metrics';
-import { TREND_STATS, constantRate, issue } from './lib/common.js';
+import { sleep } from 'k6';
+import { BASE_URL, TREND_STATS, constantRate, issue } from './lib/common.js';
 
 const METHOD = __ENV.METHOD || 'REDIS_LUA';
 const COUPON_ID = __ENV.COUPON_ID;
@@ -35,6 +40,8 @@ const DURATION = __ENV.DURATION || '10s';
 const VUS = parseInt(__ENV.VUS || (MODE === 'spike' ? '300' : '50'), 10);
 const SUMMARY = __ENV.SUMMARY || 'summary.json';
 const CLIENT_TIMEOUT_MS = __ENV.CLIENT_TIMEOUT_MS;
+const HOSTS = (__ENV.BASE_URLS || BASE_URL).split(',');
+const START_AT_MS = parseInt(__ENV.START_AT_MS || '0', 10);
 
 if (!COUPON_ID) throw new Error('COUPON_ID is required (cargo xtask loadtest creates one)');
 
@@ -88,6 +95,8 @@ function told(res) {
 // VUs takes k6 a few hundred milliseconds).
 const LOAD_STARTS = 'couponlab: the load starts';
 export function setup() {
+  const wait = START_AT_MS - Date.now();
+  if (wait > 0) sleep(wait / 1000);
   console.log(LOAD_STARTS);
 }
 
@@ -95,7 +104,7 @@ export default function () {
   const n = exec.scenario.iterationInTest;
   const memberId = FIRST_MEMBER + (n % MEMBERS);
   const started = Date.now();
-  const res = issue(COUPON_ID, { memberId, method: METHOD }, PARAMS);
+  const res = issue(COUPON_ID, { memberId, method: METHOD }, PARAMS, HOSTS[n % HOSTS.length]);
   const latency = res.status === 0 ? Date.now() - started : res.timings.duration;
   const answer = told(res);
   // Metadata, not tags: one value per member would make a time series each.
@@ -115,11 +124,16 @@ export function handleSummary(data) {
     const count = metric(`issue_answers{status:${status}}`).count || 0;
     if (count > 0) statuses[status] = count;
   }
+  // From the moment the load starts: a process that held its load for
+  // START_AT_MS counts from then, not from its own start.
+  const loadMs = START_AT_MS > 0 ? Date.now() - START_AT_MS : data.state.testRunDurationMs;
+  const requests = metric('http_reqs').count || 0;
   const figures = {
     method: METHOD,
     mode: MODE,
-    requests: metric('http_reqs').count || 0,
-    requestsPerSecond: metric('http_reqs').rate || 0,
+    requests,
+    requestsPerSecond: loadMs > 0 ? requests / (loadMs / 1000) : 0,
+    loadMs,
     latencyMs: { p50: duration.med, p95: duration['p(95)'], p99: duration['p(99)'], max: duration.max },
     statuses,
     dropped: metric('dropped_iterations').count || 0,

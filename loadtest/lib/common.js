@@ -33,10 +33,11 @@ export function post(path, body, timeout) {
 
 // One issue request for `coupon` with `body` (memberId, method, ...), tagged
 // name=issue so its URLs of every coupon count as one; pass `params` to tag
-// it otherwise. The response is the caller's to count: a refusal is a result.
-export function issue(coupon, body, params = { tags: { name: 'issue' } }) {
+// it otherwise, and `host` to send it to another of the lab's hosts. The
+// response is the caller's to count: a refusal is a result.
+export function issue(coupon, body, params = { tags: { name: 'issue' } }, host = BASE_URL) {
   return http.post(
-    `${BASE_URL}/lab/coupons/${coupon}/issue`,
+    `${host}/lab/coupons/${coupon}/issue`,
     JSON.stringify(body),
     Object.assign({ headers: JSON_HEADERS }, params),
   );

@@ -7,8 +7,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use super::records::Record;
 use crate::{root, run};
 
 /// Where `--prometheus-rw` without a URL sends k6's figures: the Prometheus
@@ -59,13 +60,25 @@ impl K6 {
     }
 
     /// `k6 run loadtest/issue.js` with `env` as `-e` variables, tagged with
-    /// the method it drives, every request's record written to `records`
-    /// (k6's JSON output); with the remote-write output when asked for.
-    fn issue_command(&self, env: &[(&str, String)], summary: &Path, records: &Path) -> Command {
+    /// the method it drives, running `segment` of the load, every request's
+    /// record written to `records` (k6's JSON output); with the
+    /// remote-write output when asked for.
+    fn issue_command(
+        &self,
+        env: &[(&str, String)],
+        segment: Segment,
+        summary: &Path,
+        records: &Path,
+    ) -> Command {
         let mut command = Command::new(&self.binary);
         command
             .arg("run")
-            .arg(root().join("loadtest").join("issue.js"));
+            .arg(root().join("loadtest").join("issue.js"))
+            .args(segment.args());
+        if segment.of > 1 {
+            // Each process's REST API on a port of its own (k6's 6565 is one).
+            command.args(["--address", "127.0.0.1:0"]);
+        }
         for (key, value) in env {
             command.arg("-e").arg(format!("{key}={value}"));
             // k6's own `method` tag is the HTTP method: the lab's gets a name of its own.
@@ -99,35 +112,95 @@ impl K6 {
         command
     }
 
-    /// Starts `loadtest/issue.js` with `env` and waits until its load
-    /// starts (its setup() logs [`LOAD_STARTS`]); [`finish`] waits for the
-    /// end. k6's log is passed on to this process's stderr.
+    /// Starts one k6 process of `loadtest/issue.js` per segment of
+    /// `segments`, with `env`, and waits until the load of each starts (its
+    /// setup() logs [`LOAD_STARTS`]); [`finish`] waits for the end. Each
+    /// process writes the figures and records of its segment to the paths
+    /// `files` gives for it. k6's logs are passed on to this process's
+    /// stderr.
     pub fn start_issue_script(
         &self,
         env: &[(&str, String)],
-        summary: &Path,
-        records: &Path,
-    ) -> anyhow::Result<Child> {
-        let mut command = self.issue_command(env, summary, records);
-        let mut k6 = command
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start {command:?}"))?;
-        let log = k6.stderr.take().context("k6's log is not piped")?;
-        let (started, starts) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(log).lines().map_while(Result::ok) {
-                if line.contains(LOAD_STARTS) {
-                    let _ = started.send(());
-                } else {
-                    eprintln!("{line}");
+        segments: u32,
+        files: impl Fn(Segment) -> (PathBuf, PathBuf),
+    ) -> anyhow::Result<Vec<Running>> {
+        let mut started = Vec::new();
+        for segment in Segment::all(segments) {
+            let (summary, records) = files(segment);
+            let mut command = self.issue_command(env, segment, &summary, &records);
+            let mut k6 = command
+                .stderr(Stdio::piped())
+                .spawn()
+                .with_context(|| format!("cannot start {command:?}"))?;
+            let log = k6.stderr.take().context("k6's log is not piped")?;
+            let (tell, starts) = mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(log).lines().map_while(Result::ok) {
+                    if line.contains(LOAD_STARTS) {
+                        let _ = tell.send(());
+                    } else {
+                        eprintln!("{line}");
+                    }
                 }
-            }
-        });
+            });
+            started.push((k6, starts, summary, records));
+        }
         // A k6 that exits first (a script error) says why in its log, and
         // `finish` reports its status.
-        let _ = starts.recv_timeout(START_LIMIT);
-        Ok(k6)
+        Ok(started
+            .into_iter()
+            .map(|(child, starts, summary, records)| {
+                let _ = starts.recv_timeout(START_LIMIT);
+                Running {
+                    child,
+                    summary,
+                    records,
+                }
+            })
+            .collect())
+    }
+}
+
+/// One k6 process of a run: where its figures and its records go.
+pub struct Running {
+    child: Child,
+    pub summary: PathBuf,
+    pub records: PathBuf,
+}
+
+/// The part of a run one k6 process plays: k6's execution segment
+/// `index/of:(index+1)/of` of the sequence of `of` equal segments, so the
+/// processes share out one scenario's iterations (and members) without
+/// overlap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub index: u32,
+    pub of: u32,
+}
+
+impl Segment {
+    fn all(of: u32) -> impl Iterator<Item = Segment> {
+        let of = of.max(1);
+        (0..of).map(move |index| Segment { index, of })
+    }
+
+    /// k6's flags for this segment; none for a run in one process.
+    fn args(self) -> Vec<String> {
+        if self.of <= 1 {
+            return Vec::new();
+        }
+        let at = |n: u32| match n {
+            0 => "0".to_string(),
+            n if n == self.of => "1".to_string(),
+            n => format!("{n}/{}", self.of),
+        };
+        let sequence: Vec<String> = (0..=self.of).map(at).collect();
+        vec![
+            "--execution-segment".into(),
+            format!("{}:{}", at(self.index), at(self.index + 1)),
+            "--execution-segment-sequence".into(),
+            sequence.join(","),
+        ]
     }
 }
 
@@ -137,15 +210,63 @@ const LOAD_STARTS: &str = "couponlab: the load starts";
 /// How long k6 may take to initialise its VUs.
 const START_LIMIT: Duration = Duration::from_secs(60);
 
-/// Waits for a k6 run; returns what its handleSummary wrote to `summary`.
-pub fn finish(mut k6: Child, summary: &Path) -> anyhow::Result<Value> {
-    let status = k6.wait()?;
+/// Waits for a k6 process; returns what its handleSummary wrote.
+pub fn finish(mut k6: Running) -> anyhow::Result<Value> {
+    let status = k6.child.wait()?;
     if !status.success() {
         bail!("k6 failed with {status}");
     }
-    let text = std::fs::read_to_string(summary)
-        .with_context(|| format!("k6 wrote no {}", summary.display()))?;
+    let text = std::fs::read_to_string(&k6.summary)
+        .with_context(|| format!("k6 wrote no {}", k6.summary.display()))?;
+    std::fs::remove_file(&k6.summary).ok();
     Ok(serde_json::from_str(&text)?)
+}
+
+/// One run's figures from its processes' summaries: as k6 wrote them for
+/// one process; for several, their counts and rates summed and the latency
+/// percentiles taken again from every request's record (`told`), since
+/// percentiles do not add up.
+pub fn merge(mut parts: Vec<Value>, told: &[Record]) -> Value {
+    if parts.len() == 1 {
+        return parts.remove(0);
+    }
+    let count = |key: &str| -> u64 { parts.iter().filter_map(|p| p[key].as_u64()).sum() };
+    // The processes ran side by side: the load lasted as long as the longest.
+    let load_ms = parts
+        .iter()
+        .filter_map(|p| p["loadMs"].as_f64())
+        .fold(0.0, f64::max);
+    let requests = count("requests");
+    let rate = if load_ms > 0.0 {
+        requests as f64 / (load_ms / 1000.0)
+    } else {
+        0.0
+    };
+    let mut statuses = serde_json::Map::new();
+    for part in &parts {
+        for (status, count) in part["statuses"].as_object().into_iter().flatten() {
+            let before = statuses.get(status).and_then(Value::as_u64).unwrap_or(0);
+            statuses.insert(status.clone(), json!(before + count.as_u64().unwrap_or(0)));
+        }
+    }
+    let mut latencies: Vec<f64> = told.iter().map(|r| r.latency_ms).collect();
+    latencies.sort_by(f64::total_cmp);
+    // Nearest rank: the smallest latency at least `q` of the requests had.
+    let at = |q: f64| -> Value {
+        let rank = ((q * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len().max(1));
+        latencies.get(rank - 1).map_or(Value::Null, |ms| json!(ms))
+    };
+    json!({
+        "method": parts[0]["method"],
+        "mode": parts[0]["mode"],
+        "requests": requests,
+        "requestsPerSecond": rate,
+        "loadMs": load_ms,
+        "latencyMs": { "p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "max": at(1.0) },
+        "statuses": statuses,
+        "dropped": count("dropped"),
+        "k6Processes": parts.len(),
+    })
 }
 
 #[cfg(test)]
@@ -177,7 +298,8 @@ mod tests {
     fn the_remote_write_output_is_there_only_when_asked_for() {
         let env_vars = [("METHOD", "REDIS_LUA".to_string())];
         let (summary, records) = (Path::new("summary.json"), Path::new("records.json"));
-        let plain = k6(None).issue_command(&env_vars, summary, records);
+        let whole = Segment { index: 0, of: 1 };
+        let plain = k6(None).issue_command(&env_vars, whole, summary, records);
         // Every run writes its per-request records; only one asked to also writes remotely.
         assert!(
             args(&plain).contains(&"json=records.json".to_string()),
@@ -187,7 +309,7 @@ mod tests {
         assert_eq!(env(&plain, REMOTE_WRITE_ENV), None);
 
         let url = "http://prometheus.test:9090/api/v1/write";
-        let writing = k6(Some(url)).issue_command(&env_vars, summary, records);
+        let writing = k6(Some(url)).issue_command(&env_vars, whole, summary, records);
         let argv = args(&writing);
         assert!(
             argv.contains(&"experimental-prometheus-rw".to_string()),
@@ -199,5 +321,57 @@ mod tests {
             argv.contains(&"couponlab_method=REDIS_LUA".to_string()),
             "{argv:?}"
         );
+        // One process runs the whole load: no segment flags.
+        assert!(
+            !argv
+                .iter()
+                .any(|arg| arg.starts_with("--execution-segment"))
+        );
+    }
+
+    fn record(latency_ms: f64) -> Record {
+        Record {
+            member: 1,
+            status: 200,
+            outcome: "ISSUED".into(),
+            latency_ms,
+            time: String::new(),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn figures_of_several_processes_add_up_and_percentiles_come_from_every_record() {
+        let part = |requests: u64, status_409: u64| {
+            json!({"method": "REDIS_LUA", "mode": "spike", "requests": requests,
+                   "requestsPerSecond": requests as f64 / 2.0, "loadMs": 2000.0 - requests as f64,
+                   "latencyMs": {"p50": 1.0, "p95": 1.0, "p99": 1.0, "max": 1.0},
+                   "statuses": {"200": 1, "409": status_409}, "dropped": 0})
+        };
+        let told: Vec<Record> = (1..=100).map(|ms| record(ms as f64)).collect();
+        let merged = merge(vec![part(60, 59), part(40, 39)], &told);
+        assert_eq!(merged["requests"], json!(100));
+        // 100 requests over the longer process's 1.96 s.
+        assert_eq!(merged["requestsPerSecond"], json!(100.0 / 1.96));
+        assert_eq!(merged["statuses"], json!({"200": 2, "409": 98}));
+        assert_eq!(merged["latencyMs"]["p50"], json!(50.0));
+        assert_eq!(merged["latencyMs"]["p99"], json!(99.0));
+        assert_eq!(merged["latencyMs"]["max"], json!(100.0));
+        assert_eq!(merged["k6Processes"], json!(2));
+        // One process: k6's own figures, untouched.
+        assert_eq!(merge(vec![part(60, 59)], &told), part(60, 59));
+    }
+
+    #[test]
+    fn segments_share_out_the_whole_load_without_overlap() {
+        let args: Vec<Vec<String>> = Segment::all(3).map(Segment::args).collect();
+        let segments: Vec<&str> = args.iter().map(|a| a[1].as_str()).collect();
+        assert_eq!(segments, ["0:1/3", "1/3:2/3", "2/3:1"]);
+        for arg in &args {
+            assert_eq!(arg[0], "--execution-segment");
+            assert_eq!(arg[2..], ["--execution-segment-sequence", "0,1/3,2/3,1"]);
+        }
+        assert!(Segment::all(1).all(|s| s.args().is_empty()));
+        assert_eq!(Segment::all(0).count(), 1);
     }
 }

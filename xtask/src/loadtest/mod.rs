@@ -5,8 +5,9 @@
 //! cargo xtask loadtest spike    --methods REDIS_LUA [--members 3000] [--total 100]
 //! cargo xtask loadtest capacity --method REDIS_LUA [--start 200] [--step 200] [--max 5000]
 //!                               [--duration 5s] [--max-failure-rate 0.01] [--max-p99-ms 100]
-//! common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR] [--prometheus-rw [URL]]
-//!         [--fault SPEC]... [--roles-apart] [--allow-broken] [--database-url URL] [--redis-url URL]
+//! common: [--base-url http://127.0.0.1:8080[,URL...]] [--serve] [--k6-processes N] [--out DIR]
+//!         [--prometheus-rw [URL]] [--fault SPEC]... [--roles-apart] [--allow-broken]
+//!         [--database-url URL] [--redis-url URL]
 //! cargo xtask loadtest smoke    (the short checked run `cargo xtask test` ends with)
 //! cargo xtask loadtest --help   (this usage)
 //! ```
@@ -66,9 +67,18 @@ usage: cargo xtask loadtest <mode> [options]
             raise the rate until the failure rate or p99 passes its bound
   smoke     the short checked run `cargo xtask test` ends with
 
-common: [--base-url http://127.0.0.1:8080] [--serve] [--out DIR] [--prometheus-rw [URL]]
-        [--fault SPEC]... [--roles-apart] [--allow-broken] [--database-url URL] [--redis-url URL]
+common: [--base-url http://127.0.0.1:8080[,URL...]] [--serve] [--k6-processes N] [--out DIR]
+        [--prometheus-rw [URL]] [--fault SPEC]... [--roles-apart] [--allow-broken]
+        [--database-url URL] [--redis-url URL]
+  --base-url
+            the lab's hosts, comma separated: request n goes to host n mod
+            hosts; the first sets the runs up and its result is reported,
+            and each host's count of the requests is recorded beside it
   --serve   start a server of its own (own database, Redis db 10) instead of --base-url
+  --k6-processes N
+            share each run out over N k6 processes (k6's execution
+            segments), which start their load at one moment; the report
+            merges their records (default 1)
   --database-url, --redis-url
             where the server behind --base-url keeps its data, read directly
             for the verification (default: DATABASE_URL and REDIS_URL, else
@@ -145,7 +155,18 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("loadtest").join("reports").join(timestamp()));
     let k6 = K6::ensure(options.remote_write())?;
-    let runner = if options.flag("serve") {
+    let k6_processes = options.number("k6-processes", 1)?;
+    if k6_processes == 0 || k6_processes > 64 {
+        bail!("--k6-processes takes 1 to 64, got {k6_processes}");
+    }
+    if options.flag("serve")
+        && options
+            .get("base-url")
+            .is_some_and(|urls| urls.contains(','))
+    {
+        bail!("--serve runs one host of its own; several --base-url hosts are servers you run");
+    }
+    let mut runner = if options.flag("serve") {
         Runner::serving(faults, roles_apart, true, k6, out)?
     } else {
         Runner::against(
@@ -157,6 +178,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
             out,
         )?
     };
+    runner.k6_processes = k6_processes as u32;
     let report = match mode {
         "compare" => compare(&runner, &options, false),
         "spike" => compare(&runner, &options, true),
@@ -429,8 +451,9 @@ impl Options {
 
     /// Fails on an option the mode does not read (`known` plus the common ones).
     fn check(&self, known: &[&str]) -> anyhow::Result<()> {
-        const COMMON: [&str; 9] = [
+        const COMMON: [&str; 10] = [
             "base-url",
+            "k6-processes",
             "serve",
             "out",
             "prometheus-rw",

@@ -3,14 +3,14 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::faults::{FaultPlan, Fired, Injector};
 use super::http::Api;
-use super::k6::{self, K6};
+use super::k6::{self, K6, Segment};
 use super::proxy::Links;
 use super::records;
 use super::report::Row;
@@ -21,6 +21,9 @@ use super::verification::{Verification, claims};
 /// How long an asynchronous method may take to confirm what it accepted.
 const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 
+/// How far ahead of their launch several k6 processes start their load.
+const PROCESSES_START_AFTER: Duration = Duration::from_secs(3);
+
 /// How long the pending figure may stand still before the run is reported
 /// as it is: what a fault lost stays pending for good. Not while the
 /// coupon's stream still owes entries: those are confirmed in the end
@@ -30,7 +33,13 @@ const SETTLED_AFTER: Duration = Duration::from_secs(10);
 
 /// What every run of one `cargo xtask loadtest` shares.
 pub struct Runner {
+    /// The host that sets each run up and whose result is reported.
     pub api: Api,
+    /// Every host the load is spread over (`--base-url a,b,...`), `api`
+    /// first.
+    pub hosts: Vec<Api>,
+    /// k6 processes that share out each run (k6's execution segments).
+    pub k6_processes: u32,
     pub k6: K6,
     /// The server's database and Redis, read directly for the join.
     pub sources: Sources,
@@ -66,8 +75,11 @@ impl Runner {
             links: links.as_deref(),
             roles_apart,
         })?;
+        let api = Api::new(&server.base_url())?;
         Ok(Runner {
-            api: Api::new(&server.base_url())?,
+            hosts: vec![api.clone()],
+            api,
+            k6_processes: 1,
             k6,
             sources: Sources::connect(&server::database_url()?, server::REDIS_URL)?,
             out,
@@ -77,18 +89,25 @@ impl Runner {
         })
     }
 
-    /// A runner against a server someone else runs, whose data is at
+    /// A runner against servers someone else runs (`base_urls`, comma
+    /// separated: the load is spread over them), whose data is at
     /// `database_url` and `redis_url`.
     pub fn against(
-        base_url: &str,
+        base_urls: &str,
         database_url: &str,
         redis_url: &str,
         faults: FaultPlan,
         k6: K6,
         out: PathBuf,
     ) -> anyhow::Result<Runner> {
+        let hosts = base_urls
+            .split(',')
+            .map(Api::new)
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Runner {
-            api: Api::new(base_url)?,
+            api: hosts[0].clone(),
+            hosts,
+            k6_processes: 1,
             k6,
             sources: Sources::connect(database_url, redis_url)?,
             out,
@@ -127,14 +146,10 @@ impl Run<'_> {
         let coupon_id = coupon["id"].as_u64().context("no coupon id")?;
 
         std::fs::create_dir_all(&runner.out)?;
-        let summary = runner
-            .out
-            .join(format!("k6-{}-{coupon_id}.json", self.method));
-        let k6_records = runner
-            .out
-            .join(format!("k6-{}-{coupon_id}-requests.json", self.method));
+        let hosts: Vec<String> = runner.hosts.iter().map(Api::base_url).collect();
         let mut env = vec![
             ("BASE_URL", api.base_url()),
+            ("BASE_URLS", hosts.join(",")),
             ("METHOD", self.method.to_string()),
             ("COUPON_ID", coupon_id.to_string()),
             ("FIRST_MEMBER", first_member.to_string()),
@@ -149,21 +164,42 @@ impl Run<'_> {
         if let Some(ms) = runner.faults.client_timeout_ms() {
             env.push(("CLIENT_TIMEOUT_MS", ms.to_string()));
         }
-        let k6_run = runner.k6.start_issue_script(&env, &summary, &k6_records)?;
+        if runner.k6_processes > 1 {
+            // The processes initialise their VUs at their own pace: each
+            // holds its load until one moment, so a spike stays one spike.
+            let start_at = SystemTime::now() + PROCESSES_START_AFTER;
+            let ms = start_at.duration_since(UNIX_EPOCH)?.as_millis();
+            env.push(("START_AT_MS", ms.to_string()));
+        }
+        let out = &runner.out;
+        let files = |segment: Segment| {
+            let name = format!("k6-{}-{coupon_id}-{}", self.method, segment.index);
+            (
+                out.join(format!("{name}.json")),
+                out.join(format!("{name}-requests.json")),
+            )
+        };
+        let k6_runs = runner
+            .k6
+            .start_issue_script(&env, runner.k6_processes, files)?;
         let injector =
             Injector::start(&runner.faults, runner.links.clone(), runner.server.clone())?;
-        let figures = k6::finish(k6_run, &summary);
+        let mut told = Vec::new();
+        let mut parts = Vec::new();
+        for k6_run in k6_runs {
+            let records = k6_run.records.clone();
+            parts.push(k6::finish(k6_run));
+            told.extend(records::read_k6_json(&records)?);
+            std::fs::remove_file(&records).ok();
+        }
         let fired = injector.finish()?;
-        let figures = figures?;
+        let figures = k6::merge(parts.into_iter().collect::<anyhow::Result<_>>()?, &told);
         for fired in &fired {
             println!(
                 "      fault {}: fired at {:.0} ms, ended at {:.0} ms; {}",
                 fired.fault, fired.fired_at_ms, fired.ended_at_ms, fired.note
             );
         }
-        let told = records::read_k6_json(&k6_records)?;
-        std::fs::remove_file(&summary).ok();
-        std::fs::remove_file(&k6_records).ok();
         let records_file = format!("requests-{}.csv", self.method);
         std::fs::write(
             runner.out.join(&records_file),
@@ -172,6 +208,7 @@ impl Run<'_> {
 
         let accepting = told.iter().any(|record| record.status == 202);
         let (result, drain_ms) = settle(api, coupon_id, accepting)?;
+        let hosts_said = hosts_said(runner, &path_of(coupon_id), told.len())?;
         let truth = runner.sources.truth(coupon_id)?;
         let out_of_turn = result["requests"]["fairness"]["servedAfterEarlierSoldOut"]
             .as_u64()
@@ -193,6 +230,7 @@ impl Run<'_> {
             "claims": claimed,
             "brokenClaims": broken,
             "faults": fired.iter().map(Fired::to_json).collect::<Vec<_>>(),
+            "hosts": hosts_said,
         });
         Ok(Measured {
             row: Row::from(self.method, &figures, &result, drain_ms, Some(verification)),
@@ -206,7 +244,7 @@ impl Run<'_> {
 /// owed; returns the coupon's result and, for a method that answers 202
 /// (`accepting`: k6 saw one), how long that took.
 fn settle(api: &Api, coupon_id: u64, accepting: bool) -> anyhow::Result<(Value, Option<f64>)> {
-    let path = format!("/lab/coupons/{coupon_id}/result");
+    let path = path_of(coupon_id);
     let drained_at = Instant::now();
     let mut result = read_whole(api, &path)?;
     let asynchronous = accepting || result.get("accepted").is_some();
@@ -250,6 +288,44 @@ fn read_whole(api: &Api, path: &str) -> anyhow::Result<Value> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+fn path_of(coupon_id: u64) -> String {
+    format!("/lab/coupons/{coupon_id}/result")
+}
+
+/// With several `--base-url`s, the requests each host's result counts: every
+/// host's result should cover every host's requests (`sent`), and a host
+/// whose count differs says the lab does not report as one. Nothing with
+/// one host.
+fn hosts_said(runner: &Runner, path: &str, sent: usize) -> anyhow::Result<Vec<Value>> {
+    if runner.hosts.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let mut said = Vec::new();
+    for host in &runner.hosts {
+        let result = read_whole(host, path)?;
+        let requests = result["requests"]["total"].as_u64().unwrap_or(0);
+        said.push(json!({ "baseUrl": host.base_url(), "requests": requests }));
+    }
+    let counts: Vec<String> = said
+        .iter()
+        .map(|host| {
+            format!(
+                "{} {}",
+                host["baseUrl"].as_str().unwrap_or("?"),
+                host["requests"]
+            )
+        })
+        .collect();
+    println!(
+        "      requests each host's result counts: {}",
+        counts.join(", ")
+    );
+    if said.iter().any(|host| host["requests"] != json!(sent)) {
+        println!("      !!! k6 sent {sent}: the hosts' results do not cover every host's requests");
+    }
+    Ok(said)
 }
 
 fn pending(result: &Value) -> u64 {
