@@ -11,8 +11,11 @@
 //!   and a report (see `loadtest/mod.rs`).
 //! - `cargo xtask bench [options]`: couponlab against its native twin under
 //!   wrk, written to `docs/performance.md` (see `bench.rs`).
+//! - `cargo xtask cluster up|down`: a local Redis Cluster of three masters
+//!   (see `cluster.rs`).
 
 mod bench;
+mod cluster;
 mod loadtest;
 mod services;
 mod strategies;
@@ -65,9 +68,10 @@ fn main() -> anyhow::Result<()> {
         }
         "loadtest" => loadtest::main(&rest),
         "bench" => bench::main(&rest),
+        "cluster" => cluster::main(&rest),
         "help" | "--help" | "-h" => {
             println!(
-                "usage: cargo xtask <strategies | run | test | services | loadtest | bench> [-- args]"
+                "usage: cargo xtask <strategies | run | test | services | loadtest | bench | cluster> [-- args]"
             );
             Ok(())
         }

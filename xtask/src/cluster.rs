@@ -1,0 +1,203 @@
+//! `cargo xtask cluster up|down`: a Redis Cluster of three masters on this
+//! machine, from Debian's `redis-server` — cluster-enabled nodes on ports
+//! 7000-7002, joined by `redis-cli --cluster create` — with its files under
+//! `target/redis-cluster/<port>/`. `up` prints the seed list a server takes
+//! as `REDIS_URL`; a cluster already up is left as it is.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::services::ensure_debian;
+use crate::target_dir;
+
+/// The nodes' ports: 7000, 7001, 7002, as Redis's own cluster tutorial has
+/// them.
+pub const PORTS: [u16; 3] = [7000, 7001, 7002];
+
+/// How long the nodes may take to answer, and the cluster to agree it is up.
+const READY_LIMIT: Duration = Duration::from_secs(30);
+
+pub fn main(args: &[String]) -> anyhow::Result<()> {
+    match args.first().map(String::as_str) {
+        Some("up") => {
+            let seeds = up(&PORTS)?;
+            println!("a Redis Cluster of 3 masters is up; its seed nodes: {seeds}");
+            Ok(())
+        }
+        Some("down") => {
+            down(&PORTS)?;
+            println!("the local Redis Cluster is down");
+            Ok(())
+        }
+        _ => bail!("usage: cargo xtask cluster up|down"),
+    }
+}
+
+/// Starts a node on each of `ports` and joins them into one cluster, unless
+/// they already form one; returns the seed list (`redis://127.0.0.1:7000,...`).
+pub fn up(ports: &[u16]) -> anyhow::Result<String> {
+    let seeds = ports
+        .iter()
+        .map(|port| format!("redis://127.0.0.1:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    if ports.iter().all(|&port| cluster_is_ok(port)) {
+        return Ok(seeds);
+    }
+    ensure_debian("redis-server", "redis-server")?;
+    ensure_debian("redis-cli", "redis-tools")?;
+    for &port in ports {
+        if answers(port) {
+            bail!(
+                "port {port} already has a Redis that is not a node of a working cluster; `cargo xtask cluster down` stops the one this task started"
+            );
+        }
+        let dir = node_dir(port);
+        // A node's nodes.conf remembers its old cluster: start afresh.
+        std::fs::remove_dir_all(&dir).ok();
+        std::fs::create_dir_all(&dir)?;
+        let status = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ])
+            .args(["--cluster-node-timeout", "5000"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "yes"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
+            .arg("--pidfile")
+            .arg(dir.join("redis.pid"))
+            .status()
+            .context("cannot run redis-server")?;
+        if !status.success() {
+            bail!(
+                "redis-server on port {port} failed with {status}; see {}",
+                dir.join("redis.log").display()
+            );
+        }
+    }
+    wait_for(
+        || ports.iter().all(|&port| answers(port)),
+        "the nodes to answer",
+    )?;
+    let nodes: Vec<String> = ports
+        .iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    let created = Command::new("redis-cli")
+        .arg("--cluster")
+        .arg("create")
+        .args(&nodes)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .context("cannot run redis-cli --cluster create")?;
+    if !created.status.success() {
+        bail!(
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+    }
+    wait_for(
+        || ports.iter().all(|&port| cluster_is_ok(port)),
+        "the cluster to be ok",
+    )?;
+    Ok(seeds)
+}
+
+/// Stops the nodes on `ports` without saving and removes their files.
+pub fn down(ports: &[u16]) -> anyhow::Result<()> {
+    for &port in ports {
+        if answers(port) {
+            let _ = redis_cli(port, &["shutdown", "nosave"]);
+        }
+        std::fs::remove_dir_all(node_dir(port)).ok();
+    }
+    wait_for(
+        || ports.iter().all(|&port| !answers(port)),
+        "the nodes to stop",
+    )
+}
+
+fn node_dir(port: u16) -> PathBuf {
+    target_dir().join("redis-cluster").join(port.to_string())
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn answers(port: u16) -> bool {
+    redis_cli(port, &["ping"]).is_some_and(|reply| reply.trim() == "PONG")
+}
+
+/// Whether the node on `port` says its cluster serves every slot.
+fn cluster_is_ok(port: u16) -> bool {
+    redis_cli(port, &["cluster", "info"]).is_some_and(|info| info.contains("cluster_state:ok"))
+}
+
+fn wait_for(done: impl Fn() -> bool, what: &str) -> anyhow::Result<()> {
+    let since = Instant::now();
+    while !done() {
+        if since.elapsed() > READY_LIMIT {
+            bail!("gave up waiting {READY_LIMIT:?} for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ports of their own, so a cluster someone runs on 7000-7002 is left alone.
+    const TEST_PORTS: [u16; 3] = [7100, 7101, 7102];
+
+    fn info(port: u16, field: &str) -> String {
+        let info = redis_cli(port, &["cluster", "info"]).expect("the node answers");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("{field}:")))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    }
+
+    #[test]
+    fn a_local_cluster_of_three_masters_serves_every_slot_and_goes_away() {
+        down(&TEST_PORTS).unwrap();
+        let seeds = up(&TEST_PORTS).unwrap();
+        assert_eq!(
+            seeds,
+            "redis://127.0.0.1:7100,redis://127.0.0.1:7101,redis://127.0.0.1:7102"
+        );
+        for port in TEST_PORTS {
+            assert_eq!(info(port, "cluster_state"), "ok");
+            assert_eq!(info(port, "cluster_slots_assigned"), "16384");
+            assert_eq!(info(port, "cluster_known_nodes"), "3");
+            assert_eq!(info(port, "cluster_size"), "3", "three masters");
+        }
+        // Up twice is the same cluster.
+        assert_eq!(up(&TEST_PORTS).unwrap(), seeds);
+        // A hash tag puts a coupon's keys in one slot, its shards in others.
+        let slot = |key: &str| redis_cli(7100, &["cluster", "keyslot", key]).unwrap();
+        assert_eq!(slot("coupon:issued:{42}"), slot("coupon:total:{42}"));
+        assert_ne!(slot("coupon:issued:{42}"), slot("coupon:issued:{43}"));
+        down(&TEST_PORTS).unwrap();
+        assert!(TEST_PORTS.iter().all(|&port| !answers(port)));
+    }
+}
