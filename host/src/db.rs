@@ -48,12 +48,40 @@ pub async fn connect(config: &Config) -> anyhow::Result<Server> {
         .connect_with(options.clone())
         .await
         .with_context(|| format!("cannot connect to MySQL at {}", redacted(url)))?;
-    MIGRATOR.run(&pool).await.context("migrations failed")?;
+    migrate(&pool).await?;
     Ok(Server {
         pool,
         options,
         statement_limit,
     })
+}
+
+/// How long a server waits for another one's migrations to finish.
+const MIGRATION_LOCK_WAIT_S: u32 = 300;
+
+/// Runs the migrations, one server at a time: several servers starting on
+/// one new database would otherwise apply the same migration at once, and
+/// all but one fail ("partially applied"). sqlx's own migration lock asks
+/// `GET_LOCK(name, -1)`, which MariaDB answers NULL at once instead of
+/// waiting, so the lock is taken here with a positive timeout.
+async fn migrate(pool: &MySqlPool) -> anyhow::Result<()> {
+    let mut holder = pool.acquire().await?;
+    let name = "couponlab_migrations";
+    let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(CONCAT(?, '_', DATABASE()), ?)")
+        .bind(name)
+        .bind(MIGRATION_LOCK_WAIT_S)
+        .fetch_one(&mut *holder)
+        .await?;
+    anyhow::ensure!(
+        locked == Some(1),
+        "another server held the migration lock for {MIGRATION_LOCK_WAIT_S} s"
+    );
+    let migrated = MIGRATOR.run(pool).await.context("migrations failed");
+    sqlx::query("SELECT RELEASE_LOCK(CONCAT(?, '_', DATABASE()))")
+        .bind(name)
+        .execute(&mut *holder)
+        .await?;
+    migrated
 }
 
 /// Creates the URL's database unless it exists; tells MariaDB from MySQL

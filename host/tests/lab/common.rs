@@ -654,6 +654,15 @@ pub fn statuses(replies: &[Reply]) -> std::collections::BTreeMap<u16, usize> {
     statuses
 }
 
+/// A port of 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Waits until `check` holds, for at most `limit`; returns how long it took.
 pub async fn until<F, Fut>(
     what: &str,

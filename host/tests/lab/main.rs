@@ -14,6 +14,7 @@ mod hot_reload;
 mod issue_concurrency;
 mod least_privilege;
 mod metrics;
+mod migrations;
 mod mysql_methods;
 mod openapi;
 mod redis_methods;

@@ -1,0 +1,84 @@
+//! Several servers starting at once on one new database: each waits for
+//! the one migrating it, and all of them come up.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use sqlx::Executor;
+
+use crate::common::{MYSQL, Setup, free_port, until};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_starting_together_on_a_new_database_migrate_it_once_and_all_come_up() {
+    // The in-process server only lends its Redis and components; the
+    // servers under test get a database nobody has migrated.
+    let lab = Setup::with(&["pessimistic"]).start().await;
+    let fresh = format!("couponlab_test_fresh_{}", std::process::id());
+    let database_url = format!("{MYSQL}/{fresh}");
+    lab.db
+        .execute(format!("DROP DATABASE IF EXISTS `{fresh}`").as_str())
+        .await
+        .unwrap();
+    let binds: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let mut servers: Vec<_> = binds
+        .iter()
+        .map(|bind| {
+            lab.process(
+                &["serve"],
+                &[
+                    ("DATABASE_URL", &database_url),
+                    ("COUPONLAB_BIND", bind),
+                    ("COUPONLAB_CONSUMERS", "false"),
+                ],
+                Stdio::null(),
+            )
+        })
+        .collect();
+    for (bind, server) in binds.iter().zip(&mut servers) {
+        until(
+            &format!("the server on {bind} answers"),
+            Duration::from_secs(60),
+            || async {
+                // One that failed its migrations has exited.
+                assert!(
+                    server.try_wait().unwrap().is_none(),
+                    "the server on {bind} exited"
+                );
+                lab.client
+                    .get(format!("http://{bind}/lab/strategies"))
+                    .send()
+                    .await
+                    .is_ok()
+            },
+        )
+        .await;
+    }
+    let (applied, failed): (i64, i64) = sqlx::query_as(&format!(
+        "SELECT COUNT(*), CAST(COALESCE(SUM(success = 0), 0) AS SIGNED) FROM `{fresh}`._sqlx_migrations"
+    ))
+    .fetch_one(&lab.db)
+    .await
+    .unwrap();
+    assert_eq!(failed, 0);
+    assert_eq!(
+        applied,
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations"))
+            .unwrap()
+            .filter(|file| {
+                file.as_ref()
+                    .is_ok_and(|f| f.path().extension().is_some_and(|e| e == "sql"))
+            })
+            .count() as i64,
+        "every migration applied once"
+    );
+    for mut server in servers {
+        server.kill().await.unwrap();
+    }
+    lab.db
+        .execute(format!("DROP DATABASE IF EXISTS `{fresh}`").as_str())
+        .await
+        .unwrap();
+    lab.finish().await;
+}
