@@ -19,5 +19,6 @@ mod openapi;
 mod redis_methods;
 mod result_endpoint;
 mod sandbox;
+mod sharded;
 mod wit_roundtrip;
 mod write_behind;
