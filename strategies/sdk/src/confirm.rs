@@ -58,19 +58,14 @@ pub fn confirm_or_release(coupon_id: u64, member_id: u64) -> IssueResult {
     confirm_or_release_from(&keys::issued(coupon_id), coupon_id, member_id)
 }
 
-/// The same for a reservation kept in the set `set` rather than the
-/// coupon's (REDIS_LUA_SHARDED's shard sets).
-pub fn confirm_or_release_from(set: &str, coupon_id: u64, member_id: u64) -> IssueResult {
-    settle_reservation(set, coupon_id, member_id)
-}
-
 /// The same, for a request already answered 202: what became of it.
 pub fn confirm_later(coupon_id: u64, member_id: u64) -> Confirmation {
-    settle_reservation(&keys::issued(coupon_id), coupon_id, member_id)
-        .confirmation(coupon_id, member_id)
+    confirm_or_release(coupon_id, member_id).confirmation(coupon_id, member_id)
 }
 
-fn settle_reservation(set: &str, coupon_id: u64, member_id: u64) -> IssueResult {
+/// [`confirm_or_release`] for a reservation kept in the set `set` rather
+/// than the coupon's (REDIS_LUA_SHARDED's shard sets).
+pub fn confirm_or_release_from(set: &str, coupon_id: u64, member_id: u64) -> IssueResult {
     let result = match confirm(coupon_id, member_id) {
         Confirmed::Issued => return IssueResult::issued(),
         Confirmed::Duplicate => return IssueResult::of(Outcome::Duplicate),
