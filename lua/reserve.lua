@@ -5,6 +5,10 @@
 -- KEYS[2] coupon:total:{couponId}   the coupon's total
 -- ARGV[1] memberId
 --
+-- REDIS_LUA_SHARDED runs this same script on one shard of the stock: KEYS[1]
+-- the shard's set, KEYS[2] the shard's part of the total (the contract's
+-- keys::shard_issued and keys::shard_stock, which share a hash tag).
+--
 -- Returns 1 reserved, 0 sold out, 2 already reserved,
 -- -1 the total is not in Redis (the caller warms it from the DB and retries).
 local total = redis.call('GET', KEYS[2])

@@ -7,7 +7,9 @@
 //! their names against it.
 //!
 //! Names only one side uses (the host's record of 202s, the drop gate's
-//! keys) stay with that side.
+//! keys) stay with that side. The one sum here is REDIS_LUA_SHARDED's
+//! split of a coupon's stock ([`shards`]), which the component applies and
+//! the host and the load runner read back.
 
 #![no_std]
 
@@ -40,6 +42,83 @@ pub mod keys {
     /// load runner's verification reads.
     pub fn gate_remaining(coupon_id: u64) -> String {
         format!("coupon:gate:{coupon_id}:remaining")
+    }
+
+    /// String: REDIS_LUA_SHARDED's stock on one shard, its part of the
+    /// total ([`crate::shards::stock`]). Never decremented: what the shard
+    /// still sells is this less the shard's set, so setting it again from
+    /// the total cannot give back stock already reserved.
+    ///
+    /// The braces make `{couponId-shard}` the key's hash tag: on a Redis
+    /// Cluster each shard's two keys share a slot (one script reads both),
+    /// and the shards of one coupon fall on different slots.
+    pub fn shard_stock(coupon_id: u64, shard: u32) -> String {
+        format!("coupon:shard:{{{coupon_id}-{shard}}}:stock")
+    }
+
+    /// Set: the members REDIS_LUA_SHARDED reserved on one shard.
+    pub fn shard_issued(coupon_id: u64, shard: u32) -> String {
+        format!("coupon:shard:{{{coupon_id}-{shard}}}:issued")
+    }
+}
+
+/// REDIS_LUA_SHARDED's split of one coupon's stock: how many shards, which
+/// shard a member reserves on, and each shard's part of the total.
+///
+/// The count is fixed here rather than a server setting: a component has to
+/// know it before it picks the shard to send its one script to, and reading
+/// it from Redis per request would put every request on one key again — the
+/// hot key sharding removes. The host reads it too, to report every shard.
+pub mod shards {
+    /// Shards of each coupon's stock.
+    pub const COUNT: u32 = 4;
+
+    /// The shard `member_id` always reserves on: the splitmix64 finaliser
+    /// of the id, modulo [`COUNT`]. Fixed, so one member's requests meet in
+    /// one shard's set (one per member holds in one script); mixed, so
+    /// members with neighbouring ids (registered together) spread over the
+    /// shards instead of taking turns.
+    pub fn of(member_id: u64) -> u32 {
+        let mut z = member_id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z % u64::from(COUNT)) as u32
+    }
+
+    /// Shard `shard`'s part of `total`: the total split as evenly as
+    /// possible, the first `total % COUNT` shards one more. The parts sum to
+    /// the total.
+    pub fn stock(total: u64, shard: u32) -> u64 {
+        let count = u64::from(COUNT);
+        total / count + u64::from(u64::from(shard) < total % count)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_parts_sum_to_the_total_and_differ_by_one_at_most() {
+            for total in [0, 1, 3, 4, 5, 100, 101, 1003] {
+                let parts: alloc::vec::Vec<u64> = (0..COUNT).map(|s| stock(total, s)).collect();
+                assert_eq!(parts.iter().sum::<u64>(), total, "{total}");
+                assert!(parts.windows(2).all(|w| w[0] >= w[1] && w[0] - w[1] <= 1));
+            }
+        }
+
+        #[test]
+        fn neighbouring_members_spread_over_every_shard() {
+            let mut per_shard = [0u32; COUNT as usize];
+            for member in 1..=4_000 {
+                per_shard[of(member) as usize] += 1;
+            }
+            assert!(
+                per_shard.iter().all(|&n| (900..1_100).contains(&n)),
+                "{per_shard:?}"
+            );
+            assert_eq!(of(42), of(42));
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 //!
 //! The Redis section compares the reservation set `coupon:issued:{id}` with
 //! the issue rows; it is left out for a coupon no method reserved in Redis.
+//! The shards section shows a sharded stock shard by shard; it is left out
+//! for a coupon whose stock was never split.
 //! Reads come in the order that keeps the figures consistent: the outcomes
 //! of 202s, then the rows, then the reservation set. A reservation whose
 //! confirm is still running shows up as Redis-only, but a committed issue
@@ -23,9 +25,11 @@ use crate::runtime::bindings::types::ResultLabel;
 use crate::runtime::{Strategy, World};
 
 mod reservations;
+mod shards;
 mod stream;
 
 use self::reservations::{RedisFigures, noting_failure, redis_figures};
+use self::shards::{ShardFigures, shard_figures};
 pub use self::stream::{StreamSummary, stream_summary};
 
 #[derive(Serialize, ToSchema)]
@@ -51,6 +55,10 @@ pub struct CouponResult {
     /// The Redis reservation set against the issue rows.
     #[serde(skip_serializing_if = "Option::is_none")]
     redis: Option<RedisFigures>,
+    /// The stock's shards, for a coupon whose stock is split over them
+    /// (REDIS_LUA_SHARDED), in shard order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shards: Option<Vec<ShardFigures>>,
     /// Requests answered 202 and what became of them (every process's).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     #[schema(schema_with = crate::http::optional_fields::<AsyncSummary>)]
@@ -152,6 +160,10 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
         Some(stream) => noting_failure(stream_summary(lab.redis(), stream).await, &mut redis),
         None => None,
     };
+    let shards = noting_failure(
+        shard_figures(lab.redis(), coupon_id, &issued_members).await,
+        &mut redis,
+    );
     Ok(Some(CouponResult {
         coupon_id,
         name: row.try_get("name")?,
@@ -169,6 +181,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
         },
         requests,
         redis,
+        shards,
         confirmations,
         label_totals,
         stream,

@@ -498,6 +498,25 @@ impl TestLab {
         members
     }
 
+    /// Members in the sets of every shard of `coupon` (REDIS_LUA_SHARDED),
+    /// sorted; each set holds only members of its own shard.
+    pub async fn reserved_on_shards(&self, coupon: u64) -> Vec<u64> {
+        use couponlab_contract::{keys, shards};
+        let mut members = Vec::new();
+        for shard in 0..shards::COUNT {
+            let on_shard: Vec<u64> = self
+                .redis_query(redis::cmd("SMEMBERS").arg(keys::shard_issued(coupon, shard)))
+                .await;
+            assert!(
+                on_shard.iter().all(|&m| shards::of(m) == shard),
+                "shard {shard} holds another shard's member: {on_shard:?}"
+            );
+            members.extend(on_shard);
+        }
+        members.sort_unstable();
+        members
+    }
+
     /// `couponlab consume <role>` as a process of its own on this test's
     /// database, Redis and components, with `env` on top.
     pub fn consumer_process(&self, role: &str, env: &[(&str, &str)]) -> tokio::process::Child {

@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use crate::common::{PUBSUB, Reply, Setup, TestLab, outcome, subscriber_listening};
 
 /// Every method, with the component that serves it.
-pub const SYNC_METHODS: [(&str, &str); 11] = [
+pub const SYNC_METHODS: [(&str, &str); 12] = [
     ("READ_COMMITTED", "read_committed"),
     ("REPEATABLE_READ", "repeatable_read"),
     ("SERIALIZABLE", "serializable"),
@@ -28,6 +28,7 @@ pub const SYNC_METHODS: [(&str, &str); 11] = [
     ("REDIS_WATCH", "redis_watch"),
     ("REDIS_LUA", "redis_lua"),
     ("REDIS_LUA_GATE", "redis_lua_gate"),
+    ("REDIS_LUA_SHARDED", "redis_lua_sharded"),
 ];
 pub const ASYNC_METHODS: [(&str, &str); 6] = [
     ("REDIS_ASYNC", "redis_async"),
@@ -40,7 +41,8 @@ pub const ASYNC_METHODS: [(&str, &str); 6] = [
 
 /// Methods whose over-issue under concurrency is their lesson.
 const OVER_ISSUING: [&str; 2] = ["READ_COMMITTED", "REPEATABLE_READ"];
-/// Methods that reserve in `coupon:issued:{id}`.
+/// Methods that reserve members in a set: `coupon:issued:{id}`, or the
+/// shards' sets of REDIS_LUA_SHARDED.
 fn reserves_in_set(method: &str) -> bool {
     method.starts_with("REDIS_") && method != "REDIS_LUA_GATE"
 }
@@ -90,7 +92,7 @@ pub struct Burst {
     /// sold out.
     pub one_by_one: u64,
     pub rows: u64,
-    /// Members in `coupon:issued:{id}` (methods that reserve there).
+    /// Members in the method's reservation sets (methods that reserve in one).
     pub set_size: Option<u64>,
     /// Members in the set without a row, and the reverse.
     pub set_mismatch: Option<(u64, u64)>,
@@ -260,7 +262,11 @@ pub async fn burst(lab: &TestLab, method: &'static str, size: &Size) -> Burst {
     let result = result.unwrap_or(Value::Null);
     let (set_size, set_mismatch) = if reserves_in_set(method) {
         let in_db = lab.issued_members(coupon).await;
-        let in_set = lab.reserved_members(coupon).await;
+        let in_set = if method == "REDIS_LUA_SHARDED" {
+            lab.reserved_on_shards(coupon).await
+        } else {
+            lab.reserved_members(coupon).await
+        };
         let only_set = in_set.iter().filter(|m| !in_db.contains(m)).count() as u64;
         let only_db = in_db.iter().filter(|m| !in_set.contains(m)).count() as u64;
         (Some(in_set.len() as u64), Some((only_set, only_db)))

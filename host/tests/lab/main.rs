@@ -20,5 +20,6 @@ mod openapi;
 mod redis_methods;
 mod result_endpoint;
 mod sandbox;
+mod sharded;
 mod wit_roundtrip;
 mod write_behind;

@@ -89,6 +89,7 @@ async fn the_document_is_openapi_3_1_and_lists_every_route_of_the_readme() {
 async fn the_schemas_accept_what_every_route_answers() {
     let lab = Setup::with(&[
         "redis_lua",
+        "redis_lua_sharded",
         "redis_write_behind",
         "redis_lua_gate",
         "test_spin",
@@ -144,6 +145,7 @@ async fn the_schemas_accept_what_every_route_answers() {
     };
     for (member, method, status) in [
         (members[0], "REDIS_LUA", 200),
+        (members[3], "REDIS_LUA_SHARDED", 200),
         (members[1], "REDIS_WRITE_BEHIND", 202),
         (members[0], "REDIS_LUA", 409),
         (999_999_999, "REDIS_LUA", 404),
@@ -156,12 +158,13 @@ async fn the_schemas_accept_what_every_route_answers() {
         check(Method::POST, ISSUE, &reply);
     }
 
-    // The result, once the 202 is confirmed: Redis, confirmations, stream.
+    // The result, once the 202 is confirmed: Redis, shards, confirmations,
+    // stream.
     const RESULT: &str = "/lab/coupons/{couponId}/result";
     lab.drained(coupon, 1).await;
     let reply = lab.get(&format!("/lab/coupons/{coupon}/result")).await;
     let result = reply.ok();
-    for section in ["redis", "accepted", "stream"] {
+    for section in ["redis", "shards", "accepted", "stream"] {
         assert!(result.get(section).is_some(), "no {section}: {result}");
     }
     check(Method::GET, RESULT, &reply);

@@ -8,8 +8,9 @@
 //! - [`nothing`]: methods that only write in one database transaction — the
 //!   rollback was the whole undo;
 //! - [`release_unless_issued`]: methods that reserve in `coupon:issued:{id}`
-//!   and then confirm in the database — a reservation whose member has no
-//!   issue row is removed; one with a row stays (the confirm committed);
+//!   (or a shard's set, [`release_unless_issued_from`]) and then confirm in
+//!   the database — a reservation whose member has no issue row is
+//!   removed; one with a row stays (the confirm committed);
 //! - [`carried_by_entry`]: methods whose reservation and stream entry are
 //!   written by one script — the entry carries the request to its consumer,
 //!   which finishes or compensates it, so nothing is undone here.
@@ -59,9 +60,15 @@ pub fn issued(coupon_id: u64, member_id: u64) -> Result<bool, SqlError> {
 /// published message) may still confirm the member later; the confirm
 /// step's guarded UPDATE keeps the total whatever Redis admits.
 pub fn release_unless_issued(coupon_id: u64, member_id: u64) -> Compensation {
+    release_unless_issued_from(&keys::issued(coupon_id), coupon_id, member_id)
+}
+
+/// The same for a reservation kept in the set `set` rather than the
+/// coupon's (REDIS_LUA_SHARDED's shard sets).
+pub fn release_unless_issued_from(set: &str, coupon_id: u64, member_id: u64) -> Compensation {
     match issued(coupon_id, member_id) {
         Ok(true) => Compensation::of(0, "the member's coupon was issued; the reservation stays"),
-        Ok(false) => match redis::execute("SREM", &args![keys::issued(coupon_id), member_id]) {
+        Ok(false) => match redis::execute("SREM", &args![set, member_id]) {
             Ok(removed) if removed.as_int() == Some(1) => {
                 Compensation::of(1, "the reservation was removed")
             }

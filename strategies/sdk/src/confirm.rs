@@ -55,15 +55,17 @@ fn try_confirm(coupon_id: u64, member_id: u64) -> Result<Confirmed, SqlError> {
 /// with SREM, except on a duplicate key (the member really has the coupon,
 /// so the reservation is right).
 pub fn confirm_or_release(coupon_id: u64, member_id: u64) -> IssueResult {
-    settle_reservation(coupon_id, member_id)
+    confirm_or_release_from(&keys::issued(coupon_id), coupon_id, member_id)
 }
 
 /// The same, for a request already answered 202: what became of it.
 pub fn confirm_later(coupon_id: u64, member_id: u64) -> Confirmation {
-    settle_reservation(coupon_id, member_id).confirmation(coupon_id, member_id)
+    confirm_or_release(coupon_id, member_id).confirmation(coupon_id, member_id)
 }
 
-fn settle_reservation(coupon_id: u64, member_id: u64) -> IssueResult {
+/// [`confirm_or_release`] for a reservation kept in the set `set` rather
+/// than the coupon's (REDIS_LUA_SHARDED's shard sets).
+pub fn confirm_or_release_from(set: &str, coupon_id: u64, member_id: u64) -> IssueResult {
     let result = match confirm(coupon_id, member_id) {
         Confirmed::Issued => return IssueResult::issued(),
         Confirmed::Duplicate => return IssueResult::of(Outcome::Duplicate),
@@ -71,14 +73,18 @@ fn settle_reservation(coupon_id: u64, member_id: u64) -> IssueResult {
         Confirmed::UnknownMember => IssueResult::of(Outcome::UnknownMember),
         Confirmed::Failed(err) => IssueResult::from(err),
     };
-    release(coupon_id, member_id, result)
+    release_from(set, member_id, result)
 }
 
 /// Removes the member's reservation and counts the compensation. If Redis
 /// cannot be reached the reservation stays, and the result says so: the
 /// result endpoint will show the member as reserved in Redis only.
 pub fn release(coupon_id: u64, member_id: u64, result: IssueResult) -> IssueResult {
-    match redis::execute("SREM", &args![keys::issued(coupon_id), member_id]) {
+    release_from(&keys::issued(coupon_id), member_id, result)
+}
+
+fn release_from(set: &str, member_id: u64, result: IssueResult) -> IssueResult {
+    match redis::execute("SREM", &args![set, member_id]) {
         Ok(_) => result.compensated(1),
         Err(err) => {
             let detail = format!(

@@ -2,7 +2,8 @@
 
 pub use couponlab_contract::REQUESTS_CHANNEL;
 pub use couponlab_contract::fields;
-pub use couponlab_contract::keys::{gate_remaining, issued, total};
+pub use couponlab_contract::keys::{gate_remaining, issued, shard_issued, shard_stock, total};
+pub use couponlab_contract::shards;
 
 /// Stream of stage 6: one entry per accepted request (its [`fields`]),
 /// confirmed by the host's stream consumers.

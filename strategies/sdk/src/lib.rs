@@ -14,10 +14,11 @@
 //! - [`plain_reads`]: the stage-1 flow at an isolation level, with plain
 //!   reads and no explicit lock;
 //! - [`optimistic`]: the version-checked attempt, once or with bounded retries;
-//! - [`keys`]: the Redis key names of the seed;
+//! - [`keys`]: the Redis key names of the seed, and the shards of a stock;
 //! - [`coupon`]: the coupon's total from `coupon:total:{id}`, re-read from the
 //!   database when missing;
-//! - [`reserve`]: the one-EVALSHA Lua reservation;
+//! - [`reserve`]: the one-EVALSHA Lua reservation, on the coupon or on the
+//!   member's shard of its stock;
 //! - [`confirm`]: the DB confirm step and its compensation, shared by every
 //!   Redis method;
 //! - [`compensate`]: what a strategy undoes when its call ended without an

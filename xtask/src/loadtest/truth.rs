@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use couponlab_contract::keys;
+use couponlab_contract::{keys, shards};
 use sqlx::Row as _;
 use sqlx::mysql::MySqlPool;
 
@@ -68,8 +68,9 @@ impl Sources {
     }
 
     /// How many more coupons Redis would sell: the drop gate's stock counter,
-    /// else what the reservation set has room for;
-    /// `None` when the coupon has neither (a database method served it).
+    /// else what the shards of a sharded stock have left between them, else
+    /// what the reservation set has room for;
+    /// `None` when the coupon has none of them (a database method served it).
     fn sellable_in_redis(&self, coupon_id: u64, total: u64) -> anyhow::Result<Option<u64>> {
         let mut redis = self.redis.get_connection()?;
         let remaining: Option<i64> = redis::cmd("GET")
@@ -78,10 +79,35 @@ impl Sources {
         if let Some(remaining) = remaining {
             return Ok(Some(remaining.max(0) as u64));
         }
+        if let Some(left) = Self::left_on_shards(&mut redis, coupon_id)? {
+            return Ok(Some(left));
+        }
         let reserved: u64 = redis::cmd("SCARD")
             .arg(keys::issued(coupon_id))
             .query(&mut redis)?;
         Ok((reserved > 0).then(|| total.saturating_sub(reserved)))
+    }
+
+    /// What a sharded stock's shards would still sell, each its stock less
+    /// its reservations (a shard sells only to its own members, so one
+    /// shard's room is never another's); `None` when no shard has a stock.
+    fn left_on_shards(
+        redis: &mut redis::Connection,
+        coupon_id: u64,
+    ) -> anyhow::Result<Option<u64>> {
+        let mut left = None;
+        for shard in 0..shards::COUNT {
+            let stock: Option<u64> = redis::cmd("GET")
+                .arg(keys::shard_stock(coupon_id, shard))
+                .query(redis)?;
+            let reserved: u64 = redis::cmd("SCARD")
+                .arg(keys::shard_issued(coupon_id, shard))
+                .query(redis)?;
+            if let Some(stock) = stock {
+                *left.get_or_insert(0) += stock.saturating_sub(reserved);
+            }
+        }
+        Ok(left)
     }
 
     /// `SELECT VERSION()` and Redis's `redis_version`.
