@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::Executor;
 
-use crate::common::{MYSQL, Setup, free_port, until};
+use crate::common::{MYSQL, Setup, free_port};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_starting_together_on_a_new_database_migrate_it_once_and_all_come_up() {
@@ -36,24 +36,24 @@ async fn servers_starting_together_on_a_new_database_migrate_it_once_and_all_com
             )
         })
         .collect();
+    let started = std::time::Instant::now();
     for (bind, server) in binds.iter().zip(&mut servers) {
-        until(
-            &format!("the server on {bind} answers"),
-            Duration::from_secs(60),
-            || async {
-                // One that failed its migrations has exited.
-                assert!(
-                    server.try_wait().unwrap().is_none(),
-                    "the server on {bind} exited"
-                );
-                lab.client
-                    .get(format!("http://{bind}/lab/strategies"))
-                    .send()
-                    .await
-                    .is_ok()
-            },
-        )
-        .await;
+        loop {
+            // One that failed its migrations has exited.
+            assert!(
+                server.try_wait().unwrap().is_none(),
+                "the server on {bind} exited"
+            );
+            let url = format!("http://{bind}/lab/strategies");
+            if lab.client.get(url).send().await.is_ok() {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the server on {bind} did not answer within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     let (applied, failed): (i64, i64) = sqlx::query_as(&format!(
         "SELECT COUNT(*), CAST(COALESCE(SUM(success = 0), 0) AS SIGNED) FROM `{fresh}`._sqlx_migrations"
