@@ -19,5 +19,6 @@ mod openapi;
 mod redis_methods;
 mod result_endpoint;
 mod sandbox;
+mod several_hosts;
 mod wit_roundtrip;
 mod write_behind;

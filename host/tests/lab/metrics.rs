@@ -3,7 +3,6 @@
 //! it, and JSON logs are JSON.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -11,7 +10,7 @@ use futures::future::join_all;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::common::{Setup, TestLab, until};
+use crate::common::{Setup, TestLab, free_port, until};
 use crate::dashboard::Prometheus;
 
 const METHODS: [&str; 2] = ["PESSIMISTIC", "REDIS_LUA"];
@@ -131,14 +130,6 @@ async fn the_metrics_count_what_the_result_reports() {
         String::from_utf8_lossy(&checked.stderr)
     );
     lab.finish().await;
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
