@@ -82,14 +82,13 @@ impl Recorder {
         *known = Some(generation);
     }
 
-    /// The snapshots of the coupons changed since last published (of
-    /// `only`, when given), marked published.
-    fn take_changed(&self, only: Option<u64>, header: Header) -> Vec<(u64, String)> {
+    /// The snapshots of the coupons changed since last published, marked
+    /// published.
+    fn take_changed(&self, header: Header) -> Vec<(u64, String)> {
         let records: Vec<_> = self
             .coupons
             .lock()
             .iter()
-            .filter(|(coupon, _)| only.is_none_or(|only| only == **coupon))
             .map(|(coupon, record)| (*coupon, record.clone()))
             .collect();
         records
@@ -125,9 +124,9 @@ impl Recorder {
     }
 }
 
-/// Publishes this host's changed records (only `only`'s, when given) after
-/// reading the lab's generation; returns that generation.
-async fn publish(lab: &Lab, only: Option<u64>) -> RedisResult<u64> {
+/// Publishes this host's changed records after reading the lab's
+/// generation; returns that generation.
+async fn publish(lab: &Lab) -> RedisResult<u64> {
     // One publication at a time: two could otherwise land in the wrong
     // order, an older snapshot over a newer one.
     let _one_at_a_time = lab.recorder.publishing.lock().await;
@@ -140,7 +139,7 @@ async fn publish(lab: &Lab, only: Option<u64>) -> RedisResult<u64> {
         published_at_ms: now_ms(),
         permits_per_gate: lab.config.capabilities.permits.per_gate,
     };
-    let snapshots = lab.recorder.take_changed(only, header);
+    let snapshots = lab.recorder.take_changed(header);
     if snapshots.is_empty() {
         return Ok(generation);
     }
@@ -178,7 +177,7 @@ impl Publisher {
                     () = stopping.cancelled() => true,
                     () = tokio::time::sleep(every) => false,
                 };
-                if let Err(err) = publish(&lab, None).await {
+                if let Err(err) = publish(&lab).await {
                     tracing::debug!(error = %err, "could not publish the request record");
                 }
                 if stopped {
@@ -233,9 +232,10 @@ pub async fn every_host(lab: &Lab, coupon: u64) -> RequestSummary {
 }
 
 /// The other hosts' snapshots of `coupon` in this generation, by host id,
-/// after publishing this host's own.
+/// after publishing this host's own (all it changed: a host read once
+/// stands published for every coupon).
 async fn others(lab: &Lab, coupon: u64) -> RedisResult<Vec<(String, Snapshot)>> {
-    let generation = publish(lab, Some(coupon)).await?;
+    let generation = publish(lab).await?;
     let published: HashMap<String, String> =
         lab.redis().clone().hgetall(snapshot_key(coupon)).await?;
     // A host that published nothing for this long has no call running: its
@@ -316,7 +316,7 @@ mod tests {
 
     /// What `recorder` publishes, as another host reads it.
     fn published(recorder: &Recorder) -> Snapshot {
-        let (coupon, json) = recorder.take_changed(Some(COUPON), HEADER).pop().unwrap();
+        let (coupon, json) = recorder.take_changed(HEADER).pop().unwrap();
         assert_eq!(coupon, COUPON);
         serde_json::from_str(&json).unwrap()
     }
@@ -353,7 +353,7 @@ mod tests {
         assert_eq!(merged.total, 500);
         assert!(merged.by_method["A_METHOD"].labels["receivers"]["0"] > 0);
         // Published once: nothing changed since.
-        assert!(host_b.take_changed(None, HEADER).is_empty());
+        assert!(host_b.take_changed(HEADER).is_empty());
     }
 
     #[test]
@@ -412,7 +412,7 @@ mod tests {
         );
         recorder.enter_generation(4);
         assert_eq!(recorder.summary(COUPON).total, 0);
-        assert!(recorder.take_changed(None, HEADER).is_empty());
+        assert!(recorder.take_changed(HEADER).is_empty());
     }
 
     /// Not a pass/fail test: what publishing and merging cost for a coupon
@@ -434,7 +434,7 @@ mod tests {
             .collect();
         play(&recorder, &script);
         let started = std::time::Instant::now();
-        let (_, json) = recorder.take_changed(Some(COUPON), HEADER).pop().unwrap();
+        let (_, json) = recorder.take_changed(HEADER).pop().unwrap();
         let encoded = started.elapsed();
         let started = std::time::Instant::now();
         let snapshot: Snapshot = serde_json::from_str(&json).unwrap();

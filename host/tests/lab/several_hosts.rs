@@ -296,7 +296,7 @@ async fn killed_host_entries_are_claimed_by_the_other(lab: &TestLab, hosts: [Hos
     } else {
         (second, first)
     };
-    // Its record of requests published as of now, then SIGKILL.
+    // A result read publishes the host's whole record as of now; then SIGKILL.
     victim.result(lab, stream_coupon).await;
     victim.process.kill().await.unwrap();
     let held = pending_by_consumer(lab, STREAM).await;
