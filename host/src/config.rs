@@ -97,6 +97,11 @@ pub struct Config {
     #[arg(long, env = "COUPONLAB_MAX_INSTANCES", default_value_t = 1000)]
     pub max_instances: u32,
 
+    /// How often this server publishes its record of requests to Redis for
+    /// the other hosts' result endpoints (when it changed).
+    #[arg(long, env = "COUPONLAB_SNAPSHOT_INTERVAL_MS", default_value_t = 200)]
+    pub snapshot_interval_ms: u64,
+
     /// Connections in the server's own MySQL pool (routes, results, reset).
     #[arg(long, env = "COUPONLAB_ADMIN_DB_POOL_SIZE", default_value_t = 8)]
     pub admin_db_pool_size: u32,

@@ -1,5 +1,6 @@
 //! The shared state of one server.
 
+use std::hash::{BuildHasher, RandomState};
 use std::ops::Deref;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -33,6 +34,9 @@ pub struct LabState {
     pub registry: Registry,
     /// What each issue request asked and got.
     pub recorder: Recorder,
+    /// This process among all those sharing the lab's Redis: its stream
+    /// consumers, its loader and its request snapshots go by it.
+    pub identity: String,
     /// Reloads components as the strategy directory changes (when enabled).
     watcher: OnceLock<DirectoryWatcher>,
 }
@@ -91,6 +95,7 @@ impl Lab {
             runtime,
             registry,
             recorder: Recorder::default(),
+            identity: process_identity(),
             watcher: OnceLock::new(),
         }));
         if watch {
@@ -118,6 +123,22 @@ impl Lab {
     pub fn redis(&self) -> &ConnectionManager {
         &self.redis
     }
+}
+
+/// Host name, pid and a random part, computed once. Containers often run
+/// every process as pid 1 and may share a host name; the random part keeps
+/// them apart, and gives a restarted process a name of its own.
+fn process_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().replace(|c: char| !c.is_ascii_graphic(), "_"))
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "host".to_string());
+    let pid = std::process::id();
+    // Seeded from the operating system's randomness.
+    let random = RandomState::new().hash_one(pid) & 0xffff_ffff_ffff;
+    format!("{host}-{pid}-{random:012x}")
 }
 
 /// The server's own Redis connection, as REDIS_URL's user. Lazy: a server

@@ -16,7 +16,9 @@
 //!   envelope every route answers with.
 //! - [`metrics`]: the Prometheus metrics `GET /metrics` serves.
 //! - [`outcome`]: how an issue request ended, its name and its status.
-//! - [`recorder`]: what each issue request asked and got, per coupon.
+//! - [`recorder`]: what each issue request asked and got, per coupon, and
+//!   the snapshots through which every host's result covers every host's
+//!   requests.
 //! - [`results`]: the result of one coupon, from the database, the recorder
 //!   and Redis.
 //! - [`consumers`]: the roles that confirm requests answered 202 — job
@@ -65,9 +67,10 @@ pub async fn run(cli: config::Cli) -> anyhow::Result<()> {
 }
 
 /// Serves the `/lab` API on `listener` until `shutdown` completes, with the
-/// job workers and, unless configured off, the subscriber and the stream
-/// consumers. On shutdown the HTTP server stops first, then the consumers
-/// finish what they hold.
+/// job workers, the publisher of its request record and, unless configured
+/// off, the subscriber and the stream consumers. On shutdown the HTTP
+/// server stops first, then the consumers finish what they hold, and the
+/// record is published a last time.
 pub async fn serve(
     listener: TcpListener,
     lab: Lab,
@@ -83,11 +86,13 @@ pub async fn serve(
             write_behind: in_process,
         },
     );
+    let publisher = recorder::shared::Publisher::start(&lab);
     let served = axum::serve(listener, http::router(lab))
         .with_graceful_shutdown(shutdown)
         .await
         .context("the HTTP server failed");
     consumers.stop().await;
+    publisher.stop().await;
     served
 }
 

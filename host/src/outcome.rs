@@ -4,13 +4,13 @@
 //! them is here, once.
 
 use axum::http::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::runtime::CallError;
 use crate::runtime::bindings::types::Outcome as WitOutcome;
 
 /// Every way an issue request can end, as the result endpoint names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Outcome {
     Issued,

@@ -1,9 +1,13 @@
 //! The write-behind loader (stages 9-10): group `coupon-wb-loaders` on
-//! `coupon:wb:stream`, one consumer named `loader`, as in the seed. Redis
-//! decided and answered 202; this writes the database after it.
+//! `coupon:wb:stream`, one consumer per process (the seed runs one, named
+//! `loader`), named after the process's identity. Redis decided and
+//! answered 202; this writes the database after it.
 //!
-//! Each round reads the loader's own pending entries first (a restarted
-//! loader finishes what its predecessor held), then new ones, up to 100. The
+//! Every claim interval a loader claims the entries idle past the claim
+//! limit (those of a loader that died: another process's, or a predecessor
+//! of this one), without reading them; each round then reads the loader's
+//! own pending entries first, then new ones, up to 100. While a round
+//! runs, its entries are kept claimed, so no other loader takes them. The
 //! entries go to the component their `method` field names, which writes them
 //! in one transaction of `INSERT ... ON DUPLICATE KEY UPDATE`; XACK follows
 //! the commit. A failed batch is retried one entry at a time. An entry
@@ -12,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use couponlab_contract::{WRITE_BEHIND_STREAM, fields};
 use redis::aio::MultiplexedConnection;
@@ -21,13 +25,15 @@ use redis::{AsyncCommands, RedisResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::stream::{BLOCK_MS, copy_to_dead_letters, delivery_counts, field, keep_running, to_wit};
+use super::group::{
+    BLOCK_MS, Claim, copy_to_dead_letters, delivery_counts, field, keep_claimed, keep_running,
+    to_wit,
+};
 use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::StreamEntry;
 
-const LOADER: &str = "loader";
 /// Entries one round loads.
 const BATCH: usize = 100;
 /// The pause after a round in which something failed, so a failing entry
@@ -36,9 +42,8 @@ const AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
     let lab = lab.clone();
-    tokio::spawn(
-        async move { keep_running(&lab, &cancel, WRITE_BEHIND_STREAM, LOADER, load).await },
-    )
+    let name = format!("{}-loader", lab.identity);
+    tokio::spawn(async move { keep_running(&lab, &cancel, WRITE_BEHIND_STREAM, &name, load).await })
 }
 
 async fn load(
@@ -47,8 +52,15 @@ async fn load(
     name: &str,
     conn: &mut MultiplexedConnection,
 ) -> RedisResult<()> {
+    let settings = &lab.config.consumers;
+    let claim_every = Duration::from_millis(settings.claim_interval_ms.max(10));
+    let mut next_claim = Instant::now();
     let mut own_pending_first = true;
     while !cancel.is_cancelled() {
+        if Instant::now() >= next_claim {
+            next_claim = Instant::now() + claim_every;
+            own_pending_first |= claim_idle(lab, cancel, name, conn).await? > 0;
+        }
         let entries = if own_pending_first {
             let options = StreamReadOptions::default()
                 .group(WRITE_BEHIND_STREAM.group, name)
@@ -80,7 +92,14 @@ async fn load(
         if entries.is_empty() {
             continue;
         }
-        let all_loaded = load_round(lab, conn, entries).await?;
+        let ids: Vec<String> = entries.iter().map(|entry| entry.id.clone()).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let idle_limit = Duration::from_millis(settings.claim_idle_ms);
+        let keep_claimed = keep_claimed(conn.clone(), WRITE_BEHIND_STREAM, name, &ids, idle_limit);
+        let all_loaded = tokio::select! {
+            loaded = load_round(lab, conn, entries) => loaded?,
+            never = keep_claimed => match never {},
+        };
         // Whatever failed is pending now; the next round starts with it.
         own_pending_first = true;
         if !all_loaded && !pause_unless_cancelled(cancel, AFTER_FAILURE).await {
@@ -88,6 +107,39 @@ async fn load(
         }
     }
     Ok(())
+}
+
+/// Claims, without reading them, the entries idle past the claim limit;
+/// returns how many. They are this loader's pending entries now, read (and
+/// counted as delivered) at its next round.
+async fn claim_idle(
+    lab: &Lab,
+    cancel: &CancellationToken,
+    name: &str,
+    conn: &mut MultiplexedConnection,
+) -> RedisResult<usize> {
+    let claim = Claim {
+        stream: WRITE_BEHIND_STREAM,
+        consumer: name,
+        idle_ms: lab.config.consumers.claim_idle_ms,
+        just_ids: true,
+    };
+    let mut pages = claim.pages();
+    let mut claimed = 0;
+    while let Some(ids) = pages.next(conn).await? {
+        claimed += ids.len();
+        if cancel.is_cancelled() {
+            break;
+        }
+    }
+    if claimed > 0 {
+        tracing::info!(
+            loader = name,
+            claimed,
+            "claimed the entries of a loader that stopped"
+        );
+    }
+    Ok(claimed)
 }
 
 async fn read(

@@ -1,4 +1,5 @@
-//! `DELETE /lab/data`: truncate the lab tables and delete Redis `coupon:*` keys.
+//! `DELETE /lab/data`: truncate the lab tables, delete Redis `coupon:*` keys,
+//! and make every host forget its record of requests.
 
 use axum::Router;
 use axum::extract::State;
@@ -12,6 +13,7 @@ use utoipa::ToSchema;
 use super::envelope::{Answer, ApiError};
 use super::schema::Success;
 use crate::lab::Lab;
+use crate::recorder::shared;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/data", delete(reset))
@@ -59,9 +61,28 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     restored?;
 
     let mut redis = lab.redis().clone();
+    let deleted = unlink_matching(&mut redis, "coupon:*").await?;
+    // Every host's record of requests: this one's now, the others' at their
+    // next look at the generation; then their snapshots.
+    shared::start_new_generation(&lab).await?;
+    unlink_matching(&mut redis, shared::SNAPSHOTS).await?;
+    Ok(Answer(
+        StatusCode::OK,
+        Reset {
+            truncated_tables: TABLES.to_vec(),
+            deleted_redis_keys: deleted,
+        },
+    ))
+}
+
+/// Deletes the keys matching `pattern`; returns how many.
+async fn unlink_matching(
+    redis: &mut redis::aio::ConnectionManager,
+    pattern: &str,
+) -> redis::RedisResult<u64> {
     let mut keys = Vec::new();
     {
-        let mut iter = redis.scan_match::<_, String>("coupon:*").await?;
+        let mut iter = redis.scan_match::<_, String>(pattern).await?;
         while let Some(key) = iter.next_item().await {
             keys.push(key?);
         }
@@ -70,12 +91,5 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     for chunk in keys.chunks(500) {
         deleted += redis.unlink::<_, u64>(chunk).await?;
     }
-    lab.recorder.clear();
-    Ok(Answer(
-        StatusCode::OK,
-        Reset {
-            truncated_tables: TABLES.to_vec(),
-            deleted_redis_keys: deleted,
-        },
-    ))
+    Ok(deleted)
 }

@@ -20,7 +20,7 @@ use utoipa::ToSchema;
 
 use crate::confirmations::{self, AsyncSummary};
 use crate::lab::Lab;
-use crate::recorder::RequestSummary;
+use crate::recorder::{self, RequestSummary};
 use crate::runtime::bindings::types::ResultLabel;
 use crate::runtime::{Strategy, World};
 
@@ -50,7 +50,7 @@ pub struct CouponResult {
     /// `issued_count` minus the rows: non-zero when the counter and the rows disagree.
     count_mismatch: i64,
     invariants: Invariants,
-    /// Requests this server answered for this coupon.
+    /// Requests every host answered for this coupon (`hosts` says which).
     requests: RequestSummary,
     /// The Redis reservation set against the issue rows.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,8 +122,8 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
             .into_iter()
             .map(|member| member as u64)
             .collect();
-    let requests = lab.recorder.summary(coupon_id);
-    // The methods that served the coupon: those this process answered for,
+    let requests = recorder::shared::every_host(lab, coupon_id).await;
+    // The methods that served the coupon: those any host answered for,
     // and those any process answered 202 for (a restarted server's record
     // of requests starts empty, Redis's does not).
     let accepting = confirmations::accepting_methods(lab.redis(), coupon_id).await;
@@ -143,7 +143,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     let reserving = serving.iter().any(|s| s.reservation_set);
     // A reservation waiting for its 202's confirmation, or for a call
     // running now, is not stranded.
-    let mut waiting = lab.recorder.in_flight(coupon_id);
+    let mut waiting = requests.in_flight_members.clone();
     if let Ok(Some(read)) = &confirmations_read {
         waiting.extend(&read.pending_members);
     }

@@ -38,11 +38,11 @@ struct SetComparison {
     /// was issued by a method that does not reserve in Redis.
     db_only_members: Difference,
     /// Reserved in Redis only, with no 202 waiting for its confirmation and
-    /// no call running for it in this process: left by a process that died
-    /// between two steps. Nothing releases them on its own — only the
-    /// strategy may decide that, and no process can tell that another has
-    /// no call in flight — so they stay stock that cannot be sold, counted
-    /// here.
+    /// no call running for it on any host (by the hosts' latest records):
+    /// left by a process that died between two steps. Nothing releases them
+    /// on its own — only the strategy may decide that, and no process can be
+    /// sure that another has no call in flight — so they stay stock that
+    /// cannot be sold, counted here.
     stranded_members: Difference,
 }
 

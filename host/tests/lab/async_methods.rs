@@ -310,9 +310,13 @@ async fn a_restarted_server_still_reports_what_was_accepted_and_its_stream() {
     lab.drained(coupon, 5).await;
 
     lab.restart().await;
-    // The new process answered nothing for this coupon; Redis remembers.
+    // The new process answered nothing for this coupon; Redis remembers,
+    // the requests too: the record its predecessor published as it stopped.
     let result = lab.result(coupon).await;
-    assert_eq!(result["requests"]["total"], json!(0), "{result}");
+    let hosts = &result["requests"]["hosts"]["merged"];
+    assert_eq!(hosts[0]["requests"], json!(0), "{result}");
+    assert_eq!(hosts[1]["requests"], json!(5), "{result}");
+    assert_eq!(result["requests"]["total"], json!(5), "{result}");
     assert_eq!(result["accepted"], json!(5), "{result}");
     assert_eq!(result["asyncResults"], json!({ "ISSUED": 5 }), "{result}");
     assert_eq!(result["stream"]["pending"], json!(0), "{result}");

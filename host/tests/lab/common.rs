@@ -340,9 +340,29 @@ impl Reply {
     }
 }
 
+/// A port nobody listens on now, for a server process of a test's own.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 impl TestLab {
     pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&str>) -> Reply {
-        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        self.request_at(&self.base, method, path, body).await
+    }
+
+    /// A request to the server at `base` (another process of the test's).
+    pub async fn request_at(
+        &self,
+        base: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&str>,
+    ) -> Reply {
+        let mut request = self.client.request(method, format!("{base}{path}"));
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")
@@ -671,15 +691,6 @@ pub fn statuses(replies: &[Reply]) -> std::collections::BTreeMap<u16, usize> {
         *statuses.entry(reply.status.as_u16()).or_insert(0) += 1;
     }
     statuses
-}
-
-/// A port of 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Waits until `check` holds, for at most `limit`; returns how long it took.

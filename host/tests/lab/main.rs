@@ -20,6 +20,7 @@ mod openapi;
 mod redis_methods;
 mod result_endpoint;
 mod sandbox;
+mod several_hosts;
 mod sharded;
 mod wit_roundtrip;
 mod write_behind;

@@ -1,0 +1,278 @@
+//! What each issue request asked and got, kept per coupon for the result
+//! endpoint: arrival time, outcome, latency, retries and compensations.
+//!
+//! Each server process keeps its record in memory, where recording a
+//! request costs a lock and a few additions ([`tally`]), and publishes a
+//! snapshot of it to Redis in the background ([`shared`]); a result read
+//! merges the other processes' snapshots with its own live record, so any
+//! host answers for every host's requests.
+
+pub mod shared;
+mod tally;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use self::tally::Tally;
+pub use self::tally::{
+    FairnessSummary, HostRecord, HostsSummary, LatencySummary, MethodSummary, RequestSummary,
+};
+use crate::outcome::Outcome;
+
+/// A request that has arrived and not yet been answered.
+pub struct Arrival {
+    /// 1 for the first request on this coupon in this process, then 2, 3, ...
+    pub sequence: u64,
+    /// Microseconds since the Unix epoch: the order across hosts.
+    arrived_us: u64,
+    member: u64,
+    started: Instant,
+    record: Arc<Mutex<CouponRecord>>,
+}
+
+#[derive(Default)]
+pub struct Recorder {
+    coupons: Mutex<HashMap<u64, Arc<Mutex<CouponRecord>>>>,
+    /// The lab's generation this record belongs to (see [`shared`]); `None`
+    /// until Redis was first read.
+    generation: Mutex<Option<u64>>,
+    /// Held while a snapshot is published (see [`shared`]).
+    publishing: tokio::sync::Mutex<()>,
+}
+
+struct CouponRecord {
+    arrivals: u64,
+    /// Members with a call running now, and how many each: a reservation
+    /// without a row is in flight, not stranded, while its call runs.
+    in_flight: HashMap<u64, u32>,
+    tally: Tally,
+    /// Changed since its snapshot was last published.
+    changed: bool,
+}
+
+impl Default for CouponRecord {
+    fn default() -> Self {
+        Self {
+            arrivals: 0,
+            in_flight: HashMap::new(),
+            tally: Tally::new(),
+            changed: false,
+        }
+    }
+}
+
+/// What one request ended with.
+pub struct Ending {
+    pub outcome: Outcome,
+    pub retries: u32,
+    pub compensations: u32,
+    /// Facts the component reported (`receivers = 1`).
+    pub labels: Vec<(String, String)>,
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
+impl Recorder {
+    /// Gives `member`'s request its arrival sequence number and time on
+    /// `coupon` and starts its clock.
+    pub fn arrive(&self, coupon: u64, member: u64) -> Arrival {
+        self.arrive_at(coupon, member, now_us())
+    }
+
+    fn arrive_at(&self, coupon: u64, member: u64, arrived_us: u64) -> Arrival {
+        let record = self.coupons.lock().entry(coupon).or_default().clone();
+        let sequence = {
+            let mut record = record.lock();
+            record.arrivals += 1;
+            record.changed = true;
+            *record.in_flight.entry(member).or_default() += 1;
+            record.arrivals
+        };
+        Arrival {
+            sequence,
+            arrived_us,
+            member,
+            started: Instant::now(),
+            record,
+        }
+    }
+
+    /// Records how the request ended; returns its latency.
+    pub fn finish(&self, arrival: Arrival, method: &Arc<str>, ending: Ending) -> Duration {
+        let latency = arrival.started.elapsed();
+        Self::record(arrival, method, ending, latency);
+        latency
+    }
+
+    fn record(arrival: Arrival, method: &Arc<str>, ending: Ending, latency: Duration) {
+        let latency_us = latency.as_micros().max(1) as u64;
+        let mut record = arrival.record.lock();
+        if let Some(calls) = record.in_flight.get_mut(&arrival.member) {
+            *calls -= 1;
+            if *calls == 0 {
+                record.in_flight.remove(&arrival.member);
+            }
+        }
+        record.changed = true;
+        record
+            .tally
+            .record(arrival.arrived_us, method, ending, latency_us);
+    }
+
+    /// This process's record of `coupon` alone.
+    #[cfg(test)]
+    pub fn summary(&self, coupon: u64) -> RequestSummary {
+        self.merged_with(coupon, std::iter::empty())
+    }
+
+    /// This process's live record of `coupon` with `others` (other hosts'
+    /// records of it) added: the request figures of every host. The host
+    /// list is the caller's to fill.
+    fn merged_with<'a>(
+        &self,
+        coupon: u64,
+        others: impl IntoIterator<Item = &'a shared::Snapshot>,
+    ) -> RequestSummary {
+        let mut merged = Tally::new();
+        let mut in_flight = std::collections::BTreeSet::new();
+        if let Some(record) = self.coupons.lock().get(&coupon).cloned() {
+            let record = record.lock();
+            merged.add(&record.tally);
+            in_flight.extend(record.in_flight.keys());
+        }
+        for other in others {
+            merged.add(&other.tally);
+            in_flight.extend(&other.in_flight);
+        }
+        RequestSummary {
+            in_flight_members: in_flight,
+            ..merged.summary()
+        }
+    }
+
+    /// Forgets every coupon (DELETE /lab/data, or another host's).
+    fn clear(&self) {
+        self.coupons.lock().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ending(outcome: Outcome) -> Ending {
+        Ending {
+            outcome,
+            retries: 0,
+            compensations: 0,
+            labels: Vec::new(),
+        }
+    }
+
+    /// Requests arrive in order 1..=n; `script[i]` is how arrival i+1 ends,
+    /// after how many milliseconds.
+    fn play(script: &[(Outcome, u64)]) -> RequestSummary {
+        let recorder = Recorder::default();
+        let method: Arc<str> = Arc::from("TEST");
+        // Arrival times 1, 2, 3, ... µs.
+        let arrivals: Vec<Arrival> = (0..script.len() as u64)
+            .map(|member| recorder.arrive_at(7, member, member + 1))
+            .collect();
+        // Answers come back in reverse order: arrival order is what counts.
+        for (arrival, (outcome, ms)) in arrivals.into_iter().zip(script).rev() {
+            Recorder::record(
+                arrival,
+                &method,
+                ending(*outcome),
+                Duration::from_millis(*ms),
+            );
+        }
+        recorder.summary(7)
+    }
+
+    #[test]
+    fn a_member_served_after_an_earlier_sold_out_refusal_is_an_inversion() {
+        use Outcome::*;
+        let summary = play(&[
+            (Issued, 1),
+            (SoldOut, 1),
+            (Issued, 1),
+            (Duplicate, 1),
+            (Accepted, 1),
+            (SoldOutAtDb, 1),
+        ]);
+        assert_eq!(summary.fairness.first_sold_out_arrival_us, Some(2));
+        // Arrivals 3 and 5 were served after arrival 2 was refused.
+        assert_eq!(summary.fairness.served_after_earlier_sold_out, 2);
+    }
+
+    #[test]
+    fn in_order_service_has_no_inversion() {
+        use Outcome::*;
+        let summary = play(&[(Issued, 1), (Issued, 1), (SoldOut, 1), (SoldOut, 1)]);
+        assert_eq!(summary.fairness.first_sold_out_arrival_us, Some(3));
+        assert_eq!(summary.fairness.served_after_earlier_sold_out, 0);
+    }
+
+    #[test]
+    fn latency_percentiles_come_from_the_histogram() {
+        // 1..=100 ms, one each: p50 50 ms, p95 95 ms, p99 99 ms, max 100 ms
+        // (within the histogram's 3 significant digits).
+        let script: Vec<(Outcome, u64)> = (1..=100).map(|ms| (Outcome::SoldOut, ms)).collect();
+        let summary = play(&script);
+        let latency = summary.latency_ms.expect("requests were recorded");
+        for (got, want) in [
+            (latency.p50, 50.0),
+            (latency.p95, 95.0),
+            (latency.p99, 99.0),
+            (latency.max, 100.0),
+        ] {
+            assert!(
+                (got - want).abs() <= want * 0.001 + 0.001,
+                "got {got}, want {want}"
+            );
+        }
+        assert_eq!(summary.by_method["TEST"].total, 100);
+        assert_eq!(summary.by_outcome["SOLD_OUT"], 100);
+    }
+
+    /// Not a pass/fail test: what recording a million requests and reading
+    /// the summary cost. `cargo test --release -p couponlab --lib -- recorder_benchmark --ignored --nocapture`
+    #[test]
+    #[ignore = "benchmark; run explicitly"]
+    fn recorder_benchmark() {
+        let recorder = Recorder::default();
+        let method: Arc<str> = Arc::from("BENCH");
+        let started = Instant::now();
+        for n in 0..1_000_000u64 {
+            let arrival = recorder.arrive(1, n);
+            let outcome = if n < 1_000 {
+                Outcome::Issued
+            } else {
+                Outcome::SoldOut
+            };
+            Recorder::record(
+                arrival,
+                &method,
+                ending(outcome),
+                Duration::from_micros(200 + n % 5_000),
+            );
+        }
+        let recorded = started.elapsed();
+        let started = Instant::now();
+        let summary = recorder.summary(1);
+        let summarized = started.elapsed();
+        assert_eq!(summary.total, 1_000_000);
+        println!(
+            "1,000,000 requests recorded in {recorded:?} ({:.0} ns each); summary in {summarized:?}",
+            recorded.as_nanos() as f64 / 1e6
+        );
+    }
+}

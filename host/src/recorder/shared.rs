@@ -1,0 +1,282 @@
+//! Several hosts, one lab: every server process publishes its record of
+//! requests to Redis, and the result endpoint of any of them merges them
+//! all.
+//!
+//! Why snapshots and not one record in Redis: an issue request is recorded
+//! in memory as before (a lock and a few additions), and what reaches Redis
+//! is one HSET per changed coupon per interval (`COUPONLAB_SNAPSHOT_INTERVAL_MS`,
+//! 200 ms), whatever the request rate; a round trip per request (an INCR for
+//! an arrival number, an HINCRBY per outcome) would put Redis on every
+//! request's path twice. The price: another host's requests of its last
+//! interval may be missing from an answer, so each snapshot's age is shown.
+//! A host publishes in the background when its record changed, and right
+//! before answering a result read of its own, which merges the other
+//! hosts' snapshots with its live record.
+//!
+//! Keys, the host's own and outside `coupon:*`, so that no component (whose
+//! ACL user reaches `coupon:*` only) can read or forge them:
+//! - `couponlab:hosts:{couponId}`: hash, host id → that host's snapshot
+//!   (JSON; histograms in hdrhistogram's V2 format), kept a day after its
+//!   last change;
+//! - `couponlab:generation`: what DELETE /lab/data increments. Every host
+//!   reads it before publishing (each interval) and forgets its record when
+//!   it changed; a read ignores snapshots of another generation. A request
+//!   another host served between the reset and its next look (one interval
+//!   at most) is forgotten with the old record.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::{AsyncCommands, RedisResult};
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::tally::Tally;
+use super::{HostRecord, HostsSummary, Recorder, RequestSummary};
+use crate::lab::Lab;
+
+/// The pattern of every snapshot key, for DELETE /lab/data.
+pub const SNAPSHOTS: &str = "couponlab:hosts:*";
+const GENERATION: &str = "couponlab:generation";
+/// How long a snapshot outlives its host's last change of it.
+const KEEP_MS: i64 = 24 * 60 * 60 * 1000;
+
+fn snapshot_key(coupon: u64) -> String {
+    format!("couponlab:hosts:{coupon}")
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// One host's record of one coupon, as it published it.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Snapshot<T = Tally> {
+    generation: u64,
+    published_at_ms: i64,
+    permits_per_gate: u64,
+    /// Members with a call running on that host when it published.
+    pub(super) in_flight: Vec<u64>,
+    pub(super) tally: T,
+}
+
+/// What every snapshot this host publishes says besides its record.
+#[derive(Clone, Copy)]
+struct Header {
+    generation: u64,
+    published_at_ms: i64,
+    permits_per_gate: u64,
+}
+
+impl Recorder {
+    /// Takes note of the lab's generation; a new one (another host reset
+    /// the lab) forgets this host's record. The first one read is taken as
+    /// it is.
+    fn enter_generation(&self, generation: u64) {
+        let mut known = self.generation.lock();
+        if known.is_some_and(|known| known != generation) {
+            self.clear();
+        }
+        *known = Some(generation);
+    }
+
+    /// The snapshots of the coupons changed since last published, marked
+    /// published.
+    fn take_changed(&self, header: Header) -> Vec<(u64, String)> {
+        let records: Vec<_> = self
+            .coupons
+            .lock()
+            .iter()
+            .map(|(coupon, record)| (*coupon, record.clone()))
+            .collect();
+        records
+            .into_iter()
+            .filter_map(|(coupon, record)| {
+                // Encoded under the record's lock: tens of microseconds once
+                // an interval, against a copy of every histogram.
+                let mut record = record.lock();
+                if !record.changed {
+                    return None;
+                }
+                record.changed = false;
+                let snapshot = Snapshot {
+                    generation: header.generation,
+                    published_at_ms: header.published_at_ms,
+                    permits_per_gate: header.permits_per_gate,
+                    in_flight: record.in_flight.keys().copied().collect(),
+                    tally: &record.tally,
+                };
+                Some((coupon, serde_json::to_string(&snapshot).ok()?))
+            })
+            .collect()
+    }
+
+    /// Marks `coupons` changed again: their snapshots did not reach Redis.
+    fn mark_changed(&self, coupons: impl IntoIterator<Item = u64>) {
+        let records = self.coupons.lock();
+        for coupon in coupons {
+            if let Some(record) = records.get(&coupon) {
+                record.lock().changed = true;
+            }
+        }
+    }
+}
+
+/// Publishes this host's changed records after reading the lab's
+/// generation; returns that generation.
+async fn publish(lab: &Lab) -> RedisResult<u64> {
+    // One publication at a time: two could otherwise land in the wrong
+    // order, an older snapshot over a newer one.
+    let _one_at_a_time = lab.recorder.publishing.lock().await;
+    let mut redis = lab.redis().clone();
+    let generation: Option<u64> = redis.get(GENERATION).await?;
+    let generation = generation.unwrap_or(0);
+    lab.recorder.enter_generation(generation);
+    let header = Header {
+        generation,
+        published_at_ms: now_ms(),
+        permits_per_gate: lab.config.capabilities.permits.per_gate,
+    };
+    let snapshots = lab.recorder.take_changed(header);
+    if snapshots.is_empty() {
+        return Ok(generation);
+    }
+    let mut pipe = redis::pipe();
+    for (coupon, snapshot) in &snapshots {
+        pipe.hset(snapshot_key(*coupon), &lab.identity, snapshot)
+            .ignore()
+            .pexpire(snapshot_key(*coupon), KEEP_MS)
+            .ignore();
+    }
+    let published: RedisResult<()> = pipe.query_async(&mut redis).await;
+    if let Err(err) = published {
+        lab.recorder
+            .mark_changed(snapshots.into_iter().map(|(coupon, _)| coupon));
+        return Err(err);
+    }
+    Ok(generation)
+}
+
+/// Publishes this host's record every interval while the server runs, and
+/// once more when it stops.
+pub struct Publisher {
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Publisher {
+    pub fn start(lab: &Lab) -> Self {
+        let cancel = CancellationToken::new();
+        let every = Duration::from_millis(lab.config.snapshot_interval_ms.max(10));
+        let (lab, stopping) = (lab.clone(), cancel.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let stopped = tokio::select! {
+                    () = stopping.cancelled() => true,
+                    () = tokio::time::sleep(every) => false,
+                };
+                if let Err(err) = publish(&lab).await {
+                    tracing::debug!(error = %err, "could not publish the request record");
+                }
+                if stopped {
+                    return;
+                }
+            }
+        });
+        Self { cancel, task }
+    }
+
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// The request figures of `coupon` over every host: this host's live
+/// record and the snapshots the others published. Redis failing leaves
+/// this host's alone, and says so.
+pub async fn every_host(lab: &Lab, coupon: u64) -> RequestSummary {
+    let (others, error) = match others(lab, coupon).await {
+        Ok(others) => (others, None),
+        Err(err) => (Vec::new(), Some(format!("Redis could not be read: {err}"))),
+    };
+    let mut summary = lab
+        .recorder
+        .merged_with(coupon, others.iter().map(|(_, snapshot)| snapshot));
+    let theirs: u64 = others.iter().map(|(_, s)| s.tally.requests()).sum();
+    let now = now_ms();
+    let this_host = HostRecord {
+        id: lab.identity.clone(),
+        this_host: true,
+        age_ms: 0,
+        requests: summary.total.saturating_sub(theirs),
+        permits_per_gate: lab.config.capabilities.permits.per_gate,
+    };
+    let merged: Vec<HostRecord> = std::iter::once(this_host)
+        .chain(others.iter().map(|(id, snapshot)| HostRecord {
+            id: id.clone(),
+            this_host: false,
+            age_ms: (now - snapshot.published_at_ms).max(0) as u64,
+            requests: snapshot.tally.requests(),
+            permits_per_gate: snapshot.permits_per_gate,
+        }))
+        .collect();
+    summary.hosts = HostsSummary {
+        gate_permits: merged.iter().map(|host| host.permits_per_gate).sum(),
+        merged,
+        error,
+    };
+    summary
+}
+
+/// The other hosts' snapshots of `coupon` in this generation, by host id,
+/// after publishing this host's own (all it changed: a host read once
+/// stands published for every coupon).
+async fn others(lab: &Lab, coupon: u64) -> RedisResult<Vec<(String, Snapshot)>> {
+    let generation = publish(lab).await?;
+    let published: HashMap<String, String> =
+        lab.redis().clone().hgetall(snapshot_key(coupon)).await?;
+    // A host that published nothing for this long has no call running: its
+    // calls ended at their deadline (and their compensations soon after).
+    // Its in-flight members would otherwise hide stranded ones forever.
+    let calls_over_ms = 2 * lab.config.request_timeout_ms as i64;
+    let now = now_ms();
+    let mut others: Vec<(String, Snapshot)> = published
+        .into_iter()
+        .filter(|(host, _)| *host != lab.identity)
+        .filter_map(
+            |(host, json)| match serde_json::from_str::<Snapshot>(&json) {
+                Ok(snapshot) => Some((host, snapshot)),
+                Err(err) => {
+                    tracing::warn!(%host, error = %err, "an unreadable request snapshot; left out");
+                    None
+                }
+            },
+        )
+        .filter(|(_, snapshot)| snapshot.generation == generation)
+        .map(|(host, mut snapshot)| {
+            if now - snapshot.published_at_ms > calls_over_ms {
+                snapshot.in_flight.clear();
+            }
+            (host, snapshot)
+        })
+        .collect();
+    others.sort_by(|(a, _), (b, _)| a.cmp(b));
+    Ok(others)
+}
+
+/// Starts a new generation of the lab (DELETE /lab/data): this host forgets
+/// its record now, the others at their next look. The caller deletes the
+/// snapshots ([`SNAPSHOTS`]).
+pub async fn start_new_generation(lab: &Lab) -> RedisResult<()> {
+    let _one_at_a_time = lab.recorder.publishing.lock().await;
+    let generation: u64 = lab.redis().clone().incr(GENERATION, 1).await?;
+    lab.recorder.clear();
+    *lab.recorder.generation.lock() = Some(generation);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
