@@ -24,6 +24,9 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 /// How far ahead of their launch several k6 processes start their load.
 const PROCESSES_START_AFTER: Duration = Duration::from_secs(3);
 
+/// How long several hosts' results may take to count every request.
+const HOSTS_AGREE_LIMIT: Duration = Duration::from_secs(5);
+
 /// How long the pending figure may stand still before the run is reported
 /// as it is: what a fault lost stays pending for good. Not while the
 /// coupon's stream still owes entries: those are confirmed in the end
@@ -207,8 +210,8 @@ impl Run<'_> {
         )?;
 
         let accepting = told.iter().any(|record| record.status == 202);
-        let (result, drain_ms) = settle(api, coupon_id, accepting)?;
         let hosts_said = hosts_said(runner, &path_of(coupon_id), told.len())?;
+        let (result, drain_ms) = settle(api, coupon_id, accepting)?;
         let truth = runner.sources.truth(coupon_id)?;
         let out_of_turn = result["requests"]["fairness"]["servedAfterEarlierSoldOut"]
             .as_u64()
@@ -294,20 +297,30 @@ fn path_of(coupon_id: u64) -> String {
     format!("/lab/coupons/{coupon_id}/result")
 }
 
-/// With several `--base-url`s, the requests each host's result counts: every
-/// host's result should cover every host's requests (`sent`), and a host
-/// whose count differs says the lab does not report as one. Nothing with
-/// one host.
+/// With several `--base-url`s, the requests each host's result counts,
+/// once they all count every request k6 `sent` (for [`HOSTS_AGREE_LIMIT`]
+/// at most): each host publishes its record every moment, so right after
+/// the load one host's result may not have the last of another's yet. A
+/// host whose count still differs says the lab does not report as one.
+/// Nothing with one host.
 fn hosts_said(runner: &Runner, path: &str, sent: usize) -> anyhow::Result<Vec<Value>> {
     if runner.hosts.len() < 2 {
         return Ok(Vec::new());
     }
-    let mut said = Vec::new();
-    for host in &runner.hosts {
-        let result = read_whole(host, path)?;
-        let requests = result["requests"]["total"].as_u64().unwrap_or(0);
-        said.push(json!({ "baseUrl": host.base_url(), "requests": requests }));
-    }
+    let since = Instant::now();
+    let said = loop {
+        let mut said = Vec::new();
+        for host in &runner.hosts {
+            let result = read_whole(host, path)?;
+            let requests = result["requests"]["total"].as_u64().unwrap_or(0);
+            said.push(json!({ "baseUrl": host.base_url(), "requests": requests }));
+        }
+        let agree = said.iter().all(|host| host["requests"] == json!(sent));
+        if agree || since.elapsed() > HOSTS_AGREE_LIMIT {
+            break said;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let counts: Vec<String> = said
         .iter()
         .map(|host| {
