@@ -187,16 +187,17 @@ impl Run<'_> {
             .start_issue_script(&env, runner.k6_processes, files)?;
         let injector =
             Injector::start(&runner.faults, runner.links.clone(), runner.server.clone())?;
-        let mut told = Vec::new();
-        let mut parts = Vec::new();
-        for k6_run in k6_runs {
-            let records = k6_run.records.clone();
-            parts.push(k6::finish(k6_run));
-            told.extend(records::read_k6_json(&records)?);
-            std::fs::remove_file(&records).ok();
-        }
+        let records: Vec<PathBuf> = k6_runs.iter().map(|run| run.records.clone()).collect();
+        let parts: Vec<anyhow::Result<Value>> = k6_runs.into_iter().map(k6::finish).collect();
+        // The faults end (links restored, servers up) before any error is told.
         let fired = injector.finish()?;
-        let figures = k6::merge(parts.into_iter().collect::<anyhow::Result<_>>()?, &told);
+        let parts = parts.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+        let mut told = Vec::new();
+        for records in &records {
+            told.extend(records::read_k6_json(records)?);
+            std::fs::remove_file(records).ok();
+        }
+        let figures = k6::merge(parts, &told);
         for fired in &fired {
             println!(
                 "      fault {}: fired at {:.0} ms, ended at {:.0} ms; {}",
