@@ -94,19 +94,24 @@ impl Recorder {
         records
             .into_iter()
             .filter_map(|(coupon, record)| {
-                // Encoded under the record's lock: tens of microseconds once
-                // an interval, against a copy of every histogram.
-                let mut record = record.lock();
-                if !record.changed {
-                    return None;
-                }
-                record.changed = false;
+                // Copied under the record's lock, which every request of the
+                // coupon takes, and encoded after it: encoding the histograms
+                // takes 0.1-0.2 ms for a busy coupon, a copy a fraction.
+                let (in_flight, tally) = {
+                    let mut record = record.lock();
+                    if !record.changed {
+                        return None;
+                    }
+                    record.changed = false;
+                    let in_flight: Vec<u64> = record.in_flight.keys().copied().collect();
+                    (in_flight, record.tally.clone())
+                };
                 let snapshot = Snapshot {
                     generation: header.generation,
                     published_at_ms: header.published_at_ms,
                     permits_per_gate: header.permits_per_gate,
-                    in_flight: record.in_flight.keys().copied().collect(),
-                    tally: &record.tally,
+                    in_flight,
+                    tally,
                 };
                 Some((coupon, serde_json::to_string(&snapshot).ok()?))
             })

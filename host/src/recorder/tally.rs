@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use super::Ending;
 use crate::outcome::Outcome;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub(super) struct Tally {
     methods: BTreeMap<Arc<str>, MethodTally>,
     /// Every method's requests together.
@@ -32,7 +32,7 @@ pub(super) struct Tally {
 /// one machine; within NTP's error, usually well under a millisecond,
 /// across machines). Requests stamped in the same microsecond are in no
 /// order, and none is out of turn against another.
-#[derive(Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 struct Fairness {
     /// When the first request refused as sold out arrived.
     first_sold_out: Option<u64>,
@@ -42,7 +42,7 @@ struct Fairness {
     served: Vec<u64>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct MethodTally {
     outcomes: BTreeMap<Outcome, u64>,
     #[serde(with = "v2")]

@@ -164,7 +164,7 @@ fn snapshot_benchmark() {
     let summarized = started.elapsed();
     assert_eq!(merged.total, 2_000_000);
     println!(
-        "snapshot of 1,000,000 requests: {} bytes, encoded in {encoded:?} (under the coupon's lock), \
+        "snapshot of 1,000,000 requests: {} bytes, copied (under the coupon's lock) and encoded in {encoded:?}, \
          decoded in {decoded:?}, merged with the live record and summarized in {summarized:?}",
         json.len()
     );
