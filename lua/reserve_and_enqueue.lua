@@ -5,7 +5,8 @@
 --
 -- KEYS[1] coupon:issued:{couponId}  SET of reserved members
 -- KEYS[2] coupon:total:{couponId}   the coupon's total
--- KEYS[3] coupon:issue:stream (stage 6) or coupon:wb:stream (stages 9-10)
+-- KEYS[3] coupon:issue:stream:{couponId} (stage 6) or
+--         coupon:wb:stream:{couponId} (stages 9-10), the coupon's stream
 -- ARGV[1] memberId  ARGV[2] couponId  ARGV[3] method  ARGV[4] acceptedAt (ms)
 --
 -- Returns 1 reserved and queued, 0 sold out, 2 already reserved,

@@ -18,30 +18,47 @@ extern crate alloc;
 /// Redis keys of one coupon, under the `coupon:` namespace the components'
 /// Redis user may reach: a prefix and the coupon id.
 pub mod keys {
+    //! Every key of one coupon carries `{couponId}` with literal braces:
+    //! the coupon id is the key's hash tag, so on a Redis Cluster all of a
+    //! coupon's keys share one slot and any script or transaction over
+    //! them runs on one node. (REDIS_LUA_SHARDED's shard keys are the one
+    //! exception: their tag names the shard, to spread one coupon.)
+
     use alloc::format;
     use alloc::string::String;
 
     pub const TOTAL_PREFIX: &str = "coupon:total:";
     pub const ISSUED_PREFIX: &str = "coupon:issued:";
 
+    /// `{couponId}`: the hash tag of the coupon's keys.
+    pub fn tag(coupon_id: u64) -> String {
+        format!("{{{coupon_id}}}")
+    }
+
     /// String: the coupon's total, warmed by the host when the coupon is
     /// created and re-read from the database by a component that finds it
     /// missing.
     pub fn total(coupon_id: u64) -> String {
-        format!("{TOTAL_PREFIX}{coupon_id}")
+        format!("{TOTAL_PREFIX}{{{coupon_id}}}")
     }
 
     /// Set: the members a method reserved in Redis (some maybe not yet
     /// issued in the database), which the host's result compares with the
     /// issue rows.
     pub fn issued(coupon_id: u64) -> String {
-        format!("{ISSUED_PREFIX}{coupon_id}")
+        format!("{ISSUED_PREFIX}{{{coupon_id}}}")
+    }
+
+    /// The prefix of REDIS_LUA_GATE's keys of one coupon (its stock, limit,
+    /// buyers' counts and idempotency markers).
+    pub fn gate(coupon_id: u64) -> String {
+        format!("coupon:gate:{{{coupon_id}}}:")
     }
 
     /// String: the stock REDIS_LUA_GATE's drop has left to sell, which the
     /// load runner's verification reads.
     pub fn gate_remaining(coupon_id: u64) -> String {
-        format!("coupon:gate:{coupon_id}:remaining")
+        format!("{}remaining", gate(coupon_id))
     }
 
     /// String: REDIS_LUA_SHARDED's stock on one shard, its part of the
@@ -126,29 +143,41 @@ pub mod shards {
 /// by a component and handed back to it by the host's subscriber.
 pub const REQUESTS_CHANNEL: &str = "coupon:issue:requests";
 
-/// A Redis stream, the consumer group the host reads it with, and where the
-/// host copies the entries delivered too often.
+/// A kind of Redis stream: one stream per coupon, so a script can reserve
+/// and enqueue in one slot of a Redis Cluster; the consumer group the host
+/// reads every coupon's stream with; and where the host copies the entries
+/// delivered too often.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stream {
-    pub name: &'static str,
+    /// The streams' names before the coupon's hash tag.
+    pub prefix: &'static str,
     pub group: &'static str,
-    pub dead_letters: &'static str,
+}
+
+impl Stream {
+    /// The coupon's stream, `{prefix}{couponId}` with the coupon's hash tag.
+    pub fn key(&self, coupon_id: u64) -> alloc::string::String {
+        alloc::format!("{}{{{coupon_id}}}", self.prefix)
+    }
+
+    /// The coupon's dead letters, in the coupon's slot too.
+    pub fn dead_letters(&self, coupon_id: u64) -> alloc::string::String {
+        alloc::format!("{}{{{coupon_id}}}:dead", self.prefix)
+    }
 }
 
 /// Stage 6: one entry per accepted request, confirmed by the stream
-/// consumers. Acked entries stay; the stream is not trimmed.
+/// consumers. Acked entries stay; the streams are not trimmed.
 pub const ISSUE_STREAM: Stream = Stream {
-    name: "coupon:issue:stream",
+    prefix: "coupon:issue:stream:",
     group: "coupon-issuers",
-    dead_letters: "coupon:issue:stream:dead",
 };
 
 /// Stages 9-10: one entry per accepted request, written to the database by
 /// the write-behind loader.
 pub const WRITE_BEHIND_STREAM: Stream = Stream {
-    name: "coupon:wb:stream",
+    prefix: "coupon:wb:stream:",
     group: "coupon-wb-loaders",
-    dead_letters: "coupon:wb:stream:dead",
 };
 
 /// The fields of an entry of either stream, as components write them.

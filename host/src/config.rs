@@ -69,9 +69,15 @@ pub struct Config {
     #[arg(long, env = "DATABASE_URL", default_value = LOCAL_DATABASE)]
     pub database_url: String,
 
-    /// Redis URL; the path selects the logical database.
+    /// Redis URL; the path selects the logical database. With
+    /// `--redis-cluster`, a comma-separated list of the cluster's seed nodes.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0")]
     pub redis_url: String,
+
+    /// REDIS_URL names a Redis Cluster: every command goes to the node that
+    /// owns its key (a coupon's keys share one slot).
+    #[arg(long, env = "COUPONLAB_REDIS_CLUSTER")]
+    pub redis_cluster: bool,
 
     /// Directory of strategy components (`*.wasm`).
     #[arg(long, env = "COUPONLAB_STRATEGY_DIR", default_value = INSTALLED_COMPONENTS)]

@@ -9,7 +9,8 @@
 //! - `coupon:accepted-methods:{couponId}`: set of the methods that answered
 //!   202, so a restarted server still knows which stream served the coupon.
 //!
-//! Both sit under `coupon:*`, so `DELETE /lab/data` clears them.
+//! They sit under `coupon:*`, so `DELETE /lab/data` clears them, and carry
+//! the coupon's hash tag, so on a cluster one pipeline reaches them all.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -21,19 +22,19 @@ use utoipa::ToSchema;
 
 use crate::outcome::Outcome;
 use crate::recorder::LatencySummary;
+use crate::redis_target::RedisConn;
 use crate::runtime::bindings::types::Confirmation;
-use redis::aio::ConnectionManager;
 
 fn accepted_key(coupon_id: u64) -> String {
-    format!("coupon:accepted:{coupon_id}")
+    format!("coupon:accepted:{{{coupon_id}}}")
 }
 
 fn confirmed_key(coupon_id: u64) -> String {
-    format!("coupon:confirmed:{coupon_id}")
+    format!("coupon:confirmed:{{{coupon_id}}}")
 }
 
 fn methods_key(coupon_id: u64) -> String {
-    format!("coupon:accepted-methods:{coupon_id}")
+    format!("coupon:accepted-methods:{{{coupon_id}}}")
 }
 
 fn now_ms() -> i64 {
@@ -42,7 +43,7 @@ fn now_ms() -> i64 {
 
 /// Notes that `member_id` got a 202 for `coupon_id` from `method` now.
 pub async fn record_accepted(
-    redis: &ConnectionManager,
+    redis: &RedisConn,
     coupon_id: u64,
     member_id: u64,
     method: &str,
@@ -58,7 +59,7 @@ pub async fn record_accepted(
 
 /// The methods that ever answered 202 for `coupon_id`, in any process.
 pub async fn accepting_methods(
-    redis: &ConnectionManager,
+    redis: &RedisConn,
     coupon_id: u64,
 ) -> Result<Vec<String>, RedisError> {
     redis::cmd("SMEMBERS")
@@ -74,7 +75,7 @@ pub async fn accepting_methods(
 /// Answers, for the first outcome of a request that was issued, how long
 /// after its 202 it was confirmed.
 pub async fn record_confirmed(
-    redis: &ConnectionManager,
+    redis: &RedisConn,
     confirmation: &Confirmation,
 ) -> Result<Option<Duration>, RedisError> {
     let outcome = Outcome::from(confirmation.outcome);
@@ -113,7 +114,7 @@ pub struct AsyncSummary {
 
 /// Reads the record of `coupon_id`; `None` when nothing was ever accepted.
 pub async fn summary(
-    redis: &ConnectionManager,
+    redis: &RedisConn,
     coupon_id: u64,
 ) -> Result<Option<AsyncSummary>, RedisError> {
     let accepted: HashMap<u64, i64> = hash(redis, &accepted_key(coupon_id)).await?;
@@ -149,7 +150,7 @@ pub async fn summary(
 }
 
 async fn hash<V: redis::FromRedisValue>(
-    redis: &ConnectionManager,
+    redis: &RedisConn,
     key: &str,
 ) -> Result<HashMap<u64, V>, RedisError> {
     let entries: HashMap<String, V> = redis::cmd("HGETALL")

@@ -111,3 +111,14 @@ async fn create_database_if_missing(
     conn.close().await.ok();
     Ok(StatementLimit::of_version(&version))
 }
+
+/// The ids of the lab's coupons (a signed column: the ids are positive).
+pub async fn coupon_ids(pool: &MySqlPool) -> Result<Vec<u64>, sqlx::Error> {
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM coupons")
+        .fetch_all(pool)
+        .await?;
+    Ok(ids
+        .into_iter()
+        .filter_map(|id| u64::try_from(id).ok())
+        .collect())
+}

@@ -6,13 +6,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sqlx::MySqlPool;
 
 use crate::config::Config;
 use crate::db;
 use crate::metrics::Metrics;
 use crate::recorder::Recorder;
+use crate::redis_target::{RedisConn, RedisTarget};
 use crate::runtime::watcher::{self, DirectoryWatcher};
 use crate::runtime::{Admin, Capabilities, Limits, Registry, Runtime};
 
@@ -27,7 +27,9 @@ pub struct LabState {
     db: MySqlPool,
     /// The server's own Redis connection (results, confirmations, reset), as
     /// REDIS_URL's user; components use a restricted one.
-    redis: ConnectionManager,
+    redis: RedisConn,
+    /// REDIS_URL: where the consumers open connections of their own.
+    pub redis_target: RedisTarget,
     /// Runs components; owns the pools they reach through their imports.
     pub runtime: Runtime,
     /// The strategies this server serves, by method name.
@@ -61,11 +63,16 @@ impl Lab {
             config.request_timeout_ms
         );
         let database = db::connect(&config).await?;
-        let redis = host_redis(&config.redis_url)?;
+        let redis_target =
+            RedisTarget::open(&config.redis_url, config.redis_cluster).context("REDIS_URL")?;
+        let redis = redis_target
+            .shared(Duration::from_secs(5))
+            .context("cannot set up the server's Redis connection")?;
         let admin = Admin {
             sql: database.admin(&config.database_url),
             redis: &redis,
             redis_url: &config.redis_url,
+            cluster: config.redis_cluster,
         };
         let caps =
             Capabilities::build(&config.capabilities, admin, config.request_timeout()).await?;
@@ -92,6 +99,7 @@ impl Lab {
             config,
             db: database.pool,
             redis,
+            redis_target,
             runtime,
             registry,
             recorder: Recorder::default(),
@@ -120,7 +128,7 @@ impl Lab {
     }
 
     /// The server's own Redis connection.
-    pub fn redis(&self) -> &ConnectionManager {
+    pub fn redis(&self) -> &RedisConn {
         &self.redis
     }
 }
@@ -139,18 +147,4 @@ fn process_identity() -> String {
     // Seeded from the operating system's randomness.
     let random = RandomState::new().hash_one(pid) & 0xffff_ffff_ffff;
     format!("{host}-{pid}-{random:012x}")
-}
-
-/// The server's own Redis connection, as REDIS_URL's user. Lazy: a server
-/// starts (and answers what needs no Redis) while Redis is down.
-fn host_redis(url: &str) -> anyhow::Result<ConnectionManager> {
-    let client =
-        redis::Client::open(url).with_context(|| format!("REDIS_URL is not a Redis URL: {url}"))?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(Duration::from_secs(5)))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    ConnectionManager::new_lazy_with_config(client, config)
-        .context("cannot set up the server's Redis connection")
 }

@@ -8,6 +8,8 @@
 //! - [`lab`]: the shared state of one server: its own pools, the runtime,
 //!   the strategy registry, the request recorder.
 //! - [`db`]: the server's own MySQL pool, database creation and migrations.
+//! - [`redis_target`]: the lab's Redis, a server or a Redis Cluster, and the
+//!   connection every Redis command of the host goes through.
 //! - [`runtime`]: the wasmtime engine, the WIT bindings, the world a
 //!   component implements, one call into it, one module per capability
 //!   given to components (`redis`, `sql`, `jobs`, `permits`, `clock`,
@@ -37,6 +39,7 @@ pub mod lab;
 pub mod metrics;
 pub mod outcome;
 pub mod recorder;
+pub mod redis_target;
 pub mod results;
 pub mod runtime;
 pub mod telemetry;

@@ -26,6 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use couponlab_contract::keys;
 use serde_json::json;
 
 use crate::loadtest::Api;
@@ -139,7 +140,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     let script = write_script("issue.lua", &issue_script(pool))?;
     bench.pair("issue", &script, || create_coupon(&api, 100_000_000))?;
 
-    let raw = redis_benchmark(&sold_out, first + 1)?;
+    let raw = redis_benchmark(sold_out.parse().context("coupon id")?, first + 1)?;
     println!("redis-benchmark EVALSHA of lua/reserve.lua: {raw:.0} requests/s");
     let rss = [
         ("couponlab", lab.rss_kib()),
@@ -456,7 +457,7 @@ fn micros(value: &str) -> Option<f64> {
 
 /// `redis-benchmark` of the reservation script alone: what one Redis core
 /// can do for this coupon at 50 clients.
-fn redis_benchmark(coupon: &str, member: u64) -> anyhow::Result<f64> {
+fn redis_benchmark(coupon: u64, member: u64) -> anyhow::Result<f64> {
     let script = std::fs::read_to_string(root().join("lua").join("reserve.lua"))?;
     let load = Command::new("redis-cli")
         .args(["-n", "11", "SCRIPT", "LOAD", &script])
@@ -467,8 +468,8 @@ fn redis_benchmark(coupon: &str, member: u64) -> anyhow::Result<f64> {
         .args([
             "-n", "200000", "-c", "50", "-q", "--dbnum", "11", "EVALSHA", &sha, "2",
         ])
-        .arg(format!("coupon:issued:{coupon}"))
-        .arg(format!("coupon:total:{coupon}"))
+        .arg(keys::issued(coupon))
+        .arg(keys::total(coupon))
         .arg(member.to_string())
         .output()
         .context("cannot run redis-benchmark")?;

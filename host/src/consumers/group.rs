@@ -1,49 +1,236 @@
 //! The consumer-group mechanics both stream roles share, the stream
 //! consumers ([`super::stream`]) and the write-behind loader
-//! ([`super::write_behind`]): a connection that waits for the group,
-//! claiming idle entries, keeping entries claimed while they are handled,
-//! delivery counts, dead letters.
+//! ([`super::write_behind`]): the coupons' streams a role reads, reading
+//! them, claiming idle entries, keeping entries claimed while they are
+//! handled, delivery counts, dead letters.
+//!
+//! Each coupon has its own stream of each kind (so a script reserves and
+//! enqueues in one slot of a cluster). A role reads the streams of the
+//! coupons in the database that exist: it looks for new ones every
+//! [`LOOK_EVERY`], creating the group of each the first time it is seen,
+//! starting at its first entry, so entries added before any consumer ran
+//! are read too; nothing is created in a Redis no stream method uses.
 
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use couponlab_contract::{Stream, fields};
-use redis::aio::MultiplexedConnection;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamPendingCountReply,
+    StreamReadOptions, StreamReadReply,
 };
-use redis::{AsyncCommands, AsyncConnectionConfig, RedisResult};
+use redis::{AsyncCommands, ErrorKind, RedisError, RedisResult};
 use tokio_util::sync::CancellationToken;
 
 use super::pause_unless_cancelled;
+use crate::db;
 use crate::lab::Lab;
+use crate::redis_target::RedisConn;
 use crate::runtime::bindings::types::StreamEntry;
 
-/// How long XREADGROUP blocks waiting for new entries.
-pub(super) const BLOCK_MS: usize = 1_000;
+/// How long XREADGROUP blocks waiting for new entries: no longer than
+/// [`LOOK_EVERY`], so a new coupon's stream is not kept waiting by a read
+/// blocked on the others.
+pub(super) const BLOCK_MS: usize = 200;
 /// Entries one XAUTOCLAIM takes at a time.
 const CLAIM_PAGE: usize = 16;
+/// How often a role looks for streams of coupons it does not read yet:
+/// a method's first entries wait up to this long for their consumers.
+const LOOK_EVERY: Duration = Duration::from_millis(200);
+/// On a cluster, where one read cannot span streams (a command's keys share
+/// a slot) and so cannot block on them all: the pause after a round that
+/// found nothing.
+const CLUSTER_IDLE_PAUSE: Duration = Duration::from_millis(20);
 
-/// Runs `role` as consumer `name` of `stream`'s group until cancelled, reconnecting
-/// after a failure.
+/// One coupon's stream of one kind.
+#[derive(Debug, Clone)]
+pub(super) struct CouponStream {
+    pub key: String,
+    pub kind: Stream,
+}
+
+impl CouponStream {
+    fn of(kind: Stream, coupon: u64) -> Self {
+        Self {
+            key: kind.key(coupon),
+            kind,
+        }
+    }
+
+    pub fn group(&self) -> &'static str {
+        self.kind.group
+    }
+}
+
+/// The coupons' streams of one kind a role reads.
+pub(super) struct CouponStreams {
+    kind: Stream,
+    /// Coupons whose stream has the group.
+    ready: BTreeSet<u64>,
+    looked: Option<Instant>,
+}
+
+impl CouponStreams {
+    pub fn new(kind: Stream) -> Self {
+        Self {
+            kind,
+            ready: BTreeSet::new(),
+            looked: None,
+        }
+    }
+
+    /// The streams to read, after looking for new ones when it is time.
+    pub async fn current(
+        &mut self,
+        lab: &Lab,
+        conn: &mut RedisConn,
+    ) -> RedisResult<Vec<CouponStream>> {
+        if self.looked.is_none_or(|at| at.elapsed() >= LOOK_EVERY) {
+            self.looked = Some(Instant::now());
+            self.look(lab, conn).await?;
+        }
+        Ok(self
+            .ready
+            .iter()
+            .map(|&coupon| CouponStream::of(self.kind, coupon))
+            .collect())
+    }
+
+    async fn look(&mut self, lab: &Lab, conn: &mut RedisConn) -> RedisResult<()> {
+        let coupons: BTreeSet<u64> = db::coupon_ids(lab.db())
+            .await
+            .map_err(|err| {
+                RedisError::from((ErrorKind::Io, "cannot list the coupons", err.to_string()))
+            })?
+            .into_iter()
+            .collect();
+        self.ready.retain(|coupon| coupons.contains(coupon));
+        let unseen: Vec<u64> = coupons.difference(&self.ready).copied().collect();
+        let exists = unseen
+            .iter()
+            .map(|&coupon| {
+                let mut cmd = redis::cmd("EXISTS");
+                cmd.arg(self.kind.key(coupon));
+                cmd
+            })
+            .collect();
+        let exists = conn.each(exists).await?;
+        for (coupon, exists) in unseen.into_iter().zip(exists) {
+            if exists != redis::Value::Int(1) {
+                continue;
+            }
+            let created: RedisResult<()> = conn
+                .xgroup_create(self.kind.key(coupon), self.kind.group, "0")
+                .await;
+            match created {
+                Err(err) if err.code() != Some("BUSYGROUP") => return Err(err),
+                _ => self.ready.insert(coupon),
+            };
+        }
+        Ok(())
+    }
+
+    /// A stream lost its group (`DELETE /lab/data` deleted it, and an entry
+    /// made it again): look again before the next read.
+    fn forget(&mut self) {
+        self.ready.clear();
+        self.looked = None;
+    }
+}
+
+/// Up to `count` entries of each of `streams` for consumer `name`: new
+/// ones (`from` `>`) or its own pending ones (`0`), by stream. On one server one XREADGROUP over all
+/// of them, blocking up to [`BLOCK_MS`] when `block`; on a cluster one per
+/// stream, then a short pause when all were empty.
+pub(super) async fn read_streams(
+    conn: &mut RedisConn,
+    streams: &mut CouponStreams,
+    lab: &Lab,
+    name: &str,
+    from: &str,
+    count: usize,
+    block: bool,
+) -> RedisResult<Vec<(CouponStream, Vec<StreamId>)>> {
+    let current = streams.current(lab, conn).await?;
+    if current.is_empty() {
+        if block {
+            tokio::time::sleep(LOOK_EVERY).await;
+        }
+        return Ok(Vec::new());
+    }
+    let mut options = StreamReadOptions::default()
+        .group(streams.kind.group, name)
+        .count(count);
+    let one_read = !lab.redis_target.is_cluster();
+    if block && one_read {
+        options = options.block(BLOCK_MS);
+    }
+    let reads: Vec<Vec<CouponStream>> = if one_read {
+        vec![current]
+    } else {
+        current.into_iter().map(|stream| vec![stream]).collect()
+    };
+    let mut found = Vec::new();
+    for read in reads {
+        let keys: Vec<&str> = read.iter().map(|stream| stream.key.as_str()).collect();
+        let from = vec![from; keys.len()];
+        let reply: RedisResult<Option<StreamReadReply>> =
+            conn.xread_options(&keys, &from, &options).await;
+        let reply = match reply {
+            Err(err) if err.code() == Some("NOGROUP") => {
+                streams.forget();
+                return Ok(found);
+            }
+            other => other?,
+        };
+        for stream in reply.into_iter().flat_map(|reply| reply.keys) {
+            if stream.ids.is_empty() {
+                continue;
+            }
+            let coupon_stream = CouponStream {
+                key: stream.key,
+                kind: streams.kind,
+            };
+            found.push((coupon_stream, stream.ids));
+        }
+    }
+    if block && !one_read && found.is_empty() {
+        tokio::time::sleep(CLUSTER_IDLE_PAUSE).await;
+    }
+    Ok(found)
+}
+
+/// Runs `role` as consumer `name` of the coupons' streams of `kind` until
+/// cancelled, reconnecting after a failure.
 pub(super) async fn keep_running<F>(
     lab: &Lab,
     cancel: &CancellationToken,
-    stream: Stream,
+    kind: Stream,
     name: &str,
     role: F,
 ) where
-    F: AsyncFn(&Lab, &CancellationToken, &str, &mut MultiplexedConnection) -> RedisResult<()>,
+    F: AsyncFn(
+        &Lab,
+        &CancellationToken,
+        &str,
+        &mut RedisConn,
+        &mut CouponStreams,
+    ) -> RedisResult<()>,
 {
     loop {
-        let outcome = match connect(lab, cancel, stream).await {
-            Ok(Some(mut conn)) => role(lab, cancel, name, &mut conn).await,
-            Ok(None) => Ok(()),
+        // A connection of its own: XREADGROUP BLOCK would stall a shared one.
+        let response_timeout = Duration::from_millis(BLOCK_MS as u64 + 5_000);
+        let outcome = match lab.redis_target.connect(response_timeout).await {
+            Ok(mut conn) => {
+                let mut streams = CouponStreams::new(kind);
+                role(lab, cancel, name, &mut conn, &mut streams).await
+            }
             Err(err) => Err(err),
         };
         match outcome {
             Ok(()) => return,
             Err(err) => {
-                tracing::warn!(consumer = name, stream = stream.name, error = %err, "consumer failed; reconnecting")
+                tracing::warn!(consumer = name, streams = kind.prefix, error = %err, "consumer failed; reconnecting")
             }
         }
         if !pause_unless_cancelled(cancel, Duration::from_secs(1)).await {
@@ -52,40 +239,9 @@ pub(super) async fn keep_running<F>(
     }
 }
 
-/// A connection of its own: XREADGROUP BLOCK would stall a shared one.
-/// Returns once the consumer group exists, which needs the stream to;
-/// `None` when cancelled first.
-async fn connect(
-    lab: &Lab,
-    cancel: &CancellationToken,
-    stream: Stream,
-) -> RedisResult<Option<MultiplexedConnection>> {
-    let client = redis::Client::open(lab.config.redis_url.as_str())?;
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(Duration::from_millis(BLOCK_MS as u64 + 5_000)));
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
-    loop {
-        let exists: bool = conn.exists(stream.name).await?;
-        if exists {
-            let created: RedisResult<()> = conn.xgroup_create(stream.name, stream.group, "0").await;
-            return match created {
-                Err(err) if err.code() != Some("BUSYGROUP") => Err(err),
-                _ => Ok(Some(conn)),
-            };
-        }
-        // Short: a method's first entries wait this long for their consumers.
-        if !pause_unless_cancelled(cancel, Duration::from_millis(100)).await {
-            return Ok(None);
-        }
-    }
-}
-
 /// An XAUTOCLAIM of a stream's entries idle past a limit, for a consumer.
 pub(super) struct Claim<'a> {
-    pub stream: Stream,
+    pub stream: &'a CouponStream,
     pub consumer: &'a str,
     pub idle_ms: u64,
     /// Claim without reading the entries (XAUTOCLAIM JUSTID), which does not
@@ -115,10 +271,7 @@ pub(super) struct ClaimPages<'a> {
 impl ClaimPages<'_> {
     /// The entries the next page claimed (maybe none); `None` after the last
     /// page.
-    pub async fn next(
-        &mut self,
-        conn: &mut MultiplexedConnection,
-    ) -> RedisResult<Option<Vec<StreamId>>> {
+    pub async fn next(&mut self, conn: &mut RedisConn) -> RedisResult<Option<Vec<StreamId>>> {
         let Some(cursor) = self.cursor.take() else {
             return Ok(None);
         };
@@ -129,8 +282,8 @@ impl ClaimPages<'_> {
         }
         let reply: StreamAutoClaimReply = conn
             .xautoclaim_options(
-                claim.stream.name,
-                claim.stream.group,
+                &claim.stream.key,
+                claim.stream.group(),
                 claim.consumer,
                 claim.idle_ms,
                 &cursor,
@@ -147,15 +300,15 @@ impl ClaimPages<'_> {
 /// How many times each of `entries` of `stream` has been delivered, this
 /// delivery included: one XPENDING per entry, in one round trip.
 pub(super) async fn delivery_counts(
-    conn: &mut MultiplexedConnection,
-    stream: Stream,
+    conn: &mut RedisConn,
+    stream: &CouponStream,
     entries: &[StreamId],
 ) -> RedisResult<Vec<u32>> {
     let mut pipe = redis::pipe();
     for entry in entries {
         pipe.cmd("XPENDING")
-            .arg(stream.name)
-            .arg(stream.group)
+            .arg(&stream.key)
+            .arg(stream.group())
             .arg(&entry.id)
             .arg(&entry.id)
             .arg(1);
@@ -171,8 +324,8 @@ pub(super) async fn delivery_counts(
 /// for as long as it is polled (XCLAIM with JUSTID does not count a
 /// delivery, and skips an id acked meanwhile).
 pub(super) async fn keep_claimed(
-    mut conn: MultiplexedConnection,
-    stream: Stream,
+    mut conn: RedisConn,
+    stream: &CouponStream,
     consumer: &str,
     ids: &[&str],
     claim_idle: Duration,
@@ -181,8 +334,8 @@ pub(super) async fn keep_claimed(
     loop {
         tokio::time::sleep(every).await;
         let claimed: RedisResult<redis::Value> = redis::cmd("XCLAIM")
-            .arg(stream.name)
-            .arg(stream.group)
+            .arg(&stream.key)
+            .arg(stream.group())
             .arg(consumer)
             .arg(0)
             .arg(ids)
@@ -198,15 +351,27 @@ pub(super) async fn keep_claimed(
 /// Copies `entry` of `stream` to its dead-letter stream, with its id and
 /// the deliveries it had, for someone to look at.
 pub(super) async fn copy_to_dead_letters(
-    conn: &mut MultiplexedConnection,
-    stream: Stream,
+    conn: &mut RedisConn,
+    stream: &CouponStream,
     entry: &StreamEntry,
     deliveries: u32,
 ) -> RedisResult<()> {
     let mut copy = entry.fields.clone();
     copy.push((fields::ORIGINAL_ID.into(), entry.id.clone()));
     copy.push((fields::DELIVERIES.into(), deliveries.to_string()));
-    let _: String = conn.xadd(stream.dead_letters, "*", &copy).await?;
+    // Beside the stream, in its slot: `{key}:dead`.
+    let dead_letters = format!("{}:dead", stream.key);
+    let _: String = conn.xadd(dead_letters, "*", &copy).await?;
+    Ok(())
+}
+
+/// Acks `ids` of `stream`.
+pub(super) async fn ack(
+    conn: &mut RedisConn,
+    stream: &CouponStream,
+    ids: &[&str],
+) -> RedisResult<()> {
+    let _: u64 = conn.xack(&stream.key, stream.group(), ids).await?;
     Ok(())
 }
 

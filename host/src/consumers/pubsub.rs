@@ -44,8 +44,8 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
 /// Listens until cancelled or until no component handles the messages
 /// (`Ok`), or until the connection fails (`Err`).
 async fn subscribe(lab: &Lab, cancel: &CancellationToken) -> anyhow::Result<()> {
-    let client = redis::Client::open(lab.config.redis_url.as_str())?;
-    let mut pubsub = client.get_async_pubsub().await?;
+    // On a cluster, one node: every node hands on every PUBLISH.
+    let mut pubsub = lab.redis_target.subscriber().get_async_pubsub().await?;
     pubsub.subscribe(REQUESTS_CHANNEL).await?;
     tracing::info!(channel = REQUESTS_CHANNEL, "pub/sub subscriber listening");
     let mut messages = pubsub.on_message();

@@ -1,5 +1,5 @@
-//! The stream consumers (stage 6): group `coupon-issuers` on
-//! `coupon:issue:stream`, as the seed runs them.
+//! The stream consumers (stage 6): group `coupon-issuers` on every
+//! coupon's `coupon:issue:stream:{couponId}`, as the seed runs them.
 //!
 //! - Several consumers XREADGROUP new entries and hand each one to the
 //!   component its `method` field names; the component confirms and says
@@ -13,34 +13,32 @@
 //!   entries they still hold from the pending list, never to be delivered
 //!   again, and no process can tell a dead consumer from a slow one.
 //! - An entry delivered more than 3 times is copied to
-//!   `coupon:issue:stream:dead`, its component removes the reservation, and
-//!   it is acked.
+//!   `coupon:issue:stream:{couponId}:dead`, its component removes the
+//!   reservation, and it is acked.
 //!
-//! Entries are never deleted or trimmed. The consumer group is created when
-//! the stream first exists (nothing is created in a Redis no stream method
-//! uses), starting at the stream's first entry, so entries added before any
-//! consumer ran are read too.
+//! Entries are never deleted or trimmed. How the streams are found and
+//! their groups created: [`super::group`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use couponlab_contract::{ISSUE_STREAM, fields};
-use redis::aio::MultiplexedConnection;
-use redis::streams::{StreamId, StreamReadOptions, StreamReadReply};
-use redis::{AsyncCommands, RedisResult};
+use redis::RedisResult;
+use redis::streams::StreamId;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::group::{
-    BLOCK_MS, Claim, copy_to_dead_letters, delivery_counts, field, keep_claimed, keep_running,
-    to_wit,
+    Claim, CouponStream, CouponStreams, ack, copy_to_dead_letters, delivery_counts, field,
+    keep_claimed, keep_running, read_streams, to_wit,
 };
 use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
+use crate::redis_target::RedisConn;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::{Disposition, StreamEntry};
 
-/// Entries one XREADGROUP or XAUTOCLAIM takes at a time.
+/// Entries one XREADGROUP (of each stream) or XAUTOCLAIM takes at a time.
 const BATCH: usize = 16;
 
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
@@ -72,18 +70,14 @@ async fn read_new(
     lab: &Lab,
     cancel: &CancellationToken,
     name: &str,
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
+    streams: &mut CouponStreams,
 ) -> RedisResult<()> {
-    let options = StreamReadOptions::default()
-        .group(ISSUE_STREAM.group, name)
-        .count(BATCH)
-        .block(BLOCK_MS);
     while !cancel.is_cancelled() {
-        let reply: Option<StreamReadReply> = conn
-            .xread_options(&[ISSUE_STREAM.name], &[">"], &options)
-            .await?;
-        for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
-            deliver(lab, conn, name, entry, 1).await?;
+        for (stream, entries) in read_streams(conn, streams, lab, name, ">", BATCH, true).await? {
+            for entry in entries {
+                deliver(lab, conn, name, &stream, entry, 1).await?;
+            }
         }
     }
     Ok(())
@@ -95,34 +89,37 @@ async fn claim_idle(
     lab: &Lab,
     cancel: &CancellationToken,
     name: &str,
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
+    streams: &mut CouponStreams,
 ) -> RedisResult<()> {
     let settings = &lab.config.consumers;
     let every = Duration::from_millis(settings.claim_interval_ms.max(10));
     while pause_unless_cancelled(cancel, every).await {
-        let claim = Claim {
-            stream: ISSUE_STREAM,
-            consumer: name,
-            idle_ms: settings.claim_idle_ms,
-            just_ids: false,
-        };
-        let mut pages = claim.pages();
-        while let Some(claimed) = pages.next(conn).await? {
-            if !claimed.is_empty() {
-                // XAUTOCLAIM counted this claim as a delivery; read the count
-                // of exactly the entries claimed.
-                let deliveries = delivery_counts(conn, ISSUE_STREAM, &claimed).await?;
-                for (entry, delivered) in claimed.into_iter().zip(deliveries) {
-                    if delivered > settings.max_deliveries {
-                        // This claim is not a delivery to the component.
-                        dead_letter(lab, conn, entry, delivered - 1).await?;
-                    } else {
-                        deliver(lab, conn, name, entry, delivered).await?;
+        for stream in streams.current(lab, conn).await? {
+            let claim = Claim {
+                stream: &stream,
+                consumer: name,
+                idle_ms: settings.claim_idle_ms,
+                just_ids: false,
+            };
+            let mut pages = claim.pages();
+            while let Some(claimed) = pages.next(conn).await? {
+                if !claimed.is_empty() {
+                    // XAUTOCLAIM counted this claim as a delivery; read the
+                    // count of exactly the entries claimed.
+                    let deliveries = delivery_counts(conn, &stream, &claimed).await?;
+                    for (entry, delivered) in claimed.into_iter().zip(deliveries) {
+                        if delivered > settings.max_deliveries {
+                            // This claim is not a delivery to the component.
+                            dead_letter(lab, conn, &stream, entry, delivered - 1).await?;
+                        } else {
+                            deliver(lab, conn, name, &stream, entry, delivered).await?;
+                        }
                     }
                 }
-            }
-            if cancel.is_cancelled() {
-                break;
+                if cancel.is_cancelled() {
+                    return Ok(());
+                }
             }
         }
     }
@@ -134,8 +131,9 @@ async fn claim_idle(
 /// the claimer never hands an entry still being confirmed to anyone else.
 async fn deliver(
     lab: &Lab,
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
     consumer: &str,
+    stream: &CouponStream,
     entry: StreamId,
     deliveries: u32,
 ) -> RedisResult<()> {
@@ -145,7 +143,7 @@ async fn deliver(
     let ids = [entry.id.as_str()];
     let keep_claimed = keep_claimed(
         conn.clone(),
-        ISSUE_STREAM,
+        stream,
         consumer,
         &ids,
         Duration::from_millis(lab.config.consumers.claim_idle_ms),
@@ -161,9 +159,7 @@ async fn deliver(
                 // Recorded before the ack: a crash in between redelivers the
                 // entry, and the first outcome recorded stays.
                 record(lab, &strategy.method, &handled.confirmation).await;
-                let _: u64 = conn
-                    .xack(ISSUE_STREAM.name, ISSUE_STREAM.group, &[&entry.id])
-                    .await?;
+                ack(conn, stream, &[&entry.id]).await?;
             }
         }
         Err(err) => {
@@ -177,20 +173,19 @@ async fn deliver(
 /// the reservation, then acks it.
 async fn dead_letter(
     lab: &Lab,
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
+    stream: &CouponStream,
     entry: StreamId,
     deliveries: u32,
 ) -> RedisResult<()> {
     let Some((entry, strategy)) = owned(lab, entry, deliveries, "compensate") else {
         return Ok(());
     };
-    copy_to_dead_letters(conn, ISSUE_STREAM, &entry, deliveries).await?;
+    copy_to_dead_letters(conn, stream, &entry, deliveries).await?;
     match until_answered(1, || lab.runtime.dead_letter(&strategy, &entry)).await {
         Ok(confirmation) => {
             record(lab, &strategy.method, &confirmation).await;
-            let _: u64 = conn
-                .xack(ISSUE_STREAM.name, ISSUE_STREAM.group, &[&entry.id])
-                .await?;
+            ack(conn, stream, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, deliveries, "stream entry dead-lettered");
         }
         // Not acked: the next claim copies it again and retries the

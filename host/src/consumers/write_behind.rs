@@ -1,17 +1,18 @@
 //! The write-behind loader (stages 9-10): group `coupon-wb-loaders` on
-//! `coupon:wb:stream`, one consumer per process (the seed runs one, named
+//! every coupon's `coupon:wb:stream:{couponId}`, one consumer per process (the seed runs one, named
 //! `loader`), named after the process's identity. Redis decided and
 //! answered 202; this writes the database after it.
 //!
 //! Every claim interval a loader claims the entries idle past the claim
 //! limit (those of a loader that died: another process's, or a predecessor
 //! of this one), without reading them; each round then reads the loader's
-//! own pending entries first, then new ones, up to 100. While a round
+//! own pending entries first, then new ones, up to 100 of each coupon's
+//! stream, and loads each coupon's entries as one batch. While a round
 //! runs, its entries are kept claimed, so no other loader takes them. The
 //! entries go to the component their `method` field names, which writes them
 //! in one transaction of `INSERT ... ON DUPLICATE KEY UPDATE`; XACK follows
 //! the commit. A failed batch is retried one entry at a time. An entry
-//! delivered more than 3 times is copied to `coupon:wb:stream:dead` and
+//! delivered more than 3 times is copied to `coupon:wb:stream:{couponId}:dead` and
 //! acked: its reservation stays in Redis and reconcile writes it later.
 
 use std::collections::BTreeMap;
@@ -19,18 +20,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use couponlab_contract::{WRITE_BEHIND_STREAM, fields};
-use redis::aio::MultiplexedConnection;
-use redis::streams::{StreamReadOptions, StreamReadReply};
-use redis::{AsyncCommands, RedisResult};
+use redis::RedisResult;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::group::{
-    BLOCK_MS, Claim, copy_to_dead_letters, delivery_counts, field, keep_claimed, keep_running,
-    to_wit,
+    Claim, CouponStream, CouponStreams, ack, copy_to_dead_letters, delivery_counts, field,
+    keep_claimed, keep_running, read_streams, to_wit,
 };
 use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
+use crate::redis_target::RedisConn;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::StreamEntry;
 
@@ -50,7 +50,8 @@ async fn load(
     lab: &Lab,
     cancel: &CancellationToken,
     name: &str,
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
+    streams: &mut CouponStreams,
 ) -> RedisResult<()> {
     let settings = &lab.config.consumers;
     let claim_every = Duration::from_millis(settings.claim_interval_ms.max(10));
@@ -59,47 +60,40 @@ async fn load(
     while !cancel.is_cancelled() {
         if Instant::now() >= next_claim {
             next_claim = Instant::now() + claim_every;
-            own_pending_first |= claim_idle(lab, cancel, name, conn).await? > 0;
+            own_pending_first |= claim_idle(lab, cancel, name, conn, streams).await? > 0;
         }
-        let entries = if own_pending_first {
-            let options = StreamReadOptions::default()
-                .group(WRITE_BEHIND_STREAM.group, name)
-                .count(BATCH);
-            let pending = read(conn, "0", &options).await?;
+        let mut rounds: Vec<(CouponStream, Vec<StreamEntry>)> = Vec::new();
+        if own_pending_first {
+            let pending = read_streams(conn, streams, lab, name, "0", BATCH, false).await?;
             own_pending_first = !pending.is_empty();
-            if pending.is_empty() {
-                continue;
+            for (stream, entries) in pending {
+                // Reading pending entries again counted a delivery; read the
+                // count of exactly these entries.
+                let counts = delivery_counts(conn, &stream, &entries).await?;
+                let entries = entries.into_iter().zip(counts);
+                rounds.push((stream, entries.map(|(e, n)| to_wit(e, n)).collect()));
             }
-            // Reading pending entries again counted a delivery; read the
-            // count of exactly these entries.
-            let counts = delivery_counts(conn, WRITE_BEHIND_STREAM, &pending).await?;
-            pending
-                .into_iter()
-                .zip(counts)
-                .map(|(entry, deliveries)| to_wit(entry, deliveries))
-                .collect()
         } else {
-            let options = StreamReadOptions::default()
-                .group(WRITE_BEHIND_STREAM.group, name)
-                .count(BATCH)
-                .block(BLOCK_MS);
-            read(conn, ">", &options)
-                .await?
-                .into_iter()
-                .map(|entry| to_wit(entry, 1))
-                .collect::<Vec<_>>()
-        };
-        if entries.is_empty() {
+            for (stream, entries) in
+                read_streams(conn, streams, lab, name, ">", BATCH, true).await?
+            {
+                rounds.push((stream, entries.into_iter().map(|e| to_wit(e, 1)).collect()));
+            }
+        }
+        if rounds.is_empty() {
             continue;
         }
-        let ids: Vec<String> = entries.iter().map(|entry| entry.id.clone()).collect();
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let idle_limit = Duration::from_millis(settings.claim_idle_ms);
-        let keep_claimed = keep_claimed(conn.clone(), WRITE_BEHIND_STREAM, name, &ids, idle_limit);
-        let all_loaded = tokio::select! {
-            loaded = load_round(lab, conn, entries) => loaded?,
-            never = keep_claimed => match never {},
-        };
+        let mut all_loaded = true;
+        for (stream, entries) in rounds {
+            let ids: Vec<String> = entries.iter().map(|entry| entry.id.clone()).collect();
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let idle_limit = Duration::from_millis(settings.claim_idle_ms);
+            let keep_claimed = keep_claimed(conn.clone(), &stream, name, &ids, idle_limit);
+            all_loaded &= tokio::select! {
+                loaded = load_round(lab, conn, &stream, entries) => loaded?,
+                never = keep_claimed => match never {},
+            };
+        }
         // Whatever failed is pending now; the next round starts with it.
         own_pending_first = true;
         if !all_loaded && !pause_unless_cancelled(cancel, AFTER_FAILURE).await {
@@ -116,20 +110,23 @@ async fn claim_idle(
     lab: &Lab,
     cancel: &CancellationToken,
     name: &str,
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
+    streams: &mut CouponStreams,
 ) -> RedisResult<usize> {
-    let claim = Claim {
-        stream: WRITE_BEHIND_STREAM,
-        consumer: name,
-        idle_ms: lab.config.consumers.claim_idle_ms,
-        just_ids: true,
-    };
-    let mut pages = claim.pages();
     let mut claimed = 0;
-    while let Some(ids) = pages.next(conn).await? {
-        claimed += ids.len();
-        if cancel.is_cancelled() {
-            break;
+    for stream in streams.current(lab, conn).await? {
+        let claim = Claim {
+            stream: &stream,
+            consumer: name,
+            idle_ms: lab.config.consumers.claim_idle_ms,
+            just_ids: true,
+        };
+        let mut pages = claim.pages();
+        while let Some(ids) = pages.next(conn).await? {
+            claimed += ids.len();
+            if cancel.is_cancelled() {
+                break;
+            }
         }
     }
     if claimed > 0 {
@@ -142,32 +139,18 @@ async fn claim_idle(
     Ok(claimed)
 }
 
-async fn read(
-    conn: &mut MultiplexedConnection,
-    from: &str,
-    options: &StreamReadOptions,
-) -> RedisResult<Vec<redis::streams::StreamId>> {
-    let reply: Option<StreamReadReply> = conn
-        .xread_options(&[WRITE_BEHIND_STREAM.name], &[from], options)
-        .await?;
-    Ok(reply
-        .into_iter()
-        .flat_map(|r| r.keys)
-        .flat_map(|k| k.ids)
-        .collect())
-}
-
 /// Loads one round; true when every entry was written (or dead-lettered).
 async fn load_round(
     lab: &Lab,
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
+    stream: &CouponStream,
     entries: Vec<StreamEntry>,
 ) -> RedisResult<bool> {
     let mut by_method: BTreeMap<String, Vec<StreamEntry>> = BTreeMap::new();
     for entry in entries {
         if entry.fields.is_empty() {
             // Deleted from the stream since: nothing left to load.
-            ack(conn, &[&entry.id]).await?;
+            ack(conn, stream, &[&entry.id]).await?;
         } else {
             let method = field(&entry, fields::METHOD)
                 .unwrap_or_default()
@@ -189,10 +172,10 @@ async fn load_round(
         };
         let (dead, live): (Vec<_>, Vec<_>) = entries.into_iter().partition(|e| e.deliveries > max);
         for entry in dead {
-            all_loaded &= dead_letter(lab, conn, &strategy, entry).await?;
+            all_loaded &= dead_letter(lab, conn, stream, &strategy, entry).await?;
         }
         if !live.is_empty() {
-            all_loaded &= load_batch(lab, conn, &strategy, &live).await?;
+            all_loaded &= load_batch(lab, conn, stream, &strategy, &live).await?;
         }
     }
     Ok(all_loaded)
@@ -203,7 +186,8 @@ async fn load_round(
 /// between redelivers the entries, and the first outcome recorded stays.
 async fn load_batch(
     lab: &Lab,
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
+    stream: &CouponStream,
     strategy: &Arc<Strategy>,
     entries: &[StreamEntry],
 ) -> RedisResult<bool> {
@@ -217,7 +201,7 @@ async fn load_batch(
                 record(lab, &strategy.method, confirmation).await;
             }
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-            ack(conn, &ids).await?;
+            ack(conn, stream, &ids).await?;
             return Ok(true);
         }
         Ok(Err(err)) => {
@@ -232,7 +216,7 @@ async fn load_batch(
         match until_answered(1, || lab.runtime.load_entry(strategy, entry)).await {
             Ok(Ok(confirmation)) => {
                 record(lab, &strategy.method, &confirmation).await;
-                ack(conn, &[&entry.id]).await?;
+                ack(conn, stream, &[&entry.id]).await?;
             }
             Ok(Err(err)) => {
                 tracing::warn!(id = %entry.id, deliveries = entry.deliveries, error = %err, "entry failed; left pending");
@@ -254,17 +238,18 @@ async fn load_batch(
 /// its row.
 async fn dead_letter(
     lab: &Lab,
-    conn: &mut MultiplexedConnection,
+    conn: &mut RedisConn,
+    stream: &CouponStream,
     strategy: &Arc<Strategy>,
     mut entry: StreamEntry,
 ) -> RedisResult<bool> {
     // The read that found it over the limit is not a delivery to the component.
     entry.deliveries -= 1;
-    copy_to_dead_letters(conn, WRITE_BEHIND_STREAM, &entry, entry.deliveries).await?;
+    copy_to_dead_letters(conn, stream, &entry, entry.deliveries).await?;
     match until_answered(1, || lab.runtime.write_behind_dead_letter(strategy, &entry)).await {
         Ok(confirmation) => {
             record(lab, &strategy.method, &confirmation).await;
-            ack(conn, &[&entry.id]).await?;
+            ack(conn, stream, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
             Ok(true)
         }
@@ -273,11 +258,4 @@ async fn dead_letter(
             Ok(false)
         }
     }
-}
-
-async fn ack(conn: &mut MultiplexedConnection, ids: &[&str]) -> RedisResult<()> {
-    let _: u64 = conn
-        .xack(WRITE_BEHIND_STREAM.name, WRITE_BEHIND_STREAM.group, ids)
-        .await?;
-    Ok(())
 }

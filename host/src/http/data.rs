@@ -14,6 +14,7 @@ use super::envelope::{Answer, ApiError};
 use super::schema::Success;
 use crate::lab::Lab;
 use crate::recorder::shared;
+use crate::redis_target::RedisConn;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/data", delete(reset))
@@ -76,17 +77,9 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
 }
 
 /// Deletes the keys matching `pattern`; returns how many.
-async fn unlink_matching(
-    redis: &mut redis::aio::ConnectionManager,
-    pattern: &str,
-) -> redis::RedisResult<u64> {
-    let mut keys = Vec::new();
-    {
-        let mut iter = redis.scan_match::<_, String>(pattern).await?;
-        while let Some(key) = iter.next_item().await {
-            keys.push(key?);
-        }
-    }
+/// On a cluster, on every node; redis-rs splits each UNLINK by slot.
+async fn unlink_matching(redis: &mut RedisConn, pattern: &str) -> redis::RedisResult<u64> {
+    let keys = redis.keys_matching(pattern).await?;
     let mut deleted = 0;
     for chunk in keys.chunks(500) {
         deleted += redis.unlink::<_, u64>(chunk).await?;

@@ -10,6 +10,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 
+use crate::db;
 use crate::lab::Lab;
 use crate::results::stream_summary;
 
@@ -38,19 +39,26 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
             .with_label_values(&[&gate])
             .set(held as i64);
     }
-    // Redis being down leaves the stream figures out, not the scrape.
-    for stream in [ISSUE_STREAM, WRITE_BEHIND_STREAM] {
-        if let Ok(Some(summary)) = stream_summary(lab.redis(), stream).await {
-            let stream = [stream.name];
-            metrics
-                .stream_pending
-                .with_label_values(&stream)
-                .set(summary.pending as i64);
-            metrics
-                .stream_dead_letters
-                .with_label_values(&stream)
-                .set(summary.dead_letters as i64);
+    // Summed over the coupons' streams of each kind. The database or Redis
+    // being down leaves the stream figures out, not the scrape.
+    let coupons = db::coupon_ids(lab.db()).await.unwrap_or_default();
+    for kind in [ISSUE_STREAM, WRITE_BEHIND_STREAM] {
+        let (mut pending, mut dead_letters) = (0, 0);
+        for &coupon in &coupons {
+            if let Ok(Some(summary)) = stream_summary(lab.redis(), kind, coupon).await {
+                pending += summary.pending;
+                dead_letters += summary.dead_letters;
+            }
         }
+        let label = [kind.prefix.trim_end_matches(':')];
+        metrics
+            .stream_pending
+            .with_label_values(&label)
+            .set(pending as i64);
+        metrics
+            .stream_dead_letters
+            .with_label_values(&label)
+            .set(dead_letters as i64);
     }
     ([(CONTENT_TYPE, prometheus::TEXT_FORMAT)], metrics.render())
 }

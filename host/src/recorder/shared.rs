@@ -148,14 +148,16 @@ async fn publish(lab: &Lab) -> RedisResult<u64> {
     if snapshots.is_empty() {
         return Ok(generation);
     }
-    let mut pipe = redis::pipe();
+    let mut commands = Vec::with_capacity(2 * snapshots.len());
     for (coupon, snapshot) in &snapshots {
-        pipe.hset(snapshot_key(*coupon), &lab.identity, snapshot)
-            .ignore()
-            .pexpire(snapshot_key(*coupon), KEEP_MS)
-            .ignore();
+        commands.push(redis::Cmd::hset(
+            snapshot_key(*coupon),
+            &lab.identity,
+            snapshot,
+        ));
+        commands.push(redis::Cmd::pexpire(snapshot_key(*coupon), KEEP_MS));
     }
-    let published: RedisResult<()> = pipe.query_async(&mut redis).await;
+    let published: RedisResult<()> = redis.each(commands).await.map(drop);
     if let Err(err) = published {
         lab.recorder
             .mark_changed(snapshots.into_iter().map(|(coupon, _)| coupon));

@@ -157,7 +157,10 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
         _ => None,
     });
     let stream = match stream {
-        Some(stream) => noting_failure(stream_summary(lab.redis(), stream).await, &mut redis),
+        Some(kind) => noting_failure(
+            stream_summary(lab.redis(), kind, coupon_id).await,
+            &mut redis,
+        ),
         None => None,
     };
     let shards = noting_failure(

@@ -6,9 +6,10 @@
 use std::collections::BTreeSet;
 
 use couponlab_contract::{keys, shards};
-use redis::aio::ConnectionManager;
 use serde::Serialize;
 use utoipa::ToSchema;
+
+use crate::redis_target::RedisConn;
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -28,17 +29,19 @@ pub struct ShardFigures {
 /// Every shard's figures, or `None` when the coupon has no shard in Redis
 /// (no sharded method served it).
 pub(super) async fn shard_figures(
-    redis: &ConnectionManager,
+    redis: &RedisConn,
     coupon_id: u64,
     issued_members: &BTreeSet<u64>,
 ) -> Result<Option<Vec<ShardFigures>>, redis::RedisError> {
-    let mut pipe = redis::pipe();
+    // The shards lie in different slots: on a cluster, not one pipeline.
+    let mut commands = Vec::new();
     for shard in 0..shards::COUNT {
-        pipe.get(keys::shard_stock(coupon_id, shard))
-            .scard(keys::shard_issued(coupon_id, shard));
+        commands.push(redis::Cmd::get(keys::shard_stock(coupon_id, shard)));
+        commands.push(redis::Cmd::scard(keys::shard_issued(coupon_id, shard)));
     }
     // Stock, then reservations, for each shard in turn.
-    let replies: Vec<Option<u64>> = pipe.query_async(&mut redis.clone()).await?;
+    let replies: Vec<Option<u64>> =
+        redis::from_redis_value(redis::Value::Array(redis.clone().each(commands).await?))?;
     let read: Vec<(Option<u64>, u64)> = replies
         .chunks(2)
         .map(|pair| (pair[0], pair.get(1).copied().flatten().unwrap_or(0)))

@@ -1,11 +1,13 @@
-//! The stream behind a coupon's method, as a whole: for the result and
+//! The coupon's stream behind its method, as a whole: for the result and
 //! for `/metrics`.
 
 use couponlab_contract::Stream;
 use redis::streams::StreamInfoGroupsReply;
 use redis::{AsyncCommands, RedisResult};
 
-/// A stream as a whole, for the result endpoint.
+use crate::redis_target::RedisConn;
+
+/// A coupon's stream as a whole, for the result endpoint.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamSummary {
@@ -21,19 +23,22 @@ pub struct StreamSummary {
     pub dead_letters: u64,
 }
 
-/// Reads the stream's figures; `None` when it does not exist yet.
+/// Reads the figures of `coupon_id`'s stream of `kind`; `None` when it
+/// does not exist yet.
 pub async fn stream_summary(
-    redis: &redis::aio::ConnectionManager,
-    stream: Stream,
+    redis: &RedisConn,
+    kind: Stream,
+    coupon_id: u64,
 ) -> RedisResult<Option<StreamSummary>> {
     let mut redis = redis.clone();
-    let length: u64 = redis.xlen(stream.name).await?;
+    let key = kind.key(coupon_id);
+    let length: u64 = redis.xlen(&key).await?;
     if length == 0 {
         return Ok(None);
     }
-    let groups: StreamInfoGroupsReply = redis.xinfo_groups(stream.name).await?;
+    let groups: StreamInfoGroupsReply = redis.xinfo_groups(&key).await?;
     // No consumer has created the group yet: everything is unread, nothing pending.
-    let (pending, undelivered) = match groups.groups.iter().find(|g| g.name == stream.group) {
+    let (pending, undelivered) = match groups.groups.iter().find(|g| g.name == kind.group) {
         Some(group) => (
             group.pending as u64,
             // Redis leaves the lag out only after entries were deleted,
@@ -45,7 +50,7 @@ pub async fn stream_summary(
         ),
         None => (0, length),
     };
-    let dead_letters: u64 = redis.xlen(stream.dead_letters).await?;
+    let dead_letters: u64 = redis.xlen(kind.dead_letters(coupon_id)).await?;
     Ok(Some(StreamSummary {
         length,
         pending,

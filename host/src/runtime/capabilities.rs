@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
 use sha2::{Digest, Sha256};
 
 use super::jobs::{JobQueue, JobsArgs};
@@ -11,6 +10,7 @@ use super::log::LogArgs;
 use super::permits::{Permits, PermitsArgs};
 use super::redis::{self, GuestRedis, RedisArgs};
 use super::sql::{self, GuestSql, SqlArgs};
+use crate::redis_target::RedisConn;
 
 /// The settings of every capability, one group each, flattened into the
 /// server's configuration.
@@ -41,9 +41,11 @@ pub struct Capabilities {
 /// set up.
 pub struct Admin<'a> {
     pub sql: sql::user::Admin<'a>,
-    pub redis: &'a ConnectionManager,
+    pub redis: &'a RedisConn,
     /// REDIS_URL.
     pub redis_url: &'a str,
+    /// REDIS_URL names a Redis Cluster's seed nodes.
+    pub cluster: bool,
 }
 
 impl Capabilities {
@@ -55,9 +57,10 @@ impl Capabilities {
         admin: Admin<'_>,
         call: Duration,
     ) -> anyhow::Result<Self> {
+        let redis = redis::connect(&args.redis, &admin).await?;
         Ok(Self {
             sql: sql::user::connect(&args.sql, admin.sql, call).await?,
-            redis: redis::connect(&args.redis, admin.redis, admin.redis_url).await?,
+            redis,
             jobs: JobQueue::new(&args.jobs),
             permits: Permits::new(args.permits.settings()),
             log: args.log,

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use couponlab_contract::ISSUE_STREAM;
 use serde_json::json;
 use tokio::process::Child;
 
@@ -206,7 +207,7 @@ async fn an_entry_that_always_fails_is_dead_lettered_after_three_deliveries() {
     lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
 
     until("the entry is dead-lettered", DRAIN, || async {
-        lab.redis_query::<u64>(redis::cmd("XLEN").arg("coupon:issue:stream:dead"))
+        lab.redis_query::<u64>(redis::cmd("XLEN").arg(ISSUE_STREAM.dead_letters(coupon)))
             .await
             > 0
     })
@@ -216,7 +217,7 @@ async fn an_entry_that_always_fails_is_dead_lettered_after_three_deliveries() {
     let dead: Vec<(String, Vec<(String, String)>)> = lab
         .redis_query(
             redis::cmd("XRANGE")
-                .arg("coupon:issue:stream:dead")
+                .arg(ISSUE_STREAM.dead_letters(coupon))
                 .arg("-")
                 .arg("+"),
         )
@@ -254,10 +255,12 @@ async fn a_duplicate_delivery_is_acked_without_a_second_row() {
     lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
     lab.drained(coupon, 1).await;
 
-    // The same request delivered again, as after a crash between commit and XACK.
+    // The same request delivered again, as after a crash between commit and
+    // XACK: added to the coupon's stream.
+    let stream = ISSUE_STREAM.key(coupon);
     let mut redis = lab.redis.clone();
     let again: String = redis::cmd("XADD")
-        .arg("coupon:issue:stream")
+        .arg(&stream)
         .arg("*")
         .arg(&[
             "memberId",
@@ -273,7 +276,7 @@ async fn a_duplicate_delivery_is_acked_without_a_second_row() {
     until("the redelivery is read and acked", DRAIN, || async {
         let groups: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
             .arg("GROUPS")
-            .arg("coupon:issue:stream")
+            .arg(&stream)
             .query_async(&mut redis.clone())
             .await
             .unwrap();

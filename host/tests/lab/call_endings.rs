@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use couponlab_contract::ISSUE_STREAM;
 use futures::future::join_all;
 use serde_json::json;
 
@@ -201,8 +202,8 @@ async fn an_entry_being_confirmed_is_not_claimed_away_from_its_consumer() {
     let mut most = 0;
     while Instant::now() < watch_until {
         let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
-            .arg("coupon:issue:stream")
-            .arg("coupon-issuers")
+            .arg(ISSUE_STREAM.key(coupon))
+            .arg(ISSUE_STREAM.group)
             .arg("-")
             .arg("+")
             .arg(10)

@@ -51,7 +51,7 @@ pub struct TestLab {
     pub client: reqwest::Client,
     /// A pool on this test's database, for checking what the server wrote.
     pub db: MySqlPool,
-    pub redis: redis::aio::MultiplexedConnection,
+    pub redis: couponlab::redis_target::RedisConn,
     pub strategy_dir: PathBuf,
     /// The server's configuration, for starting more processes like it.
     pub config: Config,
@@ -97,7 +97,7 @@ impl RedisDb {
                 free.pop()
             };
             if let Some(db) = taken {
-                let mut redis = connect_redis(&format!("{REDIS}/{db}"))
+                let mut redis = connect_redis(&format!("{REDIS}/{db}"), false)
                     .await
                     .expect("Redis answers");
                 let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
@@ -195,9 +195,9 @@ impl Setup {
             .unwrap();
         // The server's Redis, or the default one when a test points the
         // server at a Redis that is down.
-        let redis = match connect_redis(&self.redis_url).await {
+        let redis = match connect_redis(&self.redis_url, config.redis_cluster).await {
             Some(redis) => redis,
-            None => connect_redis(&format!("{REDIS}/0"))
+            None => connect_redis(&format!("{REDIS}/0"), false)
                 .await
                 .expect("Redis answers"),
         };
@@ -235,12 +235,10 @@ async fn serve(config: &Config) -> (String, oneshot::Sender<()>, ServerTask) {
     (base, stop, server)
 }
 
-async fn connect_redis(url: &str) -> Option<redis::aio::MultiplexedConnection> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(std::time::Duration::from_secs(1)));
-    redis::Client::open(url)
+async fn connect_redis(url: &str, cluster: bool) -> Option<couponlab::redis_target::RedisConn> {
+    couponlab::redis_target::RedisTarget::open(url, cluster)
         .ok()?
-        .get_multiplexed_async_connection_with_config(&config)
+        .connect(std::time::Duration::from_secs(10))
         .await
         .ok()
 }
@@ -510,7 +508,7 @@ impl TestLab {
     /// Members in `coupon:issued:{coupon}`, sorted.
     pub async fn reserved_members(&self, coupon: u64) -> Vec<u64> {
         let mut members: Vec<u64> = redis::cmd("SMEMBERS")
-            .arg(format!("coupon:issued:{coupon}"))
+            .arg(couponlab_contract::keys::issued(coupon))
             .query_async(&mut self.redis.clone())
             .await
             .unwrap();
@@ -556,6 +554,10 @@ impl TestLab {
             .args(args)
             .env("DATABASE_URL", &self.config.database_url)
             .env("REDIS_URL", &self.config.redis_url)
+            .env(
+                "COUPONLAB_REDIS_CLUSTER",
+                self.config.redis_cluster.to_string(),
+            )
             .env("COUPONLAB_STRATEGY_DIR", &self.config.strategy_dir)
             .env("COUPONLAB_MAX_INSTANCES", "100")
             .env("RUST_LOG", "warn")

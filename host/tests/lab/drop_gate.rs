@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use couponlab_contract::keys;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
@@ -56,6 +57,11 @@ fn tallied(counts: &[(u16, &str, usize)]) -> BTreeMap<(u16, String), usize> {
         .collect()
 }
 
+/// The gate's key `name` of `coupon`: `coupon:gate:{coupon}:name`.
+fn gate_key(coupon: u64, name: &str) -> String {
+    format!("{}{name}", keys::gate(coupon))
+}
+
 async fn get(lab: &TestLab, key: &str) -> Option<String> {
     lab.redis_query(redis::cmd("GET").arg(key)).await
 }
@@ -65,17 +71,17 @@ async fn ttl(lab: &TestLab, key: &str) -> i64 {
 }
 
 async fn remaining(lab: &TestLab, coupon: u64) -> Option<i64> {
-    get(lab, &format!("coupon:gate:{coupon}:remaining"))
+    get(lab, &keys::gate_remaining(coupon))
         .await
         .map(|v| v.parse().unwrap())
 }
 
 async fn held_by(lab: &TestLab, coupon: u64, member: u64) -> Option<String> {
-    get(lab, &format!("coupon:gate:{coupon}:buyer:{member}")).await
+    get(lab, &gate_key(coupon, &format!("buyer:{member}"))).await
 }
 
 async fn marker(lab: &TestLab, coupon: u64, key: &str) -> Option<String> {
-    get(lab, &format!("coupon:gate:{coupon}:reserved:{key}")).await
+    get(lab, &gate_key(coupon, &format!("reserved:{key}"))).await
 }
 
 /// Asserts that `member`'s count and the marker of its keyless request
@@ -208,9 +214,7 @@ async fn a_member_past_the_per_member_limit_is_refused() {
     let coupon = created.ok()["id"].as_u64().unwrap();
     seed(&lab, coupon, 10).await.ok();
     assert_eq!(
-        get(&lab, &format!("coupon:gate:{coupon}:limit"))
-            .await
-            .as_deref(),
+        get(&lab, &gate_key(coupon, "limit")).await.as_deref(),
         Some("1")
     );
 
@@ -345,19 +349,19 @@ async fn seeding_twice_keeps_the_stock_at_the_limited_quantity() {
         .count();
     assert_eq!(fresh, 1);
     assert!(seeds.iter().all(|r| r.ok()["remaining"] == json!(50)));
-    let remaining_key = format!("coupon:gate:{coupon}:remaining");
+    let remaining_key = keys::gate_remaining(coupon);
     let lives = ttl(&lab, &remaining_key).await;
     assert!((1..=86_400).contains(&lives), "TTL {lives}");
-    assert!(ttl(&lab, &format!("coupon:gate:{coupon}:limit")).await > 0);
+    assert!(ttl(&lab, &gate_key(coupon, "limit")).await > 0);
 
     issue(&lab, coupon, member, None).await.ok();
     assert_eq!(remaining(&lab, coupon).await, Some(49));
     // The member's count and marker live as long as the stock.
-    assert!(ttl(&lab, &format!("coupon:gate:{coupon}:buyer:{member}")).await > 0);
+    assert!(ttl(&lab, &gate_key(coupon, &format!("buyer:{member}"))).await > 0);
     assert!(
         ttl(
             &lab,
-            &format!("coupon:gate:{coupon}:reserved:member-{member}")
+            &gate_key(coupon, &format!("reserved:member-{member}"))
         )
         .await
             > 0
@@ -506,20 +510,21 @@ async fn a_drop_never_seeded_is_seeded_from_the_coupon_on_first_use() {
         tallied(&[(200, "ISSUED", 3), (409, "SOLD_OUT", 2)])
     );
     assert_eq!(remaining(&lab, coupon).await, Some(0));
-    let lives = ttl(&lab, &format!("coupon:gate:{coupon}:remaining")).await;
+    let lives = ttl(&lab, &keys::gate_remaining(coupon)).await;
     assert!((1..=86_400).contains(&lives), "TTL {lives}");
     assert_eq!(lab.issued_members(coupon).await.len(), 4);
     assert_eq!(issued_count(&lab, coupon).await, 4);
 
     // DELETE /lab/data-style cleanup: the drop's keys match `coupon:*`.
-    let mut keys: Vec<String> = lab
-        .redis_query(redis::cmd("KEYS").arg(format!("coupon:gate:{coupon}:*")))
+    // In a KEYS pattern the hash tag's braces are literal characters.
+    let mut gate_keys: Vec<String> = lab
+        .redis_query(redis::cmd("KEYS").arg(format!("{}*", keys::gate(coupon))))
         .await;
-    keys.sort();
+    gate_keys.sort();
     assert_eq!(
-        keys.len(),
+        gate_keys.len(),
         2 + 3 + 3,
-        "remaining, limit, 3 buyers, 3 markers: {keys:?}"
+        "remaining, limit, 3 buyers, 3 markers: {gate_keys:?}"
     );
 
     issue(&lab, coupon + 1_000_000, members[1], None)

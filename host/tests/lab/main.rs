@@ -6,6 +6,7 @@ mod common;
 mod api_contract;
 mod async_methods;
 mod call_endings;
+mod cluster;
 mod console;
 mod dashboard;
 mod drop_gate;

@@ -16,7 +16,7 @@ use sqlx::{MySql, Transaction};
 
 use crate::common::{self, Reply, Setup, TestLab, hold_coupon_row};
 
-const COMPONENTS: [&str; 6] = [
+pub(crate) const COMPONENTS: [&str; 6] = [
     "read_committed",
     "repeatable_read",
     "serializable",

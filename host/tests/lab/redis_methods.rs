@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use couponlab_contract::keys;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -315,7 +316,7 @@ async fn hammered_coupon() -> (TestLab, Vec<u64>, u64, WatchCounter, Hammer) {
     let lab = Setup::with(&["redis_watch"]).alone().start().await;
     let members = lab.members(1).await;
     let coupon = lab.coupon(10).await;
-    let key = format!("coupon:issued:{coupon}");
+    let key = keys::issued(coupon);
     let watches = WatchCounter::start(&key).await;
     let hammer = Hammer::start(&key).await;
     (lab, members, coupon, watches, hammer)
@@ -421,7 +422,7 @@ async fn a_duplicate_key_keeps_the_reservation_and_the_result_compares_set_and_r
     let members = lab.members(2).await;
     for method in METHODS {
         let coupon = lab.coupon(5).await;
-        let key = format!("coupon:issued:{coupon}");
+        let key = keys::issued(coupon);
         lab.issue(coupon, members[0], method).await.ok();
 
         // Redis has the reservation: refused before the database.
@@ -467,7 +468,7 @@ async fn a_missing_total_is_re_read_from_the_database_and_set_again() {
     let members = lab.members(2).await;
     for method in METHODS {
         let coupon = lab.coupon(1).await;
-        let total_key = format!("coupon:total:{coupon}");
+        let total_key = keys::total(coupon);
         let _: () = lab.redis_query(redis::cmd("DEL").arg(&total_key)).await;
         lab.issue(coupon, members[0], method).await.ok();
         let total: Option<String> = lab.redis_query(redis::cmd("GET").arg(&total_key)).await;

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use couponlab_contract::keys;
 use futures::future::join_all;
 
 use crate::common::Setup;
@@ -160,14 +161,11 @@ async fn call_cost_benchmark() {
     }
     let redis = &server.runtime.capabilities().redis;
     let script = include_str!("../../../lua/reserve.lua");
-    let keys = [
-        format!("coupon:issued:{coupon}"),
-        format!("coupon:total:{coupon}"),
-    ];
+    let script_keys = [keys::issued(coupon), keys::total(coupon)];
     let args = [members[1].to_string()];
     let started = Instant::now();
     for _ in 0..5_000 {
-        redis.eval(script, &keys, &args).await.unwrap();
+        redis.eval(script, &script_keys, &args).await.unwrap();
     }
     println!(
         "the EVALSHA alone: {:.1} µs",

@@ -13,11 +13,11 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::process::Child;
 
+use couponlab_contract::{ISSUE_STREAM, Stream, WRITE_BEHIND_STREAM};
+
 use crate::common::{Reply, Setup, TestLab, free_port, hold_coupon_row, outcome, until};
 
 const COMPONENTS: [&str; 3] = ["redis_lua", "redis_stream_atomic", "redis_write_behind"];
-const STREAM: (&str, &str) = ("coupon:issue:stream", "coupon-issuers");
-const WRITE_BEHIND: (&str, &str) = ("coupon:wb:stream", "coupon-wb-loaders");
 const WAIT: Duration = Duration::from_secs(60);
 
 /// One `couponlab serve` process of the test.
@@ -149,14 +149,20 @@ fn reports_every_request(result: &Value, told: &BTreeMap<String, u64>, method: &
     assert_eq!(requests["hosts"]["gatePermits"], json!(2 * 32));
 }
 
-/// Pending entries of a stream's group, by consumer.
-async fn pending_by_consumer(
-    lab: &TestLab,
-    (stream, group): (&str, &str),
-) -> BTreeMap<String, u64> {
-    let reply: redis::streams::StreamPendingReply = lab
-        .redis_query(redis::cmd("XPENDING").arg(stream).arg(group))
+/// Pending entries of the group of `coupon`'s stream, by consumer; none
+/// while the hosts have not yet created the group of the coupon's new
+/// stream (they look for new streams every 200 ms).
+async fn pending_by_consumer(lab: &TestLab, stream: Stream, coupon: u64) -> BTreeMap<String, u64> {
+    let reply: redis::RedisResult<redis::streams::StreamPendingReply> = redis::cmd("XPENDING")
+        .arg(stream.key(coupon))
+        .arg(stream.group)
+        .query_async(&mut lab.redis.clone())
         .await;
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(err) if err.code() == Some("NOGROUP") => return BTreeMap::new(),
+        Err(err) => panic!("XPENDING failed: {err}"),
+    };
     let redis::streams::StreamPendingReply::Data(data) = reply else {
         return BTreeMap::new();
     };
@@ -166,10 +172,15 @@ async fn pending_by_consumer(
         .collect()
 }
 
-/// The consumers of a stream's group.
-async fn consumers(lab: &TestLab, (stream, group): (&str, &str)) -> Vec<String> {
+/// The consumers of the group of `coupon`'s stream.
+async fn consumers(lab: &TestLab, stream: Stream, coupon: u64) -> Vec<String> {
     let reply: redis::streams::StreamInfoConsumersReply = lab
-        .redis_query(redis::cmd("XINFO").arg("CONSUMERS").arg(stream).arg(group))
+        .redis_query(
+            redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(stream.key(coupon))
+                .arg(stream.group),
+        )
         .await;
     reply.consumers.into_iter().map(|c| c.name).collect()
 }
@@ -209,8 +220,8 @@ async fn two_hosts_report_and_drain_as_one_lab() {
     // The stream and write-behind methods: 300 requests for 200 coupons,
     // confirmed by the consumers and loaders of both processes.
     for (method, stream) in [
-        ("REDIS_STREAM_ATOMIC", STREAM),
-        ("REDIS_WRITE_BEHIND", WRITE_BEHIND),
+        ("REDIS_STREAM_ATOMIC", ISSUE_STREAM),
+        ("REDIS_WRITE_BEHIND", WRITE_BEHIND_STREAM),
     ] {
         let (members, coupon) = lab.members_and_coupon(300, 200).await;
         let told = split(&lab, &hosts, coupon, &members, method).await;
@@ -221,7 +232,7 @@ async fn two_hosts_report_and_drain_as_one_lab() {
             assert_eq!(result["accepted"], json!(200), "{result}");
         }
         until("every entry is loaded and acked", WAIT, || async {
-            pending_by_consumer(&lab, stream).await.is_empty()
+            pending_by_consumer(&lab, stream, coupon).await.is_empty()
                 && lab.issue_rows(coupon).await == 200
         })
         .await;
@@ -230,13 +241,14 @@ async fn two_hosts_report_and_drain_as_one_lab() {
             (200, 0),
             "{method}"
         );
-        // Each process reads under names of its own.
-        let names = consumers(&lab, stream).await;
-        for host in &hosts {
-            assert!(
-                names.iter().any(|name| host.owns(name)),
-                "{method}: {names:?}"
-            );
+        // Whoever read the coupon's stream did so under a name of its own
+        // process. (Redis names a consumer in the group only once it was
+        // handed an entry: a host that got none is not listed.)
+        let names = consumers(&lab, stream, coupon).await;
+        assert!(!names.is_empty(), "{method}");
+        for name in &names {
+            let owners = hosts.iter().filter(|host| host.owns(name)).count();
+            assert_eq!(owners, 1, "{method}: {name} of {names:?}");
         }
     }
 
@@ -275,8 +287,8 @@ async fn killed_host_entries_are_claimed_by_the_other(lab: &TestLab, hosts: [Hos
     // stream consumers hold entries too.
     let started = Instant::now();
     let victim = loop {
-        let loading = pending_by_consumer(lab, WRITE_BEHIND).await;
-        let confirming = pending_by_consumer(lab, STREAM).await;
+        let loading = pending_by_consumer(lab, WRITE_BEHIND_STREAM, wb_coupon).await;
+        let confirming = pending_by_consumer(lab, ISSUE_STREAM, stream_coupon).await;
         let holding = hosts.iter().position(|host| {
             loading.keys().any(|name| host.owns(name))
                 && confirming.keys().any(|name| host.owns(name))
@@ -299,7 +311,7 @@ async fn killed_host_entries_are_claimed_by_the_other(lab: &TestLab, hosts: [Hos
     // A result read publishes the host's whole record as of now; then SIGKILL.
     victim.result(lab, stream_coupon).await;
     victim.process.kill().await.unwrap();
-    let held = pending_by_consumer(lab, STREAM).await;
+    let held = pending_by_consumer(lab, ISSUE_STREAM, stream_coupon).await;
     assert!(
         held.iter().any(|(name, n)| victim.owns(name) && *n > 0),
         "{held:?}"
@@ -307,9 +319,12 @@ async fn killed_host_entries_are_claimed_by_the_other(lab: &TestLab, hosts: [Hos
     stream_holder.rollback().await.unwrap();
     wb_holder.rollback().await.unwrap();
 
-    for (coupon, total, stream) in [(stream_coupon, 60, STREAM), (wb_coupon, 150, WRITE_BEHIND)] {
+    for (coupon, total, stream) in [
+        (stream_coupon, 60, ISSUE_STREAM),
+        (wb_coupon, 150, WRITE_BEHIND_STREAM),
+    ] {
         until("the survivor has confirmed everything", WAIT, || async {
-            pending_by_consumer(lab, stream).await.is_empty()
+            pending_by_consumer(lab, stream, coupon).await.is_empty()
                 && lab.issue_rows(coupon).await == total
         })
         .await;
@@ -321,7 +336,7 @@ async fn killed_host_entries_are_claimed_by_the_other(lab: &TestLab, hosts: [Hos
         let merged = result["requests"]["hosts"]["merged"].as_array().unwrap();
         assert_eq!(merged.len(), 2, "{result}");
         // Its consumers stay in the group, holding nothing.
-        let names = consumers(lab, stream).await;
+        let names = consumers(lab, stream, coupon).await;
         assert!(names.iter().any(|name| victim.owns(name)), "{names:?}");
     }
 }

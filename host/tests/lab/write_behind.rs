@@ -10,15 +10,14 @@ use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamRangeReply
 use serde_json::{Value, json};
 use tokio::process::Child;
 
+use couponlab_contract::{WRITE_BEHIND_STREAM, keys};
+
 use crate::common::{
     Reply, Setup, TestLab, assert_accepts_exactly, statuses, stops_cleanly_on_sigterm, until,
 };
 
 const COMPONENTS: [&str; 2] = ["redis_write_behind", "redis_write_behind_no_tx"];
 const METHODS: [&str; 2] = ["REDIS_WRITE_BEHIND", "REDIS_WRITE_BEHIND_NO_TX"];
-const STREAM: &str = "coupon:wb:stream";
-const GROUP: &str = "coupon-wb-loaders";
-const DEAD_LETTERS: &str = "coupon:wb:stream:dead";
 /// How long a test waits for the loader.
 const DRAIN: Duration = Duration::from_secs(60);
 
@@ -51,10 +50,13 @@ async fn row_snapshot(lab: &TestLab, coupon: u64) -> Vec<(i64, i64, String)> {
     .unwrap()
 }
 
-/// Entries delivered to the loader and not acked.
-async fn pending(lab: &TestLab) -> usize {
-    let reply: redis::RedisResult<StreamPendingReply> =
-        lab.redis.clone().xpending(STREAM, GROUP).await;
+/// Entries of `coupon`'s stream delivered to the loader and not acked.
+async fn pending(lab: &TestLab, coupon: u64) -> usize {
+    let reply: redis::RedisResult<StreamPendingReply> = lab
+        .redis
+        .clone()
+        .xpending(WRITE_BEHIND_STREAM.key(coupon), WRITE_BEHIND_STREAM.group)
+        .await;
     match reply {
         Ok(reply) => reply.count(),
         Err(err) if err.code() == Some("NOGROUP") => 0,
@@ -62,25 +64,31 @@ async fn pending(lab: &TestLab) -> usize {
     }
 }
 
-/// The loader has read every entry of the stream and acked them all.
-async fn caught_up(lab: &TestLab) -> bool {
+/// The loader has read every entry of `coupon`'s stream and acked them all.
+async fn caught_up(lab: &TestLab, coupon: u64) -> bool {
+    let stream = WRITE_BEHIND_STREAM.key(coupon);
     let mut redis = lab.redis.clone();
-    let last: StreamRangeReply = redis.xrevrange_count(STREAM, "+", "-", 1).await.unwrap();
+    let last: StreamRangeReply = redis.xrevrange_count(&stream, "+", "-", 1).await.unwrap();
     let Some(last) = last.ids.first() else {
         return true;
     };
-    let groups: redis::RedisResult<StreamInfoGroupsReply> = redis.xinfo_groups(STREAM).await;
+    let groups: redis::RedisResult<StreamInfoGroupsReply> = redis.xinfo_groups(&stream).await;
     let Ok(groups) = groups else {
         return false;
     };
-    groups
-        .groups
-        .iter()
-        .any(|g| g.name == GROUP && g.last_delivered_id == last.id && g.pending == 0)
+    groups.groups.iter().any(|g| {
+        g.name == WRITE_BEHIND_STREAM.group && g.last_delivered_id == last.id && g.pending == 0
+    })
 }
 
-async fn dead_letters(lab: &TestLab) -> Vec<HashMap<String, String>> {
-    let dead: StreamRangeReply = lab.redis.clone().xrange_all(DEAD_LETTERS).await.unwrap();
+/// The dead letters of `coupon`'s stream.
+async fn dead_letters(lab: &TestLab, coupon: u64) -> Vec<HashMap<String, String>> {
+    let dead: StreamRangeReply = lab
+        .redis
+        .clone()
+        .xrange_all(WRITE_BEHIND_STREAM.dead_letters(coupon))
+        .await
+        .unwrap();
     dead.ids
         .iter()
         .map(|entry| {
@@ -112,9 +120,11 @@ fn ids(list: &Value) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn both_methods_accept_exactly_the_total_and_the_loader_writes_it() {
     let lab = Setup::with(&COMPONENTS).own_redis_db().await.start().await;
+    let mut coupons = Vec::new();
     for method in METHODS {
         let members = lab.members(400).await;
         let coupon = lab.coupon(100).await;
+        coupons.push(coupon);
         let replies = lab.issue_all(coupon, &members, method).await;
         assert_accepts_exactly(&replies, 100, method);
         for reply in replies.iter().filter(|r| r.status == 409) {
@@ -124,7 +134,7 @@ async fn both_methods_accept_exactly_the_total_and_the_loader_writes_it() {
         until(
             "the loader has written every accepted request",
             DRAIN,
-            || async { lab.issue_rows(coupon).await == 100 && caught_up(&lab).await },
+            || async { lab.issue_rows(coupon).await == 100 && caught_up(&lab, coupon).await },
         )
         .await;
         let in_db = lab.issued_members(coupon).await;
@@ -152,12 +162,15 @@ async fn both_methods_accept_exactly_the_total_and_the_loader_writes_it() {
 
         // An unknown member is refused before Redis is asked anything.
         let coupon = lab.coupon(100).await;
+        coupons.push(coupon);
         let unknown = members[399] + 1_000_000;
         let reply = lab.issue(coupon, unknown, method).await;
         reply.fails_as(404, "UNKNOWN_MEMBER");
         assert!(lab.reserved_members(coupon).await.is_empty(), "{method}");
     }
-    assert!(dead_letters(&lab).await.is_empty());
+    for coupon in coupons {
+        assert!(dead_letters(&lab, coupon).await.is_empty(), "{coupon}");
+    }
     lab.finish().await;
 }
 
@@ -169,7 +182,7 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
     lab.issue_all(coupon, &members[..120], "REDIS_WRITE_BEHIND")
         .await;
     until("the loader has written the 100", DRAIN, || async {
-        lab.issue_rows(coupon).await == 100 && caught_up(&lab).await
+        lab.issue_rows(coupon).await == 100 && caught_up(&lab, coupon).await
     })
     .await;
 
@@ -209,7 +222,7 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
     let _: u64 = lab
         .redis
         .clone()
-        .srem(format!("coupon:issued:{coupon}"), &lost)
+        .srem(keys::issued(coupon), &lost)
         .await
         .unwrap();
     let latecomers = &members[120..];
@@ -223,7 +236,7 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
     until(
         "the loader has written the 5 over-issued",
         DRAIN,
-        || async { lab.issue_rows(coupon).await == 105 && caught_up(&lab).await },
+        || async { lab.issue_rows(coupon).await == 105 && caught_up(&lab, coupon).await },
     )
     .await;
     let report = reconcile(&lab, coupon).await.ok().clone();
@@ -253,7 +266,7 @@ async fn a_poisoned_entry_is_dead_lettered_after_three_deliveries_and_its_batch_
         .redis
         .clone()
         .xadd(
-            STREAM,
+            WRITE_BEHIND_STREAM.key(coupon),
             "*",
             &[
                 ("memberId", ghost.to_string()),
@@ -273,16 +286,16 @@ async fn a_poisoned_entry_is_dead_lettered_after_three_deliveries_and_its_batch_
     // The loader starts with all 21 entries waiting: one batch.
     let loader = loader_process(&lab);
     until("the poisoned entry is dead-lettered", DRAIN, || async {
-        !dead_letters(&lab).await.is_empty()
+        !dead_letters(&lab, coupon).await.is_empty()
     })
     .await;
-    let dead = dead_letters(&lab).await;
+    let dead = dead_letters(&lab, coupon).await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0]["memberId"], ghost.to_string());
     assert_eq!(dead[0]["originalId"], poisoned);
     assert_eq!(dead[0]["deliveries"], "3", "{dead:?}");
     assert_eq!(lab.issued_members(coupon).await, members);
-    until("everything is acked", DRAIN, || caught_up(&lab)).await;
+    until("everything is acked", DRAIN, || caught_up(&lab, coupon)).await;
 
     stops_cleanly_on_sigterm(loader).await;
     lab.finish().await;
@@ -331,7 +344,7 @@ async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
     })
     .await;
     loader.kill().await.unwrap();
-    let held_batch = pending(&lab).await;
+    let held_batch = pending(&lab, coupon).await;
     assert!(
         (1..=100).contains(&held_batch),
         "the loader held {held_batch} entries"
@@ -352,7 +365,7 @@ async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
 
     let mut loader = loader_process(&lab);
     until("the loader has written everything", DRAIN, || async {
-        lab.issue_rows(coupon).await == TOTAL as usize && caught_up(&lab).await
+        lab.issue_rows(coupon).await == TOTAL as usize && caught_up(&lab, coupon).await
     })
     .await;
     let all = row_snapshot(&lab, coupon).await;
@@ -365,19 +378,23 @@ async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
 
     // The same entries delivered once more after their commit (what a loader
     // dying between COMMIT and XACK leaves): acked, no row touched.
+    let stream = WRITE_BEHIND_STREAM.key(coupon);
     let mut redis = lab.redis.clone();
-    let again: StreamRangeReply = redis.xrange_count(STREAM, "-", "+", 150).await.unwrap();
+    let again: StreamRangeReply = redis.xrange_count(&stream, "-", "+", 150).await.unwrap();
     for entry in &again.ids {
         let fields: Vec<(String, String)> = entry
             .map
             .keys()
             .map(|field| (field.clone(), entry.get::<String>(field).unwrap()))
             .collect();
-        let _: String = redis.xadd(STREAM, "*", &fields).await.unwrap();
+        let _: String = redis.xadd(&stream, "*", &fields).await.unwrap();
     }
-    until("the copies are read and acked", DRAIN, || caught_up(&lab)).await;
+    until("the copies are read and acked", DRAIN, || {
+        caught_up(&lab, coupon)
+    })
+    .await;
     assert_eq!(row_snapshot(&lab, coupon).await, all);
-    assert!(dead_letters(&lab).await.is_empty());
+    assert!(dead_letters(&lab, coupon).await.is_empty());
     loader.kill().await.unwrap();
     lab.finish().await;
 }

@@ -11,17 +11,17 @@ const SEED: &str = include_str!("../../../lua/gate_seed.lua");
 
 /// String: coupons one member may hold, copied from the coupon row.
 fn limit(coupon_id: u64) -> String {
-    format!("coupon:gate:{coupon_id}:limit")
+    format!("{}limit", keys::gate(coupon_id))
 }
 
 /// String: coupons the member holds.
 fn buyer(coupon_id: u64, member_id: u64) -> String {
-    format!("coupon:gate:{coupon_id}:buyer:{member_id}")
+    format!("{}buyer:{member_id}", keys::gate(coupon_id))
 }
 
 /// String `memberId:quantity`: the reservation made under an idempotency key.
 fn reserved(coupon_id: u64, key: &str) -> String {
-    format!("coupon:gate:{coupon_id}:reserved:{key}")
+    format!("{}reserved:{key}", keys::gate(coupon_id))
 }
 
 /// What the reserve script decided.

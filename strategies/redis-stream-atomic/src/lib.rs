@@ -14,7 +14,7 @@ couponlab_sdk::stream_consumer!(RedisStreamAtomic: stream_consumer::Guest);
 const METHOD: &str = "REDIS_STREAM_ATOMIC";
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
-    reserve::and_enqueue(coupon_id, member_id, keys::ISSUE_STREAM, METHOD)?;
+    reserve::and_enqueue(coupon_id, member_id, keys::issue_stream, METHOD)?;
     Ok(IssueResult::of(Outcome::Accepted))
 }
 

@@ -1,5 +1,5 @@
 //! REDIS_STREAM (stage 6): the Lua reservation, then XADD to
-//! `coupon:issue:stream`, and 202. Two commands: a crash between them leaves
+//! `coupon:issue:stream:{couponId}`, and 202. Two commands: a crash between them leaves
 //! the reservation without its entry (REDIS_STREAM_ATOMIC closes that gap).
 //! The host's stream consumers hand each entry back to this component, which
 //! confirms it and says whether it may be acked.
@@ -20,7 +20,7 @@ const METHOD: &str = "REDIS_STREAM";
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     reserve::with_lua(coupon_id, member_id)?;
     let entry = args![
-        keys::ISSUE_STREAM,
+        keys::issue_stream(coupon_id),
         "*",
         fields::MEMBER_ID,
         member_id,

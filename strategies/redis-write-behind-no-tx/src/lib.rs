@@ -1,7 +1,7 @@
 //! REDIS_WRITE_BEHIND_NO_TX (stage 10): stage 9 with the member check as one
 //! autocommit SELECT, without the transaction's set-up statements around it.
 //! The rest is REDIS_WRITE_BEHIND: one EVALSHA reserves and XADDs to
-//! `coupon:wb:stream`, 202; the same loader and reconcile.
+//! `coupon:wb:stream:{couponId}`, 202; the same loader and reconcile.
 
 use couponlab_sdk::write_behind;
 use couponlab_sdk::{IssueResult, Step, compensate, params, settle, sql};

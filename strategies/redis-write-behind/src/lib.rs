@@ -1,7 +1,7 @@
 //! REDIS_WRITE_BEHIND (stage 9): Redis is the source of truth. The member
 //! check runs in a read-only transaction (what a read-only `@Transactional`
 //! costs: SET TRANSACTION and BEGIN, the SELECT, COMMIT); then one EVALSHA
-//! does duplicate → stock → XADD `coupon:wb:stream` → SADD, and the answer
+//! does duplicate → stock → XADD `coupon:wb:stream:{couponId}` → SADD, and the answer
 //! is 202. No database write on the request path: the host's loader hands
 //! the entries back here in batches, and reconcile repairs what it missed.
 

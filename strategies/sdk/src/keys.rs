@@ -1,14 +1,25 @@
 //! The Redis names of the seed, from the contract the host reads them by.
+//! Every key of one coupon carries the coupon's hash tag `{couponId}`
+//! ([`tag`]), so on a Redis Cluster a script or transaction over them runs
+//! in one slot.
 
 pub use couponlab_contract::REQUESTS_CHANNEL;
 pub use couponlab_contract::fields;
-pub use couponlab_contract::keys::{gate_remaining, issued, shard_issued, shard_stock, total};
+pub use couponlab_contract::keys::{
+    gate, gate_remaining, issued, shard_issued, shard_stock, tag, total,
+};
 pub use couponlab_contract::shards;
 
-/// Stream of stage 6: one entry per accepted request (its [`fields`]),
-/// confirmed by the host's stream consumers.
-pub const ISSUE_STREAM: &str = couponlab_contract::ISSUE_STREAM.name;
+/// The coupon's stream of stage 6, `coupon:issue:stream:{couponId}`: one
+/// entry per accepted request (its [`fields`]), confirmed by the host's
+/// stream consumers.
+pub fn issue_stream(coupon_id: u64) -> String {
+    couponlab_contract::ISSUE_STREAM.key(coupon_id)
+}
 
-/// Stream of stages 9-10: one entry per accepted request (its [`fields`]),
-/// read by the host's write-behind loader.
-pub const WRITE_BEHIND_STREAM: &str = couponlab_contract::WRITE_BEHIND_STREAM.name;
+/// The coupon's stream of stages 9-10, `coupon:wb:stream:{couponId}`: one
+/// entry per accepted request (its [`fields`]), read by the host's
+/// write-behind loader.
+pub fn write_behind_stream(coupon_id: u64) -> String {
+    couponlab_contract::WRITE_BEHIND_STREAM.key(coupon_id)
+}

@@ -60,10 +60,21 @@ fn split_stock(coupon_id: u64) -> Step<()> {
 }
 
 /// Reserves as [`with_lua`] and, in the same script, XADDs the entry
-/// `memberId couponId method acceptedAt` to `stream`: the reservation and
-/// its entry exist together or not at all.
-pub fn and_enqueue(coupon_id: u64, member_id: u64, stream: &str, method: &str) -> Step<()> {
-    let keys = args![keys::issued(coupon_id), keys::total(coupon_id), stream];
+/// `memberId couponId method acceptedAt` to the coupon's `stream`
+/// ([`keys::issue_stream`] or [`keys::write_behind_stream`]): the
+/// reservation and its entry exist together or not at all. The script's
+/// three keys share the coupon's hash tag.
+pub fn and_enqueue(
+    coupon_id: u64,
+    member_id: u64,
+    stream: fn(u64) -> String,
+    method: &str,
+) -> Step<()> {
+    let keys = args![
+        keys::issued(coupon_id),
+        keys::total(coupon_id),
+        stream(coupon_id)
+    ];
     let argv = args![member_id, coupon_id, method, clock::now_millis()];
     decide(RESERVE_AND_ENQUEUE, &keys, &argv, || {
         coupon::warm_total(coupon_id).map(drop)

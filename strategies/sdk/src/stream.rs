@@ -1,5 +1,6 @@
-//! What a stream consumer does with one entry of `coupon:issue:stream`
-//! (stage 6). The host reads, claims, acks and dead-letters; this decides.
+//! What a stream consumer does with one entry of a coupon's stream
+//! `coupon:issue:stream:{couponId}` (stage 6). The host reads, claims, acks
+//! and dead-letters; this decides.
 //!
 //! - issued, or a duplicate key (already issued, a redelivery included): ack;
 //! - sold out at the DB or an unknown member: remove the reservation, ack;

@@ -2,7 +2,7 @@
 //! catches up in batches, and reconcile repairs what it missed.
 //!
 //! - [`accept`]: given the rows of the method's member check, one EVALSHA
-//!   does duplicate → stock → XADD `coupon:wb:stream` → SADD. Nothing is
+//!   does duplicate → stock → XADD `coupon:wb:stream:{couponId}` → SADD. Nothing is
 //!   written to the database.
 //! - [`load_batch`], [`load_entry`]: what the host's loader asks for, as
 //!   `INSERT ... ON DUPLICATE KEY UPDATE` so an entry delivered again (its
@@ -47,7 +47,7 @@ pub fn accept(
         return Err(IssueResult::of(Outcome::UnknownMember)
             .detail(format!("member {member_id} does not exist")));
     }
-    reserve::and_enqueue(coupon_id, member_id, keys::WRITE_BEHIND_STREAM, method)?;
+    reserve::and_enqueue(coupon_id, member_id, keys::write_behind_stream, method)?;
     Ok(IssueResult::of(Outcome::Accepted))
 }
 

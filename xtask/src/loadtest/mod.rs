@@ -83,6 +83,8 @@ common: [--base-url http://127.0.0.1:8080[,URL...]] [--serve] [--k6-processes N]
             where the server behind --base-url keeps its data, read directly
             for the verification (default: DATABASE_URL and REDIS_URL, else
             the server's defaults)
+  --redis-cluster
+            --redis-url is a Redis Cluster's seed nodes, comma separated
   --allow-broken
             report a method that breaks a guarantee it claims, but exit 0
             (for demonstrations of what breaks)
@@ -166,6 +168,11 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     {
         bail!("--serve runs one host of its own; several --base-url hosts are servers you run");
     }
+    if options.flag("serve") && options.flag("redis-cluster") {
+        bail!(
+            "--serve runs on one Redis of its own; --redis-cluster is for servers you run on a cluster (--base-url)"
+        );
+    }
     let mut runner = if options.flag("serve") {
         Runner::serving(faults, roles_apart, true, k6, out)?
     } else {
@@ -173,6 +180,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
             &options.text("base-url", "http://127.0.0.1:8080"),
             &options.text("database-url", &env_or("DATABASE_URL", LOCAL_DATABASE)),
             &options.text("redis-url", &env_or("REDIS_URL", LOCAL_REDIS)),
+            options.flag("redis-cluster"),
             faults,
             k6,
             out,
@@ -451,7 +459,7 @@ impl Options {
 
     /// Fails on an option the mode does not read (`known` plus the common ones).
     fn check(&self, known: &[&str]) -> anyhow::Result<()> {
-        const COMMON: [&str; 10] = [
+        const COMMON: [&str; 11] = [
             "base-url",
             "k6-processes",
             "serve",
@@ -459,6 +467,7 @@ impl Options {
             "prometheus-rw",
             "database-url",
             "redis-url",
+            "redis-cluster",
             "allow-broken",
             "fault",
             "roles-apart",

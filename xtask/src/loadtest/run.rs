@@ -84,7 +84,7 @@ impl Runner {
             api,
             k6_processes: 1,
             k6,
-            sources: Sources::connect(&server::database_url()?, server::REDIS_URL)?,
+            sources: Sources::connect(&server::database_url()?, server::REDIS_URL, false)?,
             out,
             faults,
             links,
@@ -94,11 +94,13 @@ impl Runner {
 
     /// A runner against servers someone else runs (`base_urls`, comma
     /// separated: the load is spread over them), whose data is at
-    /// `database_url` and `redis_url`.
+    /// `database_url` and `redis_url` (a Redis Cluster's seed nodes when
+    /// `redis_cluster`).
     pub fn against(
         base_urls: &str,
         database_url: &str,
         redis_url: &str,
+        redis_cluster: bool,
         faults: FaultPlan,
         k6: K6,
         out: PathBuf,
@@ -112,7 +114,7 @@ impl Runner {
             hosts,
             k6_processes: 1,
             k6,
-            sources: Sources::connect(database_url, redis_url)?,
+            sources: Sources::connect(database_url, redis_url, redis_cluster)?,
             out,
             faults,
             links: None,

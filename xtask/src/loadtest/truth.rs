@@ -15,11 +15,28 @@ use super::verification::Truth;
 pub struct Sources {
     runtime: tokio::runtime::Runtime,
     db: MySqlPool,
-    redis: redis::Client,
+    redis: RedisSource,
+}
+
+/// One Redis server, or a Redis Cluster (each key read on its node) with
+/// its first seed for the version.
+enum RedisSource {
+    Server(redis::Client),
+    Cluster(redis::cluster::ClusterClient, redis::Client),
+}
+
+impl RedisSource {
+    fn connection(&self) -> anyhow::Result<Box<dyn redis::ConnectionLike>> {
+        Ok(match self {
+            Self::Server(client) => Box::new(client.get_connection()?),
+            Self::Cluster(cluster, _) => Box::new(cluster.get_connection()?),
+        })
+    }
 }
 
 impl Sources {
-    pub fn connect(database_url: &str, redis_url: &str) -> anyhow::Result<Sources> {
+    /// `redis_url` is a comma-separated list of seed nodes when `cluster`.
+    pub fn connect(database_url: &str, redis_url: &str, cluster: bool) -> anyhow::Result<Sources> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -30,8 +47,15 @@ impl Sources {
                     .connect(database_url),
             )
             .with_context(|| format!("cannot reach the database at {database_url}"))?;
-        let redis = redis::Client::open(redis_url)
-            .with_context(|| format!("not a Redis URL: {redis_url}"))?;
+        let not_redis = || format!("not a Redis URL: {redis_url}");
+        let seeds: Vec<&str> = redis_url.split(',').map(str::trim).collect();
+        let first = redis::Client::open(seeds[0]).with_context(not_redis)?;
+        let redis = if cluster {
+            let cluster = redis::cluster::ClusterClient::new(seeds).with_context(not_redis)?;
+            RedisSource::Cluster(cluster, first)
+        } else {
+            RedisSource::Server(first)
+        };
         Ok(Sources { runtime, db, redis })
     }
 
@@ -72,19 +96,19 @@ impl Sources {
     /// what the reservation set has room for;
     /// `None` when the coupon has none of them (a database method served it).
     fn sellable_in_redis(&self, coupon_id: u64, total: u64) -> anyhow::Result<Option<u64>> {
-        let mut redis = self.redis.get_connection()?;
+        let mut redis = self.redis.connection()?;
         let remaining: Option<i64> = redis::cmd("GET")
             .arg(keys::gate_remaining(coupon_id))
-            .query(&mut redis)?;
+            .query(&mut *redis)?;
         if let Some(remaining) = remaining {
             return Ok(Some(remaining.max(0) as u64));
         }
-        if let Some(left) = Self::left_on_shards(&mut redis, coupon_id)? {
+        if let Some(left) = Self::left_on_shards(&mut *redis, coupon_id)? {
             return Ok(Some(left));
         }
         let reserved: u64 = redis::cmd("SCARD")
             .arg(keys::issued(coupon_id))
-            .query(&mut redis)?;
+            .query(&mut *redis)?;
         Ok((reserved > 0).then(|| total.saturating_sub(reserved)))
     }
 
@@ -92,7 +116,7 @@ impl Sources {
     /// its reservations (a shard sells only to its own members, so one
     /// shard's room is never another's); `None` when no shard has a stock.
     fn left_on_shards(
-        redis: &mut redis::Connection,
+        redis: &mut dyn redis::ConnectionLike,
         coupon_id: u64,
     ) -> anyhow::Result<Option<u64>> {
         let mut left = None;
@@ -115,7 +139,8 @@ impl Sources {
         let database: String = self
             .runtime
             .block_on(sqlx::query_scalar("SELECT VERSION()").fetch_one(&self.db))?;
-        let mut redis = self.redis.get_connection()?;
+        let (RedisSource::Server(first) | RedisSource::Cluster(_, first)) = &self.redis;
+        let mut redis = first.get_connection()?;
         let info: String = redis::cmd("INFO").arg("server").query(&mut redis)?;
         let redis_version = info
             .lines()

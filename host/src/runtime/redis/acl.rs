@@ -6,7 +6,8 @@
 //! - strings (but GETDEL), sets, hashes; XADD, XLEN, XRANGE; EVAL and
 //!   EVALSHA with SCRIPT LOAD (the host's EVALSHA fallback); MULTI, EXEC,
 //!   DISCARD, WATCH, UNWATCH; PUBLISH; EXISTS, TYPE, TTL, PTTL; PING and
-//!   SELECT (which the client sends when it connects);
+//!   SELECT (which the client sends when it connects); CLUSTER SLOTS, with
+//!   which a cluster client learns which node owns which keys;
 //! - DEL and PEXPIRE on the drop gate's keys (`coupon:gate:*`) only, which
 //!   its cancel and reserve scripts need; no other key can be deleted;
 //! - nothing else: no FLUSHDB, KEYS, SCAN, SCRIPT FLUSH/KILL, CLIENT,
@@ -16,7 +17,8 @@
 //! /lab/data — runs on the connection of REDIS_URL.
 
 use redis::RedisError;
-use redis::aio::ConnectionManager;
+
+use crate::redis_target::{RedisConn, seeds};
 
 /// The user name the server creates.
 pub const USER: &str = "couponlab-strategy";
@@ -55,30 +57,44 @@ const RULES: &[&str] = &[
     "+pttl",
     "+ping",
     "+select",
+    "+cluster|slots",
     "(~coupon:gate:* +del +pexpire)",
 ];
 
 /// The password of [`USER`]: derived from the administrative URL's server
 /// and credentials (not its database: an ACL user spans them all), so every
 /// process that shares a Redis (serve, consume, several hosts) sets the same
-/// one and none locks another out; it is never written anywhere.
+/// one and none locks another out; it is never written anywhere. A
+/// cluster's seed list derives it from its first seed (the nodes share
+/// their credentials).
 pub fn password(admin_url: &str) -> String {
-    crate::runtime::capabilities::derived_password(USER, admin_url)
+    let first = seeds(admin_url).first().copied().unwrap_or(admin_url);
+    crate::runtime::capabilities::derived_password(USER, first)
 }
 
-/// The URL components connect with: the administrative one with the user's
-/// credentials in place of any there.
+/// The URL components connect with: the administrative one (each seed of a
+/// cluster's) with the user's credentials in place of any there.
 pub fn url(admin_url: &str) -> anyhow::Result<String> {
-    let mut url = url::Url::parse(admin_url)
-        .map_err(|err| anyhow::anyhow!("REDIS_URL is not a URL ({err}): {admin_url}"))?;
-    url.set_username(USER)
-        .and_then(|()| url.set_password(Some(&password(admin_url))))
-        .map_err(|()| anyhow::anyhow!("REDIS_URL cannot carry a user: {admin_url}"))?;
-    Ok(url.to_string())
+    let password = password(admin_url);
+    let with_user = |seed: &str| {
+        let mut url = url::Url::parse(seed)
+            .map_err(|err| anyhow::anyhow!("REDIS_URL is not a URL ({err}): {seed}"))?;
+        url.set_username(USER)
+            .and_then(|()| url.set_password(Some(&password)))
+            .map_err(|()| anyhow::anyhow!("REDIS_URL cannot carry a user: {seed}"))?;
+        Ok::<_, anyhow::Error>(url.to_string())
+    };
+    let seeds: Vec<String> = seeds(admin_url)
+        .into_iter()
+        .map(with_user)
+        .collect::<Result<_, _>>()?;
+    Ok(seeds.join(","))
 }
 
-/// Creates or updates [`USER`] through the administrative connection.
-pub async fn ensure_user(admin: &ConnectionManager, admin_url: &str) -> Result<(), RedisError> {
+/// Creates or updates [`USER`] through the administrative connection (on a
+/// cluster on every node, as redis-rs sends ACL SETUSER: each node keeps its
+/// own ACL).
+pub async fn ensure_user(admin: &RedisConn, admin_url: &str) -> Result<(), RedisError> {
     redis::cmd("ACL")
         .arg("SETUSER")
         .arg(USER)

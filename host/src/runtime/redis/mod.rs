@@ -20,11 +20,11 @@ pub mod acl;
 mod pools;
 pub mod reply;
 
-use redis::aio::ConnectionManager;
 use redis::{RedisError, Value};
 use wasmtime::component::Resource;
 
 use super::bindings::redis::{self as wit, Command, RedisError as WitError};
+use super::capabilities::Admin;
 use super::store::HostState;
 
 pub use self::pools::{GuestRedis, RedisArgs, RedisConnection, UserSetup, is_connection_error};
@@ -75,15 +75,12 @@ impl HostState {
 /// The Redis components reach: as the operator's user, or as the ACL user
 /// this server creates. A Redis that is down now gets the user when it is
 /// first needed; one that refuses to create it stops the start, saying why.
-pub async fn connect(
-    args: &RedisArgs,
-    admin: &ConnectionManager,
-    admin_url: &str,
-) -> anyhow::Result<GuestRedis> {
+pub async fn connect(args: &RedisArgs, admin: &Admin<'_>) -> anyhow::Result<GuestRedis> {
+    let admin_url = admin.redis_url;
     if let Some(url) = &args.strategy_redis_url {
-        return GuestRedis::new(url, args, None);
+        return GuestRedis::new(url, admin.cluster, args, None);
     }
-    match acl::ensure_user(admin, admin_url).await {
+    match acl::ensure_user(admin.redis, admin_url).await {
         Ok(()) => {}
         Err(err) if is_connection_error(&err) => {
             tracing::warn!(error = %err, "Redis is unreachable; the components' user is created once it answers")
@@ -92,9 +89,10 @@ pub async fn connect(
     }
     GuestRedis::new(
         &acl::url(admin_url)?,
+        admin.cluster,
         args,
         Some(UserSetup {
-            admin: admin.clone(),
+            admin: admin.redis.clone(),
             admin_url: admin_url.to_string(),
         }),
     )

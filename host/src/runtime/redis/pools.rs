@@ -5,7 +5,11 @@
 //! pipelines every request's commands over one socket, which is what makes a
 //! one-command strategy cheap. WATCH and MULTI/EXEC are connection state, so
 //! they run on a dedicated connection borrowed from a bounded pool for as
-//! long as the guest holds its `connection` resource.
+//! long as the guest holds its `connection` resource. On a Redis Cluster a
+//! dedicated connection goes to the node owning the first key it names
+//! (WATCH's, or a pipeline's first command with a key) and stays there, so
+//! MULTI, EXEC and UNWATCH, which name none, reach the node holding the
+//! transaction; the keys of one transaction share one slot (a coupon's do).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,14 +17,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use parking_lot::{Mutex, RwLock};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, Value};
+use redis::cluster_routing::Route;
+use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::acl;
+use crate::redis_target::{RedisConn, RedisTarget, first_key, route_of};
 use crate::runtime::bindings::redis::Command;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The `redis` capability's settings.
@@ -49,7 +53,7 @@ pub struct RedisArgs {
 pub struct GuestRedis {
     /// What a call may use of it.
     pub args: RedisArgs,
-    shared: ConnectionManager,
+    shared: RedisConn,
     dedicated: Arc<DedicatedPool>,
     /// Script source -> SHA-1, so EVALSHA needs no hashing after the first call.
     scripts: RwLock<HashMap<String, String>>,
@@ -60,27 +64,28 @@ pub struct GuestRedis {
 
 /// The administrative connection that creates the components' ACL user.
 pub struct UserSetup {
-    pub admin: ConnectionManager,
+    pub admin: RedisConn,
     pub admin_url: String,
 }
 
 impl GuestRedis {
     /// Creates the pools without connecting: a server starts (and answers
     /// every route that does not need Redis) while Redis is down.
-    pub fn new(url: &str, args: &RedisArgs, user: Option<UserSetup>) -> anyhow::Result<Self> {
-        let client = Client::open(url).context("the components' Redis URL is not a Redis URL")?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let shared = ConnectionManager::new_lazy_with_config(client.clone(), config)
+    pub fn new(
+        url: &str,
+        cluster: bool,
+        args: &RedisArgs,
+        user: Option<UserSetup>,
+    ) -> anyhow::Result<Self> {
+        let target = RedisTarget::open(url, cluster).context("the components' Redis URL")?;
+        let shared = target
+            .shared(RESPONSE_TIMEOUT)
             .context("cannot set up the shared Redis connection")?;
         Ok(Self {
             args: args.clone(),
             shared,
             dedicated: Arc::new(DedicatedPool {
-                client,
+                target,
                 permits: Arc::new(Semaphore::new(args.redis_connections.max(1))),
                 idle: Mutex::new(Vec::new()),
             }),
@@ -174,9 +179,9 @@ impl GuestRedis {
 /// Dedicated connections: at most `permits` exist at once; returned ones idle
 /// here for the next borrower.
 struct DedicatedPool {
-    client: Client,
+    target: RedisTarget,
     permits: Arc<Semaphore>,
-    idle: Mutex<Vec<MultiplexedConnection>>,
+    idle: Mutex<Vec<RedisConn>>,
 }
 
 impl DedicatedPool {
@@ -190,17 +195,11 @@ impl DedicatedPool {
         let idle = self.idle.lock().pop();
         let conn = match idle {
             Some(conn) => conn,
-            None => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
-                self.client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?
-            }
+            None => self.target.connect(RESPONSE_TIMEOUT).await?,
         };
         Ok(RedisConnection {
             conn: Some(conn),
+            node: None,
             state: ConnectionState::default(),
             pool: self,
             _permit: permit,
@@ -238,7 +237,10 @@ impl ConnectionState {
 /// deadline), the connection is closed, not pooled.
 pub struct RedisConnection {
     /// `None` once released.
-    conn: Option<MultiplexedConnection>,
+    conn: Option<RedisConn>,
+    /// On a cluster, the node this connection's commands go to, once a
+    /// command named a key.
+    node: Option<Route>,
     state: ConnectionState,
     pool: Arc<DedicatedPool>,
     /// Held for as long as the connection is borrowed; dropping it (also when
@@ -254,10 +256,13 @@ impl RedisConnection {
             .expect("a borrowed connection is present until release");
         let mut cmd = redis::cmd(name);
         cmd.arg(args);
+        if self.node.is_none() {
+            self.node = first_key(name, args).map(route_of);
+        }
         // Until the reply is in, the connection's state is unknown: a call
         // dropped here leaves it to be closed, not pooled.
         let was_broken = std::mem::replace(&mut self.state.broken, true);
-        let reply = cmd.query_async(conn).await;
+        let reply = conn.query_at(cmd, self.node.as_ref()).await;
         self.state.broken = was_broken;
         match &reply {
             Ok(_) => self.state.track(name),
@@ -278,8 +283,16 @@ impl RedisConnection {
         for command in commands {
             pipe.cmd(&command.name).arg(&command.args);
         }
+        if self.node.is_none() {
+            self.node = commands
+                .iter()
+                .find_map(|command| first_key(&command.name.to_ascii_uppercase(), &command.args))
+                .map(route_of);
+        }
         let was_broken = std::mem::replace(&mut self.state.broken, true);
-        let replies = pipe.query_async::<Vec<Value>>(conn).await;
+        let replies = conn
+            .pipeline_at(pipe, commands.len(), self.node.as_ref())
+            .await;
         self.state.broken = was_broken;
         for command in commands {
             self.state.track(&command.name.to_ascii_uppercase());
@@ -307,8 +320,8 @@ impl RedisConnection {
             None
         };
         if let Some(reset) = reset
-            && redis::cmd(reset)
-                .query_async::<Value>(&mut conn)
+            && conn
+                .query_at(redis::cmd(reset), self.node.as_ref())
                 .await
                 .is_err()
         {

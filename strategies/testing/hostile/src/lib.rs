@@ -59,7 +59,7 @@ fn attack_with(attack: &str, coupon_id: u64) -> Attempt {
         "script-flush" => redis_says(redis::execute("SCRIPT", &args!["FLUSH"])),
         "xread-block" => redis_says(redis::execute(
             "XREAD",
-            &args!["BLOCK", 0, "STREAMS", keys::ISSUE_STREAM, "$"],
+            &args!["BLOCK", 0, "STREAMS", keys::issue_stream(coupon_id), "$"],
         )),
         "client-pause" => on_dedicated(&["CLIENT", "PAUSE", "10000"]),
         "reset" => on_dedicated(&["RESET"]),

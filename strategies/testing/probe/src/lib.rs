@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use couponlab_sdk::redis::{self, Connection};
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
-use couponlab_sdk::{IssueRequest, IssueResult, Outcome, args, clock, compensate, params};
+use couponlab_sdk::{IssueRequest, IssueResult, Outcome, args, clock, compensate, keys, params};
 
 /// Raised by every "memory-reset" call: each call must find it at zero.
 static LEFT_BEHIND: AtomicU64 = AtomicU64::new(0);
@@ -28,13 +28,15 @@ fn run(scenario: &str, request: &IssueRequest) -> Result<String, String> {
     let (a, b) = (request.coupon_id, request.member_id);
     match scenario {
         // A nested reply from EXEC, on a dedicated connection, on keys of
-        // this coupon's own (the components' Redis user reaches `coupon:*`).
+        // this coupon's own (the components' Redis user reaches `coupon:*`),
+        // under its one hash tag.
         "exec" => {
             let conn = Connection::open().map_err(|e| e.message().to_string())?;
+            let tag = keys::tag(a);
             let (key, counter, set) = (
-                format!("coupon:probe:{a}:k"),
-                format!("coupon:probe:{a}:n"),
-                format!("coupon:probe:{a}:s"),
+                format!("coupon:probe:{tag}:k"),
+                format!("coupon:probe:{tag}:n"),
+                format!("coupon:probe:{tag}:s"),
             );
             for (name, args) in [
                 ("MULTI", vec![]),

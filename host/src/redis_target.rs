@@ -1,0 +1,337 @@
+//! Where the lab's Redis is — one server, or a Redis Cluster reached through
+//! seed nodes — and a connection the rest of the host uses the same way in
+//! both cases. On a cluster, redis-rs's cluster client sends each command to
+//! the node that owns its key (and follows MOVED when slots move), so no
+//! caller routes anything; the few things that differ — scanning every node,
+//! a dedicated connection pinned to one node, subscribing — are here.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{AsyncCommands, AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A Redis to connect to: a server, or a cluster's seed nodes.
+#[derive(Clone)]
+pub enum RedisTarget {
+    Server(redis::Client),
+    Cluster {
+        client: ClusterClient,
+        /// The first seed: where the Pub/Sub subscriber listens (a cluster
+        /// hands every PUBLISH to every node).
+        first: redis::Client,
+    },
+}
+
+impl RedisTarget {
+    /// `urls` is one URL, or with `cluster` a comma-separated list of seed
+    /// nodes (a cluster has only database 0).
+    pub fn open(urls: &str, cluster: bool) -> anyhow::Result<Self> {
+        if !cluster {
+            let client =
+                redis::Client::open(urls).with_context(|| format!("not a Redis URL: {urls}"))?;
+            return Ok(Self::Server(client));
+        }
+        let seeds = seeds(urls);
+        let first = redis::Client::open(seeds[0])
+            .with_context(|| format!("not a Redis URL: {}", seeds[0]))?;
+        let client = ClusterClient::builder(seeds.iter().copied())
+            .connection_timeout(CONNECT_TIMEOUT)
+            .retries(2)
+            .build()
+            .with_context(|| format!("not a list of Redis Cluster seed nodes: {urls}"))?;
+        Ok(Self::Cluster { client, first })
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster { .. })
+    }
+
+    /// A connection shared by many callers at once, connected lazily: a
+    /// server starts (and answers what needs no Redis) while Redis is down;
+    /// it reconnects after a failure.
+    pub fn shared(&self, response_timeout: Duration) -> anyhow::Result<RedisConn> {
+        match self {
+            Self::Server(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(response_timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(500));
+                let manager = ConnectionManager::new_lazy_with_config(client.clone(), config)
+                    .context("cannot set up a Redis connection")?;
+                Ok(RedisConn::Managed(manager))
+            }
+            Self::Cluster { client, .. } => Ok(RedisConn::Cluster(
+                client.get_pending_async_connection_with_config(cluster_config(response_timeout)),
+            )),
+        }
+    }
+
+    /// A connection of its own (its own sockets), for blocking reads and
+    /// connection state.
+    pub async fn connect(&self, response_timeout: Duration) -> RedisResult<RedisConn> {
+        match self {
+            Self::Server(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(response_timeout));
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map(RedisConn::Own)
+            }
+            Self::Cluster { client, .. } => client
+                .get_async_connection_with_config(cluster_config(response_timeout))
+                .await
+                .map(RedisConn::Cluster),
+        }
+    }
+
+    /// The server a Pub/Sub subscriber connects to.
+    pub fn subscriber(&self) -> &redis::Client {
+        match self {
+            Self::Server(client) | Self::Cluster { first: client, .. } => client,
+        }
+    }
+}
+
+/// The seed URLs of a comma-separated list.
+pub fn seeds(urls: &str) -> Vec<&str> {
+    urls.split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .collect()
+}
+
+fn cluster_config(response_timeout: Duration) -> ClusterConfig {
+    ClusterConfig::new()
+        .set_connection_timeout(CONNECT_TIMEOUT)
+        .set_response_timeout(response_timeout)
+}
+
+/// A connection to the lab's Redis: every command of the host goes through
+/// one.
+#[derive(Clone)]
+pub enum RedisConn {
+    /// A server, through a connection that reconnects by itself.
+    Managed(ConnectionManager),
+    /// A server, through a connection of its own.
+    Own(MultiplexedConnection),
+    /// A cluster: each command to the node owning its key.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Managed(conn) => conn.req_packed_command(cmd),
+            Self::Own(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Managed(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Own(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Managed(conn) => conn.get_db(),
+            Self::Own(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+impl RedisConn {
+    /// The keys matching `pattern` on every node (SCAN, node by node on a
+    /// cluster: a SCAN cursor is one node's).
+    pub async fn keys_matching(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
+        let Self::Cluster(conn) = self else {
+            let mut keys = Vec::new();
+            let mut iter = self.scan_match::<_, String>(pattern).await?;
+            while let Some(key) = iter.next_item().await {
+                keys.push(key?);
+            }
+            return Ok(keys);
+        };
+        let mut keys = Vec::new();
+        for (host, port) in masters(conn).await? {
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(500);
+                let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port,
+                });
+                let reply = conn.route_command(scan, node).await?;
+                let (next, page): (u64, Vec<String>) = redis::from_redis_value(reply)?;
+                keys.extend(page);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Commands whose keys may lie in different slots: one pipeline on a
+    /// server; one after the other on a cluster (a pipeline there goes to
+    /// one node).
+    pub async fn each(&mut self, commands: Vec<Cmd>) -> RedisResult<Vec<Value>> {
+        if let Self::Cluster(conn) = self {
+            let mut replies = Vec::with_capacity(commands.len());
+            for cmd in commands {
+                replies.push(cmd.query_async(conn).await?);
+            }
+            return Ok(replies);
+        }
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for cmd in commands {
+            pipe.add_command(cmd);
+        }
+        pipe.query_async(self).await
+    }
+
+    /// Runs `cmd` where `route` says (the cluster node owning a slot); on a
+    /// server, there.
+    pub async fn query_at(&mut self, cmd: Cmd, route: Option<&Route>) -> RedisResult<Value> {
+        match (self, route) {
+            (Self::Cluster(conn), Some(route)) => {
+                let node = SingleNodeRoutingInfo::SpecificNode(*route);
+                conn.route_command(cmd, RoutingInfo::SingleNode(node)).await
+            }
+            (conn, _) => cmd.query_async(conn).await,
+        }
+    }
+
+    /// `pipe` where `route` says, in order on one node's connection.
+    pub async fn pipeline_at(
+        &mut self,
+        pipe: Pipeline,
+        count: usize,
+        route: Option<&Route>,
+    ) -> RedisResult<Vec<Value>> {
+        match (self, route) {
+            (Self::Cluster(conn), Some(route)) => {
+                let node = SingleNodeRoutingInfo::SpecificNode(*route);
+                conn.route_pipeline(pipe, 0, count, node).await
+            }
+            (conn, _) => pipe.query_async(conn).await,
+        }
+    }
+}
+
+/// The master that owns `key`'s slot.
+pub fn route_of(key: &str) -> Route {
+    Route::with_key(key.as_bytes(), SlotAddr::Master)
+}
+
+/// The key a command names first, where routing looks for it: after the
+/// key count of a script, after STREAMS of a stream read, else its first
+/// argument; `None` for the commands that name none.
+pub fn first_key<'a>(name: &str, args: &'a [String]) -> Option<&'a str> {
+    match name {
+        "MULTI" | "EXEC" | "DISCARD" | "UNWATCH" | "PING" | "ECHO" | "TIME" | "INFO" => None,
+        "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" | "FCALL" | "FCALL_RO" => {
+            let count: usize = args.get(1)?.parse().ok()?;
+            (count > 0).then(|| args.get(2).map(String::as_str))?
+        }
+        "XREAD" | "XREADGROUP" => {
+            let at = args
+                .iter()
+                .position(|arg| arg.eq_ignore_ascii_case("STREAMS"))?;
+            args.get(at + 1).map(String::as_str)
+        }
+        _ => args.first().map(String::as_str),
+    }
+}
+
+/// The cluster's masters, as `CLUSTER NODES` lists them.
+async fn masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;
+    Ok(nodes
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let address = parts.nth(1)?;
+            let flags = parts.next()?;
+            if !flags.split(',').any(|flag| flag == "master") || flags.contains("fail") {
+                return None;
+            }
+            // `host:port@bus-port[,hostname]`
+            let (host, rest) = address.rsplit_once('@')?.0.rsplit_once(':')?;
+            Some((host.to_string(), rest.parse().ok()?))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|arg| arg.to_string()).collect()
+    }
+
+    #[test]
+    fn the_first_key_is_where_routing_looks_for_it() {
+        assert_eq!(
+            first_key("WATCH", &strings(&["coupon:issued:{1}"])),
+            Some("coupon:issued:{1}")
+        );
+        assert_eq!(
+            first_key(
+                "EVALSHA",
+                &strings(&["abc", "2", "coupon:issued:{1}", "coupon:total:{1}", "7"])
+            ),
+            Some("coupon:issued:{1}")
+        );
+        assert_eq!(first_key("EVALSHA", &strings(&["abc", "0", "7"])), None);
+        assert_eq!(
+            first_key(
+                "XREADGROUP",
+                &strings(&["GROUP", "g", "c", "STREAMS", "s:{1}", ">"])
+            ),
+            Some("s:{1}")
+        );
+        assert_eq!(first_key("MULTI", &[]), None);
+        assert_eq!(first_key("EXEC", &[]), None);
+    }
+
+    #[test]
+    fn a_coupons_keys_share_its_slot() {
+        use couponlab_contract::{ISSUE_STREAM, keys};
+        let slot = route_of;
+        assert_eq!(slot(&keys::issued(42)), slot(&keys::total(42)));
+        assert_eq!(slot(&keys::issued(42)), slot(&ISSUE_STREAM.key(42)));
+        assert_eq!(slot(&keys::issued(42)), slot(&keys::gate_remaining(42)));
+        assert_ne!(slot(&keys::issued(42)), slot(&keys::issued(43)));
+    }
+}
