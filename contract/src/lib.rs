@@ -15,9 +15,10 @@
 
 extern crate alloc;
 
-/// Redis keys of one coupon, under the `coupon:` namespace the components'
-/// Redis user may reach: a prefix and the coupon id.
 pub mod keys {
+    //! Redis keys of one coupon, under the `coupon:` namespace the
+    //! components' Redis user may reach: a prefix and the coupon id.
+    //!
     //! Every key of one coupon carries `{couponId}` with literal braces:
     //! the coupon id is the key's hash tag, so on a Redis Cluster all of a
     //! coupon's keys share one slot and any script or transaction over

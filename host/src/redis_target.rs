@@ -23,7 +23,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub enum RedisTarget {
     Server(redis::Client),
     Cluster {
-        client: ClusterClient,
+        client: Box<ClusterClient>,
         /// The first seed: where the Pub/Sub subscriber listens (a cluster
         /// hands every PUBLISH to every node).
         first: redis::Client,
@@ -47,7 +47,10 @@ impl RedisTarget {
             .retries(2)
             .build()
             .with_context(|| format!("not a list of Redis Cluster seed nodes: {urls}"))?;
-        Ok(Self::Cluster { client, first })
+        Ok(Self::Cluster {
+            client: Box::new(client),
+            first,
+        })
     }
 
     pub fn is_cluster(&self) -> bool {

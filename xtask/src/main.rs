@@ -54,6 +54,9 @@ fn main() -> anyhow::Result<()> {
             // The console tests drive a headless Chromium through WebDriver.
             services::ensure_debian("chromium", "chromium")?;
             services::ensure_debian("chromedriver", "chromium-driver")?;
+            // The cluster tests start their own Redis Cluster.
+            services::ensure_debian("redis-server", "redis-server")?;
+            services::ensure_debian("redis-cli", "redis-tools")?;
             strategies::build_and_install(&strategy_dir())?;
             let mut test = vec!["test", "--release", "--workspace"];
             test.extend(rest.iter().map(String::as_str));

@@ -131,14 +131,15 @@ impl LocalCluster {
     /// subscribes.
     async fn subscriber_listening(&self) {
         let started = Instant::now();
-        while !cli(
-            self.ports[0],
-            &["pubsub", "numsub", couponlab_contract::REQUESTS_CHANNEL],
-        )
-        .lines()
-        .nth(1)
-        .is_some_and(|n| n.trim().parse::<u64>().unwrap_or(0) > 0)
-        {
+        let subscribers = || {
+            let numsub = ["pubsub", "numsub", couponlab_contract::REQUESTS_CHANNEL];
+            let reply = cli(self.ports[0], &numsub);
+            reply
+                .lines()
+                .nth(1)
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        };
+        while subscribers().unwrap_or(0) == 0 {
             assert!(started.elapsed() < Duration::from_secs(10), "no subscriber");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -22,7 +22,7 @@ pub struct Sources {
 /// its first seed for the version.
 enum RedisSource {
     Server(redis::Client),
-    Cluster(redis::cluster::ClusterClient, redis::Client),
+    Cluster(Box<redis::cluster::ClusterClient>, redis::Client),
 }
 
 impl RedisSource {
@@ -52,7 +52,7 @@ impl Sources {
         let first = redis::Client::open(seeds[0]).with_context(not_redis)?;
         let redis = if cluster {
             let cluster = redis::cluster::ClusterClient::new(seeds).with_context(not_redis)?;
-            RedisSource::Cluster(cluster, first)
+            RedisSource::Cluster(Box::new(cluster), first)
         } else {
             RedisSource::Server(first)
         };
