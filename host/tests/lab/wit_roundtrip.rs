@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::common::{Setup, TestLab};
 
-async fn probe(lab: &TestLab, scenario: &str, a: u64, b: u64) -> String {
+pub(crate) async fn probe(lab: &TestLab, scenario: &str, a: u64, b: u64) -> String {
     let reply = lab.issue_keyed(a, b, "TEST_PROBE", scenario).await;
     match &reply.ok()["detail"] {
         Value::String(detail) => detail.clone(),

@@ -200,6 +200,7 @@ impl DedicatedPool {
         Ok(RedisConnection {
             conn: Some(conn),
             node: None,
+            held_multi: false,
             state: ConnectionState::default(),
             pool: self,
             _permit: permit,
@@ -241,6 +242,10 @@ pub struct RedisConnection {
     /// On a cluster, the node this connection's commands go to, once a
     /// command named a key.
     node: Option<Route>,
+    /// On a cluster, a MULTI sent before any command named a key: held
+    /// until the transaction's first key tells the node, then sent ahead of
+    /// it (sent at once, it would open a transaction on some other node).
+    held_multi: bool,
     state: ConnectionState,
     pool: Arc<DedicatedPool>,
     /// Held for as long as the connection is borrowed; dropping it (also when
@@ -250,20 +255,26 @@ pub struct RedisConnection {
 
 impl RedisConnection {
     pub async fn execute(&mut self, name: &str, args: &[String]) -> Result<Value, RedisError> {
-        let conn = self
-            .conn
-            .as_mut()
-            .expect("a borrowed connection is present until release");
-        let mut cmd = redis::cmd(name);
-        cmd.arg(args);
-        if self.node.is_none() {
+        let unbound_on_a_cluster = self.pool.target.is_cluster() && self.node.is_none();
+        if unbound_on_a_cluster {
+            if let Some(answer) = self.hold(name) {
+                return Ok(answer);
+            }
             self.node = first_key(name, args).map(route_of);
         }
-        // Until the reply is in, the connection's state is unknown: a call
-        // dropped here leaves it to be closed, not pooled.
-        let was_broken = std::mem::replace(&mut self.state.broken, true);
-        let reply = conn.query_at(cmd, self.node.as_ref()).await;
-        self.state.broken = was_broken;
+        let mut cmd = redis::cmd(name);
+        cmd.arg(args);
+        let reply = if self.held_multi && self.node.is_some() {
+            self.held_multi = false;
+            self.state.track("MULTI");
+            let mut pipe = redis::pipe();
+            pipe.cmd("MULTI").add_command(cmd);
+            self.send(pipe, 2)
+                .await
+                .map(|mut replies| replies.pop().unwrap_or(Value::Nil))
+        } else {
+            self.send_one(cmd).await
+        };
         match &reply {
             Ok(_) => self.state.track(name),
             // EXEC answers EXECABORT when a queued command was rejected; the
@@ -274,32 +285,87 @@ impl RedisConnection {
         reply
     }
 
-    pub async fn pipeline(&mut self, commands: &[Command]) -> Result<Vec<Value>, RedisError> {
-        let conn = self
-            .conn
-            .as_mut()
-            .expect("a borrowed connection is present until release");
-        let mut pipe = redis::pipe();
-        for command in commands {
-            pipe.cmd(&command.name).arg(&command.args);
+    /// Answers, as Redis would, the transaction commands of a cluster
+    /// connection that names no key yet: MULTI is held, and EXEC or DISCARD
+    /// of a held MULTI end a transaction that queued nothing. `None` for
+    /// every other command.
+    fn hold(&mut self, name: &str) -> Option<Value> {
+        match (name, self.held_multi) {
+            ("MULTI", false) => {
+                self.held_multi = true;
+                Some(Value::Okay)
+            }
+            ("EXEC", true) => {
+                self.held_multi = false;
+                Some(Value::Array(Vec::new()))
+            }
+            ("DISCARD", true) => {
+                self.held_multi = false;
+                Some(Value::Okay)
+            }
+            _ => None,
         }
-        if self.node.is_none() {
+    }
+
+    pub async fn pipeline(&mut self, commands: &[Command]) -> Result<Vec<Value>, RedisError> {
+        if self.pool.target.is_cluster() && self.node.is_none() {
             self.node = commands
                 .iter()
                 .find_map(|command| first_key(&command.name.to_ascii_uppercase(), &command.args))
                 .map(route_of);
         }
-        let was_broken = std::mem::replace(&mut self.state.broken, true);
-        let replies = conn
-            .pipeline_at(pipe, commands.len(), self.node.as_ref())
-            .await;
-        self.state.broken = was_broken;
+        let mut pipe = redis::pipe();
+        let mut names: Vec<String> = Vec::with_capacity(commands.len() + 1);
+        let send_held = self.held_multi && self.node.is_some();
+        if send_held {
+            self.held_multi = false;
+            pipe.cmd("MULTI");
+            names.push("MULTI".into());
+        }
         for command in commands {
-            self.state.track(&command.name.to_ascii_uppercase());
+            pipe.cmd(&command.name).arg(&command.args);
+            names.push(command.name.to_ascii_uppercase());
+        }
+        let mut replies = self.send(pipe, names.len()).await;
+        for name in &names {
+            self.state.track(name);
         }
         if let Err(err) = &replies {
             self.state.broken |= is_connection_error(err);
         }
+        if send_held && let Ok(replies) = &mut replies {
+            replies.remove(0);
+        }
+        replies
+    }
+
+    /// One command on the connection's node.
+    async fn send_one(&mut self, cmd: redis::Cmd) -> Result<Value, RedisError> {
+        let conn = self
+            .conn
+            .as_mut()
+            .expect("a borrowed connection is present until release");
+        // Until the reply is in, the connection's state is unknown: a call
+        // dropped here leaves it to be closed, not pooled.
+        let was_broken = std::mem::replace(&mut self.state.broken, true);
+        let reply = conn.query_at(cmd, self.node.as_ref()).await;
+        self.state.broken = was_broken;
+        reply
+    }
+
+    /// A pipeline of `count` commands on the connection's node, in order.
+    async fn send(
+        &mut self,
+        pipe: redis::Pipeline,
+        count: usize,
+    ) -> Result<Vec<Value>, RedisError> {
+        let conn = self
+            .conn
+            .as_mut()
+            .expect("a borrowed connection is present until release");
+        let was_broken = std::mem::replace(&mut self.state.broken, true);
+        let replies = conn.pipeline_at(pipe, count, self.node.as_ref()).await;
+        self.state.broken = was_broken;
         replies
     }
 
