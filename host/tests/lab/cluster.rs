@@ -127,6 +127,13 @@ impl LocalCluster {
             .expect("a master owns every slot")
     }
 
+    /// SIGKILLs the node on `port`.
+    fn kill(&mut self, port: u16) {
+        let at = self.ports.iter().position(|&p| p == port).unwrap();
+        self.nodes[at].kill().unwrap();
+        self.nodes[at].wait().unwrap();
+    }
+
     /// Until the server's subscriber listens on the first seed, where it
     /// subscribes.
     async fn subscriber_listening(&self) {
@@ -340,7 +347,7 @@ async fn the_total_is_issued_on_the_cluster(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_method_keeps_its_promise_on_a_three_master_cluster() {
-    let cluster = LocalCluster::start();
+    let mut cluster = LocalCluster::start();
     let lab = cluster_lab(&cluster).await;
     // What each method did, for the record (`--nocapture` prints it).
     eprintln!("method | issue rows of {TOTAL} | distinct members | requests | outcomes | ms");
@@ -414,5 +421,24 @@ async fn every_method_keeps_its_promise_on_a_three_master_cluster() {
             "node {port} kept coupon keys"
         );
     }
+
+    // A master lost: a coupon it held answers 503 with a message, one on a
+    // master still up is served (the cluster declares the lost slots
+    // failed only after its node timeout, 15 s).
+    let members = lab.members(2).await;
+    let (on_lost, on_live) = (lab.coupon(5).await, lab.coupon(5).await);
+    let lost = cluster.owner_of(&keys::issued(on_lost));
+    let live_coupon = {
+        let mut coupon = on_live;
+        while cluster.owner_of(&keys::issued(coupon)) == lost {
+            coupon = lab.coupon(5).await;
+        }
+        coupon
+    };
+    cluster.kill(lost);
+    let refused = lab.issue(on_lost, members[0], "REDIS_LUA").await;
+    let message = refused.fails_with(503);
+    assert!(message.contains("Redis"), "{message}");
+    lab.issue(live_coupon, members[1], "REDIS_LUA").await.ok();
     lab.finish().await;
 }
