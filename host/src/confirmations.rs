@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use couponlab_contract::keys;
 use hdrhistogram::Histogram;
 use redis::RedisError;
 use serde::Serialize;
@@ -26,15 +27,15 @@ use crate::redis_target::RedisConn;
 use crate::runtime::bindings::types::Confirmation;
 
 fn accepted_key(coupon_id: u64) -> String {
-    format!("coupon:accepted:{{{coupon_id}}}")
+    format!("coupon:accepted:{}", keys::tag(coupon_id))
 }
 
 fn confirmed_key(coupon_id: u64) -> String {
-    format!("coupon:confirmed:{{{coupon_id}}}")
+    format!("coupon:confirmed:{}", keys::tag(coupon_id))
 }
 
 fn methods_key(coupon_id: u64) -> String {
-    format!("coupon:accepted-methods:{{{coupon_id}}}")
+    format!("coupon:accepted-methods:{}", keys::tag(coupon_id))
 }
 
 fn now_ms() -> i64 {

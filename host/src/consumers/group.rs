@@ -47,6 +47,7 @@ const CLUSTER_IDLE_PAUSE: Duration = Duration::from_millis(20);
 pub(super) struct CouponStream {
     pub key: String,
     pub kind: Stream,
+    pub coupon: u64,
 }
 
 impl CouponStream {
@@ -54,6 +55,7 @@ impl CouponStream {
         Self {
             key: kind.key(coupon),
             kind,
+            coupon,
         }
     }
 
@@ -184,14 +186,12 @@ pub(super) async fn read_streams(
             other => other?,
         };
         for stream in reply.into_iter().flat_map(|reply| reply.keys) {
-            if stream.ids.is_empty() {
-                continue;
+            let read_from = read.iter().find(|coupon| coupon.key == stream.key);
+            if let Some(read_from) = read_from
+                && !stream.ids.is_empty()
+            {
+                found.push((read_from.clone(), stream.ids));
             }
-            let coupon_stream = CouponStream {
-                key: stream.key,
-                kind: streams.kind,
-            };
-            found.push((coupon_stream, stream.ids));
         }
     }
     if block && !one_read && found.is_empty() {
@@ -359,8 +359,7 @@ pub(super) async fn copy_to_dead_letters(
     let mut copy = entry.fields.clone();
     copy.push((fields::ORIGINAL_ID.into(), entry.id.clone()));
     copy.push((fields::DELIVERIES.into(), deliveries.to_string()));
-    // Beside the stream, in its slot: `{key}:dead`.
-    let dead_letters = format!("{}:dead", stream.key);
+    let dead_letters = stream.kind.dead_letters(stream.coupon);
     let _: String = conn.xadd(dead_letters, "*", &copy).await?;
     Ok(())
 }
