@@ -30,7 +30,7 @@ use couponlab_contract::keys;
 use serde_json::json;
 
 use crate::loadtest::Api;
-use crate::{release_binary, root, run, services, strategies};
+use crate::{release_binary, root, services, strategies};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/11";
 const USAGE: &str = "usage: cargo xtask bench [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]";
@@ -82,9 +82,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     let wrk = services::ensure_debian("wrk", "wrk")?;
     let dist = root().join("strategies").join("dist");
     strategies::build_and_install(&dist)?;
-    run(Command::new(cargo())
-        .args(["build", "--release", "--package", "couponlab", "--bins"])
-        .current_dir(root()))?;
+    crate::build_release()?;
 
     let database = database_url()?;
     let lab = Process::start(
@@ -214,10 +212,6 @@ fn write_between_markers(file: &Path, measured: &str) -> anyhow::Result<()> {
         _ => format!("{START}\n{measured}{END}\n"),
     };
     std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))
-}
-
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 
 fn create_coupon(api: &Api, total: u64) -> anyhow::Result<String> {

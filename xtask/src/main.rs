@@ -43,9 +43,11 @@ fn main() -> anyhow::Result<()> {
         "run" => {
             services::ensure()?;
             strategies::build_and_install(&strategy_dir())?;
-            let mut serve = vec!["run", "--release", "--package", "couponlab", "--", "serve"];
-            serve.extend(rest.iter().map(String::as_str));
-            cargo(&serve)
+            build_release()?;
+            run(Command::new(release_binary("couponlab"))
+                .arg("serve")
+                .args(&rest)
+                .current_dir(root()))
         }
         "test" => {
             services::ensure()?;
@@ -119,6 +121,15 @@ fn strategy_dir() -> PathBuf {
         Some(dir) => root().join(dir),
         None => root().join("strategies").join("dist"),
     }
+}
+
+/// Builds the release binaries exactly as `cargo xtask test` builds them
+/// (the whole workspace, its tests included), so that `run`, `test`, the
+/// load runner's `--serve` and the bench share one build: a build of the
+/// server package alone resolves its dependencies' features differently,
+/// and cargo would compile wasmtime and the rest a second time.
+pub fn build_release() -> anyhow::Result<()> {
+    cargo(&["test", "--release", "--workspace", "--no-run"])
 }
 
 /// Runs cargo from the repository root.

@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 
 use super::http::Api;
 use super::proxy::Links;
-use crate::{release_binary, root, run, services, strategies, strategy_dir};
+use crate::{release_binary, root, services, strategies, strategy_dir};
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
 
@@ -41,6 +41,8 @@ pub struct Serve<'a> {
     /// The roles apart: `serve --consumers false` plus one `consume`
     /// process per consumer role.
     pub roles_apart: bool,
+    /// Its Redis, when not the machine's ([`REDIS_URL`]).
+    pub redis_url: Option<&'a str>,
 }
 
 pub struct Server {
@@ -87,17 +89,14 @@ impl Server {
         let dist = strategy_dir();
         if serve.build {
             strategies::build_and_install(&dist)?;
-            run(
-                Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                    .args(["build", "--release", "--package", "couponlab"])
-                    .current_dir(root()),
-            )?;
+            crate::build_release()?;
         }
+        let redis_url = serve.redis_url.unwrap_or(REDIS_URL);
         let (database_url, redis_url) = match serve.links {
             // The server derives its components' users' URLs from these,
             // host and port included: they go through the links too.
-            Some(links) => (links.through(&database_url()?)?, links.through(REDIS_URL)?),
-            None => (database_url()?, REDIS_URL.to_string()),
+            Some(links) => (links.through(&database_url()?)?, links.through(redis_url)?),
+            None => (database_url()?, redis_url.to_string()),
         };
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         // A run's log starts empty.
