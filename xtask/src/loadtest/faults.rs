@@ -7,6 +7,7 @@
 //! db-latency=MS@START+DURATION      the same for MySQL
 //! kill-server@START                 SIGKILL of the served process, restarted right after
 //! kill-consumers@START              the same for the consumer processes (roles apart)
+//! redis-restart@START               SHUTDOWN NOSAVE of the run's own Redis, started again empty
 //! client-timeout=MS                 clients give up on a request after MS
 //! ```
 //!
@@ -14,7 +15,9 @@
 //! `1m`. MS is milliseconds, plain (`200`) or as a duration (`0.2s`). The
 //! links are the proxies of `proxy.rs`; every fault but `client-timeout`
 //! needs `--serve`, since the runner can only cut, slow or kill what it
-//! started. Faults on one link may not overlap in time.
+//! started; `redis-restart` gives the served lab a Redis of the run's own
+//! (`own_redis.rs`), never the machine's shared one. Faults on one link may
+//! not overlap in time.
 //!
 //! [`Injector::start`], called the moment the load starts, runs each timed
 //! fault on a thread of its own; [`Injector::finish`] waits until every
@@ -29,13 +32,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+use super::own_redis::OwnRedis;
 use super::proxy::{Link, Links};
 use super::server::Server;
 
 /// The accepted forms, for error messages.
 const FORMS: &str = "redis-cut@START+DURATION, db-cut@START+DURATION, \
 redis-latency=MS@START+DURATION, db-latency=MS@START+DURATION, kill-server@START, \
-kill-consumers@START, client-timeout=MS (START and DURATION like 300ms, 0.3s, 2s, 1m)";
+kill-consumers@START, redis-restart@START, client-timeout=MS (START and DURATION like 300ms, 0.3s, 2s, 1m)";
 
 /// One fault of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +61,9 @@ pub enum Fault {
     KillServer { start: Duration },
     /// SIGKILL of every consumer process at `start`, restarted at once.
     KillConsumers { start: Duration },
+    /// The run's own Redis shut down without saving at `start` and started
+    /// again at once, empty.
+    RedisRestart { start: Duration },
     /// Clients give up on a request after `ms`.
     ClientTimeout { ms: u64 },
 }
@@ -141,6 +148,10 @@ impl Fault {
                 no_value()?;
                 Fault::KillConsumers { start: instant()? }
             }
+            ("redis-restart", _) => {
+                no_value()?;
+                Fault::RedisRestart { start: instant()? }
+            }
             ("client-timeout", _) => {
                 if let Some(when) = when {
                     bail!("client-timeout holds for the whole load, it takes no time: got @{when}");
@@ -161,7 +172,9 @@ impl Fault {
             | Fault::Latency {
                 start, duration, ..
             } => Some((start, start + duration)),
-            Fault::KillServer { start } | Fault::KillConsumers { start } => Some((start, start)),
+            Fault::KillServer { start }
+            | Fault::KillConsumers { start }
+            | Fault::RedisRestart { start } => Some((start, start)),
             Fault::ClientTimeout { .. } => None,
         }
     }
@@ -206,6 +219,10 @@ impl Fault {
                 "the consumer processes are killed (SIGKILL) at {} and restarted at once",
                 seconds(*start)
             ),
+            Fault::RedisRestart { start } => format!(
+                "Redis (the run's own) is shut down without saving at {} and started again at once, empty",
+                seconds(*start)
+            ),
             Fault::ClientTimeout { ms } => {
                 format!("clients give up on a request after {ms} ms")
             }
@@ -242,6 +259,7 @@ impl fmt::Display for Fault {
             ),
             Fault::KillServer { start } => write!(f, "kill-server@{}", spec(*start)),
             Fault::KillConsumers { start } => write!(f, "kill-consumers@{}", spec(*start)),
+            Fault::RedisRestart { start } => write!(f, "redis-restart@{}", spec(*start)),
             Fault::ClientTimeout { ms } => write!(f, "client-timeout={ms}"),
         }
     }
@@ -312,6 +330,13 @@ impl FaultPlan {
     /// Whether the server must talk to Redis and MySQL through [`Links`].
     pub fn needs_links(&self) -> bool {
         self.faults.iter().any(|fault| fault.link().is_some())
+    }
+
+    /// Whether the served lab needs a Redis of the run's own.
+    pub fn needs_own_redis(&self) -> bool {
+        self.faults
+            .iter()
+            .any(|fault| matches!(fault, Fault::RedisRestart { .. }))
     }
 
     /// Whether the consumers must run in processes of their own.
@@ -417,7 +442,11 @@ impl Injector {
         plan: &FaultPlan,
         links: Option<Arc<Links>>,
         server: Option<Arc<Mutex<Server>>>,
+        redis: Option<Arc<Mutex<OwnRedis>>>,
     ) -> anyhow::Result<Injector> {
+        if plan.needs_own_redis() && redis.is_none() {
+            bail!("the faults restart Redis, but the run has no Redis of its own (--serve)");
+        }
         if plan.needs_links() && links.is_none() {
             bail!("the faults cut or slow links, but the server does not run through links");
         }
@@ -454,6 +483,7 @@ impl Injector {
                 end: started + end,
                 links: links.clone(),
                 server: server.clone(),
+                redis: redis.clone(),
                 cancel: cancel.clone(),
             };
             let thread = std::thread::Builder::new()
@@ -505,6 +535,7 @@ struct Target {
     end: Instant,
     links: Option<Arc<Links>>,
     server: Option<Arc<Mutex<Server>>>,
+    redis: Option<Arc<Mutex<OwnRedis>>>,
     cancel: Arc<Cancel>,
 }
 
@@ -574,6 +605,18 @@ impl Target {
                     ),
                     _ => restarted.to_string(),
                 }
+            }
+            Fault::RedisRestart { .. } => {
+                let redis = self.redis.as_deref().context("no Redis of the run's own")?;
+                let mut redis = redis
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("redis poisoned"))?;
+                let down = redis.restart()?;
+                format!(
+                    "SHUTDOWN NOSAVE, started again empty on {}; answering after {:.0} ms",
+                    redis.address(),
+                    down.as_secs_f64() * 1000.0
+                )
             }
             Fault::ClientTimeout { .. } => return Ok(None),
         };
@@ -662,6 +705,7 @@ mod tests {
             "db-latency=0.25s@0.3s+100ms",
             "kill-server@2.5s",
             "kill-consumers@4s",
+            "redis-restart@3s",
             "client-timeout=1500",
         ])
         .unwrap();
@@ -692,6 +736,7 @@ mod tests {
                 },
                 Fault::KillServer { start: ms(2500) },
                 Fault::KillConsumers { start: ms(4000) },
+                Fault::RedisRestart { start: ms(3000) },
                 Fault::ClientTimeout { ms: 1500 },
             ]
         );
@@ -779,9 +824,13 @@ mod tests {
         timeout.check(Setup::default()).unwrap();
         assert!(!timeout.needs_links());
         assert!(plan(&[]).unwrap().faults().is_empty());
+        let restart = plan(&["redis-restart@1s"]).unwrap();
+        assert!(restart.needs_own_redis());
+        assert!(restart.check(Setup::default()).is_err());
         // The injector refuses faults it has nothing to act on.
-        assert!(Injector::start(&cut, None, None).is_err());
-        assert!(Injector::start(&kill, None, None).is_err());
+        assert!(Injector::start(&cut, None, None, None).is_err());
+        assert!(Injector::start(&restart, None, None, None).is_err());
+        assert!(Injector::start(&kill, None, None, None).is_err());
     }
 
     /// A Redis PING through the link: whether it answered.
@@ -808,7 +857,7 @@ mod tests {
         ])
         .unwrap();
         let started = Instant::now();
-        let injector = Injector::start(&faults, Some(links.clone()), None).unwrap();
+        let injector = Injector::start(&faults, Some(links.clone()), None, None).unwrap();
         assert!(pings(&links));
         while started.elapsed() < ms(250) {
             std::thread::sleep(ms(10));
@@ -837,7 +886,7 @@ mod tests {
     fn a_run_that_stops_early_ends_its_faults_at_once() {
         let links = Arc::new(Links::start().unwrap());
         let faults = plan(&["redis-cut@0ms+1m", "db-cut@1m+1s"]).unwrap();
-        let injector = Injector::start(&faults, Some(links.clone()), None).unwrap();
+        let injector = Injector::start(&faults, Some(links.clone()), None, None).unwrap();
         while !links.is_cut(Link::Redis) {
             std::thread::sleep(ms(5));
         }

@@ -30,6 +30,7 @@ mod faults;
 mod html;
 mod http;
 mod k6;
+mod own_redis;
 mod provenance;
 mod proxy;
 mod records;

@@ -107,6 +107,11 @@ impl Links {
     /// Starts both proxies, Redis's and MySQL's, each on a free port of
     /// 127.0.0.1, forwarding to [`REDIS_UPSTREAM`] and [`DATABASE_UPSTREAM`].
     pub fn start() -> anyhow::Result<Links> {
+        Self::start_to(REDIS_UPSTREAM)
+    }
+
+    /// The same, with Redis at `redis_upstream` (`host:port`).
+    pub fn start_to(redis_upstream: &str) -> anyhow::Result<Links> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -127,7 +132,7 @@ impl Links {
             thread: Some(thread),
             root,
             root_stopper: Some(root_stopper),
-            redis: Proxy::new(Link::Redis, REDIS_UPSTREAM)?,
+            redis: Proxy::new(Link::Redis, redis_upstream)?,
             database: Proxy::new(Link::Database, DATABASE_UPSTREAM)?,
         };
         for link in [Link::Redis, Link::Database] {
@@ -155,7 +160,9 @@ impl Links {
             }
         }
         bail!(
-            "{url} points at neither Redis ({REDIS_UPSTREAM}) nor MySQL ({DATABASE_UPSTREAM}): no link can carry it"
+            "{url} points at neither Redis ({}) nor MySQL ({}): no link can carry it",
+            self.redis.upstream,
+            self.database.upstream
         )
     }
 

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use super::faults::{FaultPlan, Fired, Injector};
 use super::http::Api;
 use super::k6::{self, K6, Segment};
-use super::proxy::Links;
+use super::own_redis::OwnRedis;
+use super::proxy::{Links, REDIS_UPSTREAM};
 use super::records;
 use super::report::Row;
 use super::server::{self, Serve, Server};
@@ -55,6 +56,8 @@ pub struct Runner {
     pub links: Option<Arc<Links>>,
     /// `--serve`'s server, for the faults that kill it.
     pub server: Option<Arc<Mutex<Server>>>,
+    /// The Redis of the run's own, for the faults that restart it.
+    pub redis: Option<Arc<Mutex<OwnRedis>>>,
 }
 
 impl Runner {
@@ -68,8 +71,11 @@ impl Runner {
         k6: K6,
         out: PathBuf,
     ) -> anyhow::Result<Runner> {
+        let redis = faults.needs_own_redis().then(OwnRedis::start).transpose()?;
+        let redis_url = redis.as_ref().map_or(server::REDIS_URL.to_string(), |redis| redis.url(10));
         let links = if faults.needs_links() {
-            Some(Arc::new(Links::start()?))
+            let upstream = redis.as_ref().map_or(REDIS_UPSTREAM.to_string(), OwnRedis::address);
+            Some(Arc::new(Links::start_to(&upstream)?))
         } else {
             None
         };
@@ -77,6 +83,7 @@ impl Runner {
             build,
             links: links.as_deref(),
             roles_apart,
+            redis_url: Some(&redis_url),
         })?;
         let api = Api::new(&server.base_url())?;
         Ok(Runner {
@@ -84,11 +91,12 @@ impl Runner {
             api,
             k6_processes: 1,
             k6,
-            sources: Sources::connect(&server::database_url()?, server::REDIS_URL, false)?,
+            sources: Sources::connect(&server::database_url()?, &redis_url, false)?,
             out,
             faults,
             links,
             server: Some(Arc::new(Mutex::new(server))),
+            redis: redis.map(|redis| Arc::new(Mutex::new(redis))),
         })
     }
 
@@ -119,6 +127,7 @@ impl Runner {
             faults,
             links: None,
             server: None,
+            redis: None,
         })
     }
 }
@@ -188,7 +197,12 @@ impl Run<'_> {
             .k6
             .start_issue_script(&env, runner.k6_processes, files)?;
         let injector =
-            Injector::start(&runner.faults, runner.links.clone(), runner.server.clone())?;
+            Injector::start(
+                &runner.faults,
+                runner.links.clone(),
+                runner.server.clone(),
+                runner.redis.clone(),
+            )?;
         let records: Vec<PathBuf> = k6_runs.iter().map(|run| run.records.clone()).collect();
         let parts: Vec<anyhow::Result<Value>> = k6_runs.into_iter().map(k6::finish).collect();
         // The faults end (links restored, servers up) before any error is told.
