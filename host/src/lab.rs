@@ -74,15 +74,21 @@ impl Lab {
             redis_url: &config.redis_url,
             cluster: config.redis_cluster,
         };
-        let caps =
-            Capabilities::build(&config.capabilities, admin, config.request_timeout()).await?;
+        let metrics = Arc::new(Metrics::new());
+        let caps = Capabilities::build(
+            &config.capabilities,
+            admin,
+            config.request_timeout(),
+            &metrics,
+        )
+        .await?;
         let limits = Limits {
             timeout: config.request_timeout(),
             memory_bytes: usize::try_from(config.strategy_memory_mib.saturating_mul(1 << 20))
                 .context("COUPONLAB_STRATEGY_MEMORY_MIB is too large")?,
             max_instances: config.max_instances,
         };
-        let runtime = Runtime::new(Arc::new(caps), limits, Arc::new(Metrics::new()))?;
+        let runtime = Runtime::new(Arc::new(caps), limits, metrics)?;
         let dir = config.strategy_dir.clone();
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the strategy directory {}", dir.display()))?;

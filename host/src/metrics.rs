@@ -29,6 +29,9 @@ pub struct Metrics {
     /// Strategy calls that trapped, ran past their deadline or found no
     /// free instance, by method and reason.
     pub call_failures: IntCounterVec,
+    /// Scripts that outlived their call's deadline and were ended with
+    /// SCRIPT KILL, by method.
+    pub scripts_killed: IntCounterVec,
     /// Component files loaded, replaced, unloaded or rejected, by method
     /// (`unknown` for a file that never said its method).
     pub component_changes: IntCounterVec,
@@ -104,6 +107,11 @@ impl Metrics {
                 "couponlab_strategy_call_failures_total",
                 "Strategy calls that produced no answer, by method and reason.",
                 &["method", "reason"],
+            ),
+            scripts_killed: counter(
+                "couponlab_redis_scripts_killed_total",
+                "Scripts that outlived their call's deadline and were ended with SCRIPT KILL, by method.",
+                &["method"],
             ),
             component_changes: counter(
                 "couponlab_component_changes_total",

@@ -60,6 +60,7 @@ impl From<&CallError> for Outcome {
             CallError::Trapped(_) | CallError::Unsupported { .. } => Outcome::Failed,
             CallError::DeadlineExceeded(_) => Outcome::TimedOut,
             CallError::Busy(_) => Outcome::Busy,
+            CallError::Quarantined(_) => Outcome::Unavailable,
         }
     }
 }

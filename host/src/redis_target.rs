@@ -164,6 +164,23 @@ impl ConnectionLike for RedisConn {
 }
 
 impl RedisConn {
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
+    /// `cmd` on every master of a cluster, each one's answer; on a server,
+    /// its one answer.
+    pub async fn on_each_master(&mut self, cmd: Cmd) -> RedisResult<Vec<RedisResult<Value>>> {
+        let Self::Cluster(conn) = self else {
+            return Ok(vec![cmd.query_async(self).await]);
+        };
+        let mut answers = Vec::new();
+        for (host, port) in masters(conn).await? {
+            answers.push(conn.route_command(cmd.clone(), at_address(host, port)).await);
+        }
+        Ok(answers)
+    }
+
     /// The keys matching `pattern` on every node (SCAN, node by node on a
     /// cluster: a SCAN cursor is one node's).
     pub async fn keys_matching(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
@@ -185,11 +202,9 @@ impl RedisConn {
                     .arg(pattern)
                     .arg("COUNT")
                     .arg(500);
-                let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port,
-                });
-                let reply = conn.route_command(scan, node).await?;
+                let reply = conn
+                    .route_command(scan, at_address(host.clone(), port))
+                    .await?;
                 let (next, page): (u64, Vec<String>) = redis::from_redis_value(reply)?;
                 keys.extend(page);
                 if next == 0 {
@@ -249,6 +264,11 @@ impl RedisConn {
             (conn, _) => pipe.query_async(conn).await,
         }
     }
+}
+
+/// Routing to the node at `host:port`.
+fn at_address(host: String, port: u16) -> RoutingInfo {
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port })
 }
 
 /// The master that owns `key`'s slot.

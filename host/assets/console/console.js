@@ -110,7 +110,10 @@ async function refreshStrategies() {
     `${listing.strategies.length} loaded from <code>${esc(listing.directory)}</code>; drop, replace or remove a <code>.wasm</code> there and this list follows.`;
   document.querySelector('#strategies tbody').innerHTML = listing.strategies.map((s) => {
     const refused = s.lastError ? `<br><span class="bad">replacement refused: ${esc(s.lastError)}</span>` : '';
-    return `<tr data-method="${esc(s.method)}"><th scope="row" title="${esc(s.summary)}">${esc(s.method)}${refused}</th>`
+    const quarantined = s.quarantined
+      ? `<br><span class="bad quarantined">quarantined since ${esc(time(s.quarantined.since))}: ${esc(s.quarantined.reason)}</span>`
+      : '';
+    return `<tr data-method="${esc(s.method)}"><th scope="row" title="${esc(s.summary)}">${esc(s.method)}${refused}${quarantined}</th>`
       + `<td>${esc(s.world)}</td><td class="mono" title="${esc(s.file)}">${esc(basename(s.file))}</td>`
       + `<td class="mono" title="${esc(s.sha256)}">${esc(s.sha256.slice(0, 12))}</td><td>${esc(time(s.loadedAt))}</td></tr>`;
   }).join('') || '<tr><td colspan="5">None: run <code>cargo xtask strategies</code>.</td></tr>';

@@ -105,6 +105,11 @@ impl From<sqlx::Error> for ApiError {
 impl From<redis::RedisError> for ApiError {
     fn from(err: redis::RedisError) -> Self {
         tracing::warn!(error = %err, "Redis call failed");
+        if crate::runtime::redis::is_busy(&err) {
+            return Self::unavailable(format!(
+                "Redis is busy running a script and serves nobody until it ends: {err}"
+            ));
+        }
         Self::unavailable(format!("Redis is unavailable: {err}"))
     }
 }

@@ -17,7 +17,7 @@ use crate::confirmations;
 use crate::lab::Lab;
 use crate::outcome::Outcome;
 use crate::recorder::Ending;
-use crate::runtime::Unanswered;
+use crate::runtime::{IssueCall, Unanswered};
 use crate::runtime::bindings::types::IssueRequest;
 
 /// Most coupons one request may ask for.
@@ -131,17 +131,21 @@ async fn issue(
         coupon = coupon_id,
         outcome = tracing::field::Empty
     );
-    let result = lab
+    let IssueCall {
+        answer,
+        scripts_killed,
+    } = lab
         .runtime
         .issue(&strategy, &request)
         .instrument(span.clone())
         .await;
-    let (ending, detail) = match result {
+    let (ending, detail) = match answer {
         Ok(result) => (
             Ending {
                 outcome: result.outcome.into(),
                 retries: result.retries,
                 compensations: result.compensations,
+                scripts_killed,
                 labels: result.labels,
             },
             result.detail,
@@ -168,6 +172,7 @@ async fn issue(
                     outcome,
                     retries: 0,
                     compensations,
+                    scripts_killed,
                     labels: Vec::new(),
                 },
                 Some(format!("{error}{undone}")),

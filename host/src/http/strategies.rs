@@ -41,6 +41,17 @@ struct Loaded {
     loaded_at: DateTime<Utc>,
     /// Why a replacement of its file was refused, this version serving on.
     last_error: Option<String>,
+    /// Set when it stopped serving (its method answers 503 with the
+    /// reason) until its file changes.
+    quarantined: Option<Quarantined>,
+}
+
+/// Why a loaded component stopped serving, and since when.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct Quarantined {
+    reason: String,
+    since: DateTime<Utc>,
 }
 
 /// A file that failed a check.
@@ -80,6 +91,10 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
             // A broken replacement of this method's file, which left this
             // version serving.
             last_error: rejections.get(&s.file).map(|r| r.reason.clone()),
+            quarantined: s.quarantined().map(|q| Quarantined {
+                reason: q.reason.clone(),
+                since: q.at,
+            }),
         })
         .collect();
     let rejected = rejections

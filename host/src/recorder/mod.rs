@@ -69,8 +69,23 @@ pub struct Ending {
     pub outcome: Outcome,
     pub retries: u32,
     pub compensations: u32,
+    /// Scripts the call sent that outlived its deadline and were killed.
+    pub scripts_killed: u32,
     /// Facts the component reported (`receivers = 1`).
     pub labels: Vec<(String, String)>,
+}
+
+impl Ending {
+    /// An ending with `outcome` and nothing else to count.
+    pub fn of(outcome: Outcome) -> Self {
+        Ending {
+            outcome,
+            retries: 0,
+            compensations: 0,
+            scripts_killed: 0,
+            labels: Vec::new(),
+        }
+    }
 }
 
 fn now_us() -> u64 {
@@ -168,12 +183,7 @@ mod tests {
     use super::*;
 
     fn ending(outcome: Outcome) -> Ending {
-        Ending {
-            outcome,
-            retries: 0,
-            compensations: 0,
-            labels: Vec::new(),
-        }
+        Ending::of(outcome)
     }
 
     /// Requests arrive in order 1..=n; `script[i]` is how arrival i+1 ends,

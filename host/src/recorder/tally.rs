@@ -49,6 +49,9 @@ struct MethodTally {
     latency_us: Histogram<u64>,
     retries: u64,
     compensations: u64,
+    /// Scripts that outlived their call and were killed.
+    #[serde(default)]
+    scripts_killed: u64,
     /// name → value → requests, from the labels components report.
     labels: BTreeMap<String, BTreeMap<String, u64>>,
 }
@@ -66,6 +69,7 @@ impl MethodTally {
             latency_us: latency_histogram(),
             retries: 0,
             compensations: 0,
+            scripts_killed: 0,
             labels: BTreeMap::new(),
         }
     }
@@ -77,6 +81,7 @@ impl MethodTally {
         add_histogram(&mut self.latency_us, &other.latency_us);
         self.retries += other.retries;
         self.compensations += other.compensations;
+        self.scripts_killed += other.scripts_killed;
         add_labels(&mut self.labels, &other.labels);
     }
 }
@@ -135,6 +140,7 @@ impl Tally {
         method.latency_us.saturating_record(latency_us);
         method.retries += u64::from(ending.retries);
         method.compensations += u64::from(ending.compensations);
+        method.scripts_killed += u64::from(ending.scripts_killed);
         for (name, value) in ending.labels {
             *method
                 .labels
@@ -188,6 +194,7 @@ impl Tally {
                     by_outcome: stats.outcomes.iter().map(|(o, c)| (o.name(), *c)).collect(),
                     retries: stats.retries,
                     compensations: stats.compensations,
+                    scripts_killed: stats.scripts_killed,
                     latency_ms: LatencySummary::of(&stats.latency_us),
                     labels: stats.labels.clone(),
                 },
@@ -303,6 +310,9 @@ pub struct MethodSummary {
     pub by_outcome: BTreeMap<&'static str, u64>,
     pub retries: u64,
     pub compensations: u64,
+    /// Scripts its calls sent that outlived the call's deadline and were
+    /// ended with SCRIPT KILL.
+    pub scripts_killed: u64,
     pub latency_ms: LatencySummary,
     /// name → value → requests (REDIS_PUBSUB: `receivers`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]

@@ -148,8 +148,8 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
         waiting.extend(&read.pending_members);
     }
     let mut redis = redis_figures(lab, coupon_id, &issued_members, &waiting, reserving).await;
-    let confirmations = noting_failure(confirmations_read, &mut redis);
-    noting_failure(accepting.map(Some), &mut redis);
+    let confirmations = noting_failure(lab, confirmations_read, &mut redis);
+    noting_failure(lab, accepting.map(Some), &mut redis);
     // The stream behind the coupon's asynchronous method, if it has one.
     let stream = serving.iter().find_map(|strategy| match strategy.world {
         World::StreamIssuer(_) => Some(ISSUE_STREAM),
@@ -158,12 +158,14 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     });
     let stream = match stream {
         Some(kind) => noting_failure(
+            lab,
             stream_summary(lab.redis(), kind, coupon_id).await,
             &mut redis,
         ),
         None => None,
     };
     let shards = noting_failure(
+        lab,
         shard_figures(lab.redis(), coupon_id, &issued_members).await,
         &mut redis,
     );
@@ -228,13 +230,11 @@ mod tests {
 
     fn accepted(labels: &[(&str, &str)]) -> Ending {
         Ending {
-            outcome: Outcome::Accepted,
-            retries: 0,
-            compensations: 0,
             labels: labels
                 .iter()
                 .map(|(name, value)| (name.to_string(), value.to_string()))
                 .collect(),
+            ..Ending::of(Outcome::Accepted)
         }
     }
 

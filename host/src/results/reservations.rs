@@ -20,6 +20,12 @@ pub struct RedisFigures {
     readable: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// Times this host found Redis without the components' user (Redis
+    /// restarted empty, a cluster node came back) and set it up again.
+    /// Whatever only Redis held then — reservations, streams, the records
+    /// of 202s — was lost: the rows it no longer matches show as
+    /// `dbOnlyMembers`.
+    set_up_again: u64,
     #[serde(flatten)]
     #[schema(schema_with = crate::http::optional_fields::<SetComparison>)]
     comparison: Option<SetComparison>,
@@ -67,20 +73,22 @@ impl Difference {
 /// A figure read from Redis, or `None` with the failure noted in the Redis
 /// section.
 pub(super) fn noting_failure<T>(
+    lab: &Lab,
     read: Result<Option<T>, redis::RedisError>,
     redis: &mut Option<RedisFigures>,
 ) -> Option<T> {
     read.unwrap_or_else(|err| {
-        *redis = Some(RedisFigures::unreadable(err));
+        *redis = Some(RedisFigures::unreadable(lab, err));
         None
     })
 }
 
 impl RedisFigures {
-    fn unreadable(err: redis::RedisError) -> Self {
+    fn unreadable(lab: &Lab, err: redis::RedisError) -> Self {
         RedisFigures {
             readable: false,
             error: Some(format!("Redis could not be read: {err}")),
+            set_up_again: lab.runtime.capabilities().redis.set_ups_again(),
             comparison: None,
         }
     }
@@ -105,6 +113,7 @@ pub(super) async fn redis_figures(
         Ok(reserved) => Some(RedisFigures {
             readable: true,
             error: None,
+            set_up_again: lab.runtime.capabilities().redis.set_ups_again(),
             comparison: Some({
                 let redis_only: BTreeSet<u64> =
                     reserved.difference(issued_members).copied().collect();
@@ -116,6 +125,6 @@ pub(super) async fn redis_figures(
                 }
             }),
         }),
-        Err(err) => Some(RedisFigures::unreadable(err)),
+        Err(err) => Some(RedisFigures::unreadable(lab, err)),
     }
 }

@@ -41,6 +41,8 @@ pub enum CallError {
     DeadlineExceeded(Duration),
     #[error("all {0} strategy instances are busy")]
     Busy(u32),
+    #[error("{0}")]
+    Quarantined(String),
     #[error("{method} is a {world} and exports no {export}")]
     Unsupported {
         method: String,
@@ -62,6 +64,7 @@ impl CallError {
             CallError::Trapped(_) => "trapped",
             CallError::DeadlineExceeded(_) => "deadline",
             CallError::Busy(_) => "busy",
+            CallError::Quarantined(_) => "quarantined",
             CallError::Unsupported { .. } => "unsupported",
         }
     }
@@ -90,6 +93,29 @@ pub struct Unanswered {
     /// For a call that ended midway: the strategy's `compensate`, or why
     /// that failed too. `None` when the call never ran.
     pub compensation: Option<Result<Compensation, CallError>>,
+}
+
+/// How a call ended: its result, and what the host did about it.
+struct Ended<R> {
+    result: Result<R, CallError>,
+    /// Scripts it sent that outlived its deadline and were killed.
+    scripts_killed: u32,
+}
+
+/// How an issue request's call ended.
+pub struct IssueCall {
+    pub answer: Result<IssueResult, Unanswered>,
+    /// Scripts it sent that outlived the call's deadline and were killed.
+    pub scripts_killed: u32,
+}
+
+impl<R> Ended<R> {
+    fn without_running(error: CallError) -> Self {
+        Ended {
+            result: Err(error),
+            scripts_killed: 0,
+        }
+    }
 }
 
 /// The error an expired epoch deadline raises inside the guest.
@@ -154,6 +180,7 @@ macro_rules! world_calls {
                     guest.$function(store, $($arg),*).await
                 })
                 .await
+                .result
             }
         )*}
     };
@@ -231,33 +258,42 @@ impl Runtime {
         &self,
         strategy: &Arc<Strategy>,
         request: &IssueRequest,
-    ) -> Result<IssueResult, Unanswered> {
+    ) -> IssueCall {
         let export = Some(&strategy.strategy_export);
         let issued = self.call_export(strategy, export, async |guest, store| {
             guest.call_issue(store, request).await
         });
-        let error = match issued.await {
-            Ok(result) => return Ok(result),
+        let Ended {
+            result,
+            scripts_killed,
+        } = issued.await;
+        let answered = |answer| IssueCall {
+            answer,
+            scripts_killed,
+        };
+        let error = match result {
+            Ok(result) => return answered(Ok(result)),
             Err(error) => error,
         };
         if !error.ended_midway() {
-            return Err(Unanswered {
+            return answered(Err(Unanswered {
                 error,
                 compensation: None,
-            });
+            }));
         }
         let compensation = self
             .call_export(strategy, export, async |guest, store| {
                 guest.call_compensate(store, request).await
             })
-            .await;
+            .await
+            .result;
         if let Err(failed) = &compensation {
             tracing::error!(method = %strategy.method, error = %failed, "compensation failed");
         }
-        Err(Unanswered {
+        answered(Err(Unanswered {
             error,
             compensation: Some(compensation),
-        })
+        }))
     }
 
     /// Calls one export of `strategy` (`None`: its world has no such
@@ -267,12 +303,14 @@ impl Runtime {
         strategy: &Arc<Strategy>,
         export: Option<&E>,
         body: impl AsyncFnOnce(E::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-    ) -> Result<R, CallError> {
-        let export = export.ok_or_else(|| CallError::Unsupported {
-            method: strategy.method.to_string(),
-            world: strategy.world.name(),
-            export: E::NAME,
-        })?;
+    ) -> Ended<R> {
+        let Some(export) = export else {
+            return Ended::without_running(CallError::Unsupported {
+                method: strategy.method.to_string(),
+                world: strategy.world.name(),
+                export: E::NAME,
+            });
+        };
         // One span per strategy call, its capability calls inside it.
         let span =
             tracing::debug_span!("strategy.call", method = %strategy.method, export = E::NAME);
@@ -287,12 +325,16 @@ impl Runtime {
     /// Instantiates `strategy` in a fresh store and runs `body` on it, within
     /// the deadline. Returns once the store is gone and what it left open is
     /// cleaned up: transactions rolled back (or their connections closed),
-    /// dedicated connections reset or closed.
+    /// dedicated connections reset or closed. A quarantined component is
+    /// not run.
     async fn call<R>(
         &self,
         strategy: &Arc<Strategy>,
         body: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
-    ) -> Result<R, CallError> {
+    ) -> Ended<R> {
+        if let Some(quarantine) = strategy.quarantined() {
+            return Ended::without_running(CallError::Quarantined(quarantine.reason.clone()));
+        }
         let cleanup = TaskTracker::new();
         let mut store = self.new_store(
             Some(strategy.clone()),
@@ -311,6 +353,7 @@ impl Runtime {
             // A host call stuck past the deadline: the call is dropped where
             // it stands, and the store's resources with it below.
             .unwrap_or(Err(CallError::DeadlineExceeded(self.limits.timeout)));
+        let scripts_killed = store.data().scripts_killed;
         drop(store);
         cleanup.close();
         if tokio::time::timeout(CLEANUP_LIMIT, cleanup.wait())
@@ -325,7 +368,10 @@ impl Runtime {
                 .with_label_values(&[&*strategy.method, error.reason()])
                 .inc();
         }
-        result
+        Ended {
+            result,
+            scripts_killed,
+        }
     }
 
     async fn instantiate(
@@ -349,10 +395,13 @@ impl Runtime {
         cleanup: TaskTracker,
     ) -> Store<HostState> {
         let deadline = Instant::now() + self.limits.timeout;
-        let submit_job = strategy.and_then(|strategy| self.caps.jobs.submitter(&strategy));
+        let submit_job = strategy
+            .as_ref()
+            .and_then(|strategy| self.caps.jobs.submitter(strategy));
         let state = HostState::new(
             self.caps.clone(),
             submit_job,
+            strategy,
             method,
             deadline,
             self.limits.memory_bytes,

@@ -10,6 +10,7 @@ use super::log::LogArgs;
 use super::permits::{Permits, PermitsArgs};
 use super::redis::{self, GuestRedis, RedisArgs};
 use super::sql::{self, GuestSql, SqlArgs};
+use crate::metrics::Metrics;
 use crate::redis_target::RedisConn;
 
 /// The settings of every capability, one group each, flattened into the
@@ -56,8 +57,9 @@ impl Capabilities {
         args: &CapabilityArgs,
         admin: Admin<'_>,
         call: Duration,
+        metrics: &Metrics,
     ) -> anyhow::Result<Self> {
-        let redis = redis::connect(&args.redis, &admin).await?;
+        let redis = redis::connect(&args.redis, &admin, metrics).await?;
         Ok(Self {
             sql: sql::user::connect(&args.sql, admin.sql, call).await?,
             redis,

@@ -27,8 +27,8 @@ mod store;
 pub mod watcher;
 mod world;
 
-pub use self::call::{CallError, Unanswered};
+pub use self::call::{CallError, IssueCall, Unanswered};
 pub use self::capabilities::{Admin, Capabilities, CapabilityArgs};
 pub use self::engine::{Limits, Runtime};
-pub use self::registry::{Registry, Strategy};
+pub use self::registry::{Quarantine, Registry, Strategy};
 pub use self::world::World;

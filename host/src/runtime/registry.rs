@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
@@ -40,6 +40,31 @@ pub struct Strategy {
     pub loaded_at: DateTime<Utc>,
     pub(super) pre: InstancePre<HostState>,
     pub(super) strategy_export: strategy::GuestIndices,
+    /// Set once the component must stop serving; only a new file (a new
+    /// `Strategy`) serves its method again.
+    quarantine: OnceLock<Quarantine>,
+}
+
+/// Why a loaded component stopped serving.
+#[derive(Debug, Clone)]
+pub struct Quarantine {
+    pub reason: String,
+    pub at: DateTime<Utc>,
+}
+
+impl Strategy {
+    /// Why this component no longer serves, if it was quarantined.
+    pub fn quarantined(&self) -> Option<&Quarantine> {
+        self.quarantine.get()
+    }
+
+    /// Stops this component serving; the first reason stays.
+    pub fn quarantine(&self, reason: String) {
+        let _ = self.quarantine.set(Quarantine {
+            reason,
+            at: Utc::now(),
+        });
+    }
 }
 
 /// A component that passed every check.
@@ -244,5 +269,6 @@ async fn load(
         loaded_at: Utc::now(),
         pre,
         strategy_export,
+        quarantine: OnceLock::new(),
     })
 }

@@ -11,6 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::jobs::SubmitError;
 use super::capabilities::Capabilities;
+use super::registry::Strategy;
 
 /// Bytes of a guest's stderr kept for the error message of a trap (a Rust
 /// panic message lands there).
@@ -28,6 +29,11 @@ pub struct HostState {
     pub(super) submit_job: Option<SubmitJob>,
     /// The method being run, for log lines.
     pub(super) method: Arc<str>,
+    /// The component being run (`None` while it is loaded): quarantined
+    /// when a script it sent takes Redis and cannot be killed.
+    pub(super) strategy: Option<Arc<Strategy>>,
+    /// Scripts of this call that outlived its deadline and were killed.
+    pub(super) scripts_killed: u32,
     /// When this call's budget ends; `clock.sleep` never sleeps past it.
     pub(super) deadline: Instant,
     /// Live `connection` and `transaction` resources of this call.
@@ -52,6 +58,7 @@ impl HostState {
     pub(super) fn new(
         caps: Arc<Capabilities>,
         submit_job: Option<SubmitJob>,
+        strategy: Option<Arc<Strategy>>,
         method: Arc<str>,
         deadline: Instant,
         memory_bytes: usize,
@@ -68,6 +75,8 @@ impl HostState {
             caps,
             submit_job,
             method,
+            strategy,
+            scripts_killed: 0,
             deadline,
             table: ResourceTable::new(),
             cleanup,

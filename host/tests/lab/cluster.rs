@@ -3,93 +3,61 @@
 //! with `COUPONLAB_REDIS_CLUSTER` on their seed list. Every method, 400
 //! concurrent requests for a coupon of 80; REDIS_LUA_SHARDED at 500.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM, keys, shards};
 use serde_json::{Value, json};
 
 use crate::common::{Reply, Setup, TestLab};
+use crate::redis_server::{RedisServer, cli};
 
 /// Three cluster-enabled nodes, stopped when dropped (a failed test too).
-struct LocalCluster {
-    nodes: Vec<Child>,
-    ports: Vec<u16>,
-    dir: PathBuf,
-}
-
-/// A port free for a node and for its cluster bus (the port + 10000).
-fn node_port() -> u16 {
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
-        }
-    }
-}
-
-fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli runs (Debian's redis-tools)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+pub struct LocalCluster {
+    nodes: Vec<RedisServer>,
+    pub ports: Vec<u16>,
 }
 
 impl LocalCluster {
-    fn start() -> LocalCluster {
-        let dir = std::env::temp_dir().join(format!("couponlab-cluster-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let ports: Vec<u16> = (0..3).map(|_| node_port()).collect();
-        let nodes = ports
-            .iter()
-            .map(|port| {
-                let conf = format!("nodes-{port}.conf");
-                Command::new("redis-server")
-                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                    .args(["--cluster-enabled", "yes", "--cluster-config-file", &conf])
-                    .args(["--save", "", "--appendonly", "no"])
-                    .arg("--dir")
-                    .arg(&dir)
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .expect("redis-server runs (Debian's redis-server)")
+    pub fn start() -> LocalCluster {
+        let dir = std::env::temp_dir().join(format!(
+            "couponlab-cluster-{}-{}",
+            std::process::id(),
+            crate::redis_server::node_port()
+        ));
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(
+                    &["--cluster-enabled", "yes"],
+                    Some(dir.clone()),
+                )
             })
             .collect();
-        let cluster = LocalCluster { nodes, ports, dir };
-        let started = Instant::now();
-        while !cluster
-            .ports
-            .iter()
-            .all(|&port| cli(port, &["ping"]).trim() == "PONG")
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the nodes never answered"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        for node in &nodes {
+            node.until_answering();
         }
+        let ports: Vec<u16> = nodes.iter().map(|node| node.port).collect();
+        let cluster = LocalCluster { nodes, ports };
+        let started = Instant::now();
         let addresses: Vec<String> = cluster
             .ports
             .iter()
             .map(|port| format!("127.0.0.1:{port}"))
             .collect();
-        let created = Command::new("redis-cli")
+        let created = std::process::Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
+            .stdout(std::process::Stdio::null())
             .status()
             .unwrap();
         assert!(created.success(), "redis-cli --cluster create failed");
-        while !cluster
+        cluster.until_ok(started);
+        cluster
+    }
+
+    /// Until every node says the cluster is ok (30 s from `started` at most).
+    pub fn until_ok(&self, started: Instant) {
+        while !self
             .ports
             .iter()
             .all(|&port| cli(port, &["cluster", "info"]).contains("cluster_state:ok"))
@@ -100,10 +68,9 @@ impl LocalCluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        cluster
     }
 
-    fn seeds(&self) -> String {
+    pub fn seeds(&self) -> String {
         self.ports
             .iter()
             .map(|port| format!("redis://127.0.0.1:{port}"))
@@ -112,7 +79,7 @@ impl LocalCluster {
     }
 
     /// The port of the node that owns `key`.
-    fn owner_of(&self, key: &str) -> u16 {
+    pub fn owner_of(&self, key: &str) -> u16 {
         let slot: u16 = cli(self.ports[0], &["cluster", "keyslot", key])
             .trim()
             .parse()
@@ -127,11 +94,15 @@ impl LocalCluster {
             .expect("a master owns every slot")
     }
 
-    /// SIGKILLs the node on `port`.
-    fn kill(&mut self, port: u16) {
+    /// The node on `port`.
+    pub fn node(&mut self, port: u16) -> &mut RedisServer {
         let at = self.ports.iter().position(|&p| p == port).unwrap();
-        self.nodes[at].kill().unwrap();
-        self.nodes[at].wait().unwrap();
+        &mut self.nodes[at]
+    }
+
+    /// SIGKILLs the node on `port`.
+    pub fn kill(&mut self, port: u16) {
+        self.node(port).kill();
     }
 
     /// Until the server's subscriber listens on the first seed, where it
@@ -164,16 +135,6 @@ fn line_owns(line: &str, slot: u16) -> bool {
             },
             None => range.parse() == Ok(slot),
         })
-}
-
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        for node in &mut self.nodes {
-            node.kill().ok();
-            node.wait().ok();
-        }
-        std::fs::remove_dir_all(&self.dir).ok();
-    }
 }
 
 /// The Redis methods' components; the database methods' are

@@ -90,6 +90,7 @@ async fn race_400_for_60(method: &str) -> Race {
         result["redis"],
         json!({
             "readable": true,
+            "setUpAgain": 0,
             "setSize": issued,
             "redisOnlyMembers": { "count": 0, "sample": [] },
             "dbOnlyMembers": { "count": 0, "sample": [] },
@@ -440,6 +441,7 @@ async fn a_duplicate_key_keeps_the_reservation_and_the_result_compares_set_and_r
             result["redis"],
             json!({
                 "readable": true,
+                "setUpAgain": 0,
                 "setSize": 1,
                 "redisOnlyMembers": { "count": 1, "sample": [members[1]] },
                 "dbOnlyMembers": { "count": 1, "sample": [members[0]] },

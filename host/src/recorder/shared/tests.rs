@@ -24,6 +24,7 @@ fn play(recorder: &Recorder, script: &[(u64, Outcome, u64, &str)]) {
             retries: (at % 3) as u32,
             compensations: u32::from(at % 5 == 0),
             labels: vec![("receivers".into(), (at % 2).to_string())],
+            ..Ending::of(outcome)
         };
         Recorder::record(
             arrival,

@@ -5,9 +5,16 @@
 //! - keys `coupon:*`, channels `coupon:*`;
 //! - strings (but GETDEL), sets, hashes; XADD, XLEN, XRANGE; EVAL and
 //!   EVALSHA with SCRIPT LOAD (the host's EVALSHA fallback); MULTI, EXEC,
-//!   DISCARD, WATCH, UNWATCH; PUBLISH; EXISTS, TYPE, TTL, PTTL; PING and
-//!   SELECT (which the client sends when it connects); CLUSTER SLOTS, with
-//!   which a cluster client learns which node owns which keys;
+//!   DISCARD, WATCH, UNWATCH; PUBLISH; EXISTS, TYPE, TTL, PTTL; PING;
+//!   CLUSTER SLOTS, with which a cluster client learns which node owns
+//!   which keys;
+//! - SELECT of the lab's own database only (`+select|9`, which the client
+//!   sends when it connects), so neither a command nor a script reaches
+//!   another database: Redis ACL has no rule per database, but it has one
+//!   per first argument. A lab on database 0 (and every cluster) gets no
+//!   SELECT at all. Each database has a user of its own
+//!   (`couponlab-strategy-db9`), since labs on different databases of one
+//!   server would otherwise overwrite each other's rule;
 //! - DEL and PEXPIRE on the drop gate's keys (`coupon:gate:*`) only, which
 //!   its cancel and reserve scripts need; no other key can be deleted;
 //! - nothing else: no FLUSHDB, KEYS, SCAN, SCRIPT FLUSH/KILL, CLIENT,
@@ -18,12 +25,13 @@
 
 use redis::RedisError;
 
-use crate::redis_target::{RedisConn, seeds};
+use crate::redis_target::seeds;
 
-/// The user name the server creates.
+/// The user name the server creates for a lab on database 0.
 pub const USER: &str = "couponlab-strategy";
 
-/// The rules of [`USER`], after `ACL SETUSER <user> on resetpass >…`.
+/// The rules of every database's user, after `ACL SETUSER <user> on
+/// resetpass >…`; the database's SELECT rule follows them.
 const RULES: &[&str] = &[
     "resetkeys",
     "resetchannels",
@@ -56,30 +64,47 @@ const RULES: &[&str] = &[
     "+ttl",
     "+pttl",
     "+ping",
-    "+select",
     "+cluster|slots",
     "(~coupon:gate:* +del +pexpire)",
 ];
 
-/// The password of [`USER`]: derived from the administrative URL's server
-/// and credentials (not its database: an ACL user spans them all), so every
-/// process that shares a Redis (serve, consume, several hosts) sets the same
-/// one and none locks another out; it is never written anywhere. A
-/// cluster's seed list derives it from its first seed (the nodes share
-/// their credentials).
+/// The components' user of the lab at `admin_url`: [`USER`] on database 0,
+/// `couponlab-strategy-db{n}` on database n.
+pub fn user(admin_url: &str) -> String {
+    match database(admin_url) {
+        0 => USER.to_string(),
+        db => format!("{USER}-db{db}"),
+    }
+}
+
+/// The logical database a URL selects (its path, as redis-rs reads it); a
+/// cluster's seed list has database 0 only.
+fn database(admin_url: &str) -> i64 {
+    let first = seeds(admin_url).first().copied().unwrap_or(admin_url);
+    redis::IntoConnectionInfo::into_connection_info(first)
+        .map(|info| info.redis_settings().db())
+        .unwrap_or(0)
+}
+
+/// The password of the components' user: derived from the administrative
+/// URL's credentials and the user's name, so every process that shares a
+/// Redis (serve, consume, several hosts) sets the same one and none locks
+/// another out; it is never written anywhere. A cluster's seed list derives
+/// it from its first seed (the nodes share their credentials).
 pub fn password(admin_url: &str) -> String {
     let first = seeds(admin_url).first().copied().unwrap_or(admin_url);
-    crate::runtime::capabilities::derived_password(USER, first)
+    crate::runtime::capabilities::derived_password(&user(admin_url), first)
 }
 
 /// The URL components connect with: the administrative one (each seed of a
 /// cluster's) with the user's credentials in place of any there.
 pub fn url(admin_url: &str) -> anyhow::Result<String> {
     let password = password(admin_url);
+    let user = user(admin_url);
     let with_user = |seed: &str| {
         let mut url = url::Url::parse(seed)
             .map_err(|err| anyhow::anyhow!("REDIS_URL is not a URL ({err}): {seed}"))?;
-        url.set_username(USER)
+        url.set_username(&user)
             .and_then(|()| url.set_password(Some(&password)))
             .map_err(|()| anyhow::anyhow!("REDIS_URL cannot carry a user: {seed}"))?;
         Ok::<_, anyhow::Error>(url.to_string())
@@ -91,25 +116,28 @@ pub fn url(admin_url: &str) -> anyhow::Result<String> {
     Ok(seeds.join(","))
 }
 
-/// Creates or updates [`USER`] through the administrative connection (on a
-/// cluster on every node, as redis-rs sends ACL SETUSER: each node keeps its
-/// own ACL).
-pub async fn ensure_user(admin: &RedisConn, admin_url: &str) -> Result<(), RedisError> {
-    redis::cmd("ACL")
+/// `ACL SETUSER` creating or updating the components' user, for each node
+/// (each node of a cluster keeps its own ACL).
+pub fn setuser(admin_url: &str) -> redis::Cmd {
+    let mut setuser = redis::cmd("ACL");
+    setuser
         .arg("SETUSER")
-        .arg(USER)
+        .arg(user(admin_url))
         .arg("on")
         .arg("resetpass")
         .arg(format!(">{}", password(admin_url)))
-        .arg(RULES)
-        .query_async(&mut admin.clone())
-        .await
+        .arg(RULES);
+    let db = database(admin_url);
+    if db != 0 {
+        setuser.arg(format!("+select|{db}"));
+    }
+    setuser
 }
 
 /// Why the user could not be set up, and what the operator can do.
 pub fn cannot_set_up(err: RedisError) -> anyhow::Error {
     anyhow::anyhow!(
-        "cannot create the Redis ACL user {USER} that components run as ({err}). \
+        "cannot create the Redis ACL user that components run as ({err}). \
          Connect REDIS_URL as a user allowed to run ACL SETUSER (Redis 7 or newer), \
          or create a user yourself with the rules in docs/architecture.md (the trust model) \
          and give it as COUPONLAB_STRATEGY_REDIS_URL=redis://user:password@host:port/db"

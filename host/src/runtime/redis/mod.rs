@@ -13,25 +13,50 @@
 //!   request uses at once. A reply heavier than `COUPONLAB_MAX_REPLY_BYTES`
 //!   is refused, a call holds at most `COUPONLAB_MAX_CONNECTIONS_PER_CALL`
 //!   dedicated connections, and waits for one no longer than its deadline.
+//! - A script whose reply has not come by its call's deadline is ended
+//!   (SCRIPT KILL as the server's user); one Redis cannot kill quarantines
+//!   its component ([`scripts`]). While any script holds Redis, calls get
+//!   `BUSY` at once and fail with a message saying so.
 //! - [`pools`]: the shared connection, the dedicated pool, and how a
-//!   dedicated connection comes back clean; [`reply`]: replies as WIT lists.
+//!   dedicated connection comes back clean; [`setup`]: what the server
+//!   puts on Redis, again after Redis forgot it; [`reply`]: replies as WIT
+//!   lists.
 
 pub mod acl;
 mod pools;
 pub mod reply;
+mod scripts;
+mod setup;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
 use wasmtime::component::Resource;
 
 use super::bindings::redis::{self as wit, Command, RedisError as WitError};
-use super::capabilities::Admin;
+use super::capabilities::{Admin, Capabilities};
+use super::registry::Strategy;
 use super::store::HostState;
+use crate::metrics::Metrics;
+use crate::redis_target::first_key;
 
-pub use self::pools::{GuestRedis, RedisArgs, RedisConnection, UserSetup, is_connection_error};
+pub use self::pools::{GuestRedis, RedisArgs, RedisConnection, is_connection_error};
+pub use self::scripts::{ScriptEnd, is_busy};
+use self::scripts::SentOn;
+use self::setup::NodeSetup;
 
 /// Commands that would change who a connection is, or which database it
 /// reaches: refused on every connection a component uses.
 const IDENTITY: [&str; 5] = ["AUTH", "HELLO", "RESET", "SELECT", "QUIT"];
+
+/// How long before the reply timeout a script still running is ended, so
+/// the kill goes out while its caller still waits for the reply.
+const KILL_MARGIN: Duration = Duration::from_millis(100);
+
+/// How long past the busy threshold a script's reply may be late before
+/// the shared connection it holds is replaced.
+const BUSY_MARGIN: Duration = Duration::from_millis(100);
 
 /// Commands that leave state on their connection: they need a dedicated one.
 const CONNECTION_STATE: [&str; 5] = ["MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH"];
@@ -39,7 +64,9 @@ const CONNECTION_STATE: [&str; 5] = ["MULTI", "EXEC", "DISCARD", "WATCH", "UNWAT
 /// Maps a client error to what the guest sees: the ACL's refusals get their
 /// own case.
 fn to_wit_error(err: RedisError) -> WitError {
-    if is_connection_error(&err) {
+    if is_busy(&err) {
+        WitError::Connection(format!("Redis is busy running a script and serves nobody until it ends: {err}"))
+    } else if is_connection_error(&err) {
         WitError::Connection(format!("Redis is unavailable: {err}"))
     } else if err.code() == Some("NOPERM")
         || err
@@ -47,8 +74,7 @@ fn to_wit_error(err: RedisError) -> WitError {
             .is_some_and(|detail| detail.starts_with("The user executing the script can't"))
     {
         WitError::Refused(format!(
-            "the components' Redis user ({}) may not: {err}",
-            acl::USER
+            "the components' Redis user may not: {err}"
         ))
     } else {
         WitError::Server(err.to_string())
@@ -73,29 +99,175 @@ impl HostState {
 }
 
 /// The Redis components reach: as the operator's user, or as the ACL user
-/// this server creates. A Redis that is down now gets the user when it is
-/// first needed; one that refuses to create it stops the start, saying why.
-pub async fn connect(args: &RedisArgs, admin: &Admin<'_>) -> anyhow::Result<GuestRedis> {
-    let admin_url = admin.redis_url;
-    if let Some(url) = &args.strategy_redis_url {
-        return GuestRedis::new(url, admin.cluster, args, None);
-    }
-    match acl::ensure_user(admin.redis, admin_url).await {
+/// this server creates. A Redis that is down now is set up when it is first
+/// needed; one that refuses to create the user stops the start, saying why.
+pub async fn connect(
+    args: &RedisArgs,
+    admin: &Admin<'_>,
+    metrics: &Metrics,
+) -> anyhow::Result<GuestRedis> {
+    let setup = NodeSetup {
+        admin: admin.redis.clone(),
+        admin_url: admin.redis_url.to_string(),
+        creates_user: args.strategy_redis_url.is_none(),
+        busy_script_ms: args.busy_script_ms,
+    };
+    match setup.apply().await {
         Ok(()) => {}
         Err(err) if is_connection_error(&err) => {
-            tracing::warn!(error = %err, "Redis is unreachable; the components' user is created once it answers")
+            tracing::warn!(error = %err, "Redis is unreachable; it is set up (the components' user, the script threshold) once it answers")
         }
         Err(err) => return Err(acl::cannot_set_up(err)),
     }
+    let url = match &args.strategy_redis_url {
+        Some(url) => url.clone(),
+        None => acl::url(admin.redis_url)?,
+    };
     GuestRedis::new(
-        &acl::url(admin_url)?,
+        &url,
         admin.cluster,
         args,
-        Some(UserSetup {
-            admin: admin.redis.clone(),
-            admin_url: admin_url.to_string(),
-        }),
+        setup,
+        metrics.scripts_killed.clone(),
     )
+}
+
+/// What a call's script commands are watched with.
+struct Watch<'a> {
+    caps: &'a Arc<Capabilities>,
+    strategy: &'a Option<Arc<Strategy>>,
+    method: &'a Arc<str>,
+    deadline: Instant,
+    killed: &'a mut u32,
+}
+
+impl Watch<'_> {
+    /// Awaits `reply` to commands that may run a script (`script`: the
+    /// first script command and its arguments, `None` when there is none)
+    /// sent `on` a connection. Past the busy threshold a script is running
+    /// (this one, or one sent before it on the same connection): commands
+    /// sent from then on go out on a new shared connection, which Redis
+    /// answers `BUSY` at once instead of holding behind it. A script whose
+    /// reply has not come by the call's deadline, or just before the reply
+    /// timeout, is ended if it can be the one running; the call then gets
+    /// the killed script's error.
+    async fn reply<T>(
+        self,
+        script: Option<(&str, &[String])>,
+        on: impl FnOnce(Option<&str>) -> SentOn,
+        reply: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, RedisError> {
+        let Some((name, args)) = script else {
+            return reply.await;
+        };
+        let redis = &self.caps.redis;
+        let key = first_key(name, args);
+        let on = on(key);
+        let sent = redis.in_flight.send(on);
+        let now = Instant::now();
+        let kill_at = self
+            .deadline
+            .min(now + pools::RESPONSE_TIMEOUT - KILL_MARGIN);
+        let busy_at = kill_at.min(now + Duration::from_millis(redis.args.busy_script_ms) + BUSY_MARGIN);
+        tokio::pin!(reply);
+        for until in [busy_at, kill_at] {
+            tokio::select! {
+                biased;
+                answer = &mut reply => return answer,
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+            // A slow link makes a reply late too: only Redis answering BUSY
+            // says that a script holds it. A cluster connection holds one
+            // connection per node, and a new one would first ask a node
+            // for the slots — maybe the busy one: it is left as it is.
+            if let SentOn::Shared { id, slot: None } = on
+                && !redis.is_cluster()
+                && redis.running_a_script().await
+                && let Err(err) = redis.replace_shared(id)
+            {
+                tracing::warn!(error = %err, "cannot replace the shared Redis connection a script holds");
+            }
+        }
+        if !sent.is_oldest() {
+            return reply.await;
+        }
+        // Its own task: the kill and its verdict outlive this call if the
+        // call is dropped at its deadline meanwhile.
+        let ending = tokio::spawn(end_runaway(
+            self.caps.clone(),
+            self.strategy.clone(),
+            self.method.clone(),
+            key.map(str::to_string),
+        ));
+        if let Ok(ScriptEnd::Killed) = ending.await {
+            *self.killed += 1;
+        }
+        reply.await
+    }
+}
+
+/// Ends a script that outlived its call, and acts on what Redis says.
+async fn end_runaway(
+    caps: Arc<Capabilities>,
+    strategy: Option<Arc<Strategy>>,
+    method: Arc<str>,
+    key: Option<String>,
+) -> ScriptEnd {
+    let end = caps.redis.end_script(key.as_deref()).await;
+    match &end {
+        ScriptEnd::Killed => {
+            caps.redis.scripts_killed.with_label_values(&[&*method]).inc();
+            tracing::warn!(%method, "a script outlived its call's deadline; SCRIPT KILL ended it");
+        }
+        ScriptEnd::Unkillable(refusal) => {
+            let mut stuck_by = caps.redis.stuck_by.lock();
+            if let Some(culprit) = &*stuck_by {
+                // A call that waited behind the script, not its sender.
+                tracing::warn!(%method, %culprit, "a call waited past its deadline behind a script Redis cannot kill");
+                return end;
+            }
+            *stuck_by = Some(method.clone());
+            let reason = format!(
+                "{method} is quarantined: a script it sent wrote and then ran past its call's deadline, \
+                 and Redis refuses to kill a script that wrote ({refusal}); Redis serves nobody until \
+                 that script ends. Replace its file to serve it again"
+            );
+            if let Some(strategy) = &strategy {
+                strategy.quarantine(reason);
+            }
+            tracing::error!(
+                %method,
+                "a script of {method} wrote and then ran past its call's deadline: Redis cannot kill it \
+                 (UNKILLABLE) and answers every client BUSY until it ends. The only remedy is \
+                 `redis-cli SHUTDOWN NOSAVE` (Redis loses what it holds; the lab sets it up again when it \
+                 is back) or waiting for the script to end. {method} is quarantined until its file changes"
+            );
+        }
+        ScriptEnd::AlreadyOver => {}
+        ScriptEnd::NotSent(err) => {
+            tracing::warn!(%method, error = %err, "a script outlived its call's deadline and SCRIPT KILL failed")
+        }
+    }
+    end
+}
+
+/// The call's [`Watch`], built from the fields it needs so that the call's
+/// resource table can be borrowed beside it.
+macro_rules! watch {
+    ($state:expr) => {
+        Watch {
+            caps: &$state.caps,
+            strategy: &$state.strategy,
+            method: &$state.method,
+            deadline: $state.deadline,
+            killed: &mut $state.scripts_killed,
+        }
+    };
+}
+
+/// The command, if it runs a script.
+fn script<'a>(name: &'a str, args: &'a [String]) -> Option<(&'a str, &'a [String])> {
+    scripts::runs_a_script(name).then_some((name, args))
 }
 
 fn refuse(name: &str, list: &[&str], why: &str) -> Option<WitError> {
@@ -129,7 +301,14 @@ impl wit::Host for HostState {
         if let Some(err) = refused {
             return Ok(Err(err));
         }
-        let result = self.caps.redis.execute(&name, &args).await;
+        let caps = self.caps.clone();
+        let result = watch!(self)
+            .reply(
+                script(&name, &args),
+                |key| caps.redis.shared_for(key),
+                caps.redis.execute(&name, &args),
+            )
+            .await;
         Ok(self.reply(result))
     }
 
@@ -140,7 +319,16 @@ impl wit::Host for HostState {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> wasmtime::Result<Result<Vec<wit::Value>, WitError>> {
-        let result = self.caps.redis.eval(&script, &keys, &args).await;
+        let caps = self.caps.clone();
+        // Routed as EVALSHA is: by its first key.
+        let routed = [vec![String::new(), keys.len().to_string()], keys.clone()].concat();
+        let result = watch!(self)
+            .reply(
+                Some(("EVALSHA", &routed)),
+                |key| caps.redis.shared_for(key),
+                caps.redis.eval(&script, &keys, &args),
+            )
+            .await;
         Ok(self.reply(result))
     }
 
@@ -182,7 +370,14 @@ impl wit::HostConnection for HostState {
         if let Some(err) = refuse_identity(&name) {
             return Ok(Err(err));
         }
-        let result = self.table.get_mut(&conn)?.execute(&name, &args).await;
+        let borrowed = self.table.get_mut(&conn)?;
+        let result = watch!(self)
+            .reply(
+                script(&name, &args),
+                |_| SentOn::Dedicated,
+                borrowed.execute(&name, &args),
+            )
+            .await;
         Ok(self.reply(result))
     }
 
@@ -197,7 +392,19 @@ impl wit::HostConnection for HostState {
                 return Ok(Err(err));
             }
         }
-        let values = match self.table.get_mut(&conn)?.pipeline(&commands).await {
+        let names: Vec<String> = commands
+            .iter()
+            .map(|command| command.name.to_ascii_uppercase())
+            .collect();
+        let first_script = names
+            .iter()
+            .zip(&commands)
+            .find_map(|(name, command)| script(name, &command.args));
+        let borrowed = self.table.get_mut(&conn)?;
+        let values = match watch!(self)
+            .reply(first_script, |_| SentOn::Dedicated, borrowed.pipeline(&commands))
+            .await
+        {
             Ok(values) => values,
             Err(err) => return Ok(Err(to_wit_error(err))),
         };

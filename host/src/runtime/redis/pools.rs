@@ -11,28 +11,32 @@
 //! MULTI, EXEC and UNWATCH, which name none, reach the node holding the
 //! transaction; the keys of one transaction share one slot (a coupon's do).
 
-use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use parking_lot::{Mutex, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use prometheus::IntCounterVec;
 use redis::cluster_routing::Route;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::acl;
+use super::scripts::{InFlight, SentOn, Shas};
+use super::setup::NodeSetup;
 use crate::redis_target::{RedisConn, RedisTarget, first_key, route_of};
 use crate::runtime::bindings::redis::Command;
 
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The `redis` capability's settings.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisArgs {
     /// Redis URL of the ACL user components' commands run as. Unset: the
-    /// server creates (or updates) the user `couponlab-strategy`, limited to
-    /// `coupon:*` keys and the commands issuance needs, through REDIS_URL.
+    /// server creates (or updates) the user `couponlab-strategy` (on
+    /// database n, `couponlab-strategy-dbn`), limited to `coupon:*` keys and
+    /// the commands issuance needs, through REDIS_URL.
     #[arg(long, env = "COUPONLAB_STRATEGY_REDIS_URL")]
     pub strategy_redis_url: Option<String>,
 
@@ -47,25 +51,40 @@ pub struct RedisArgs {
     /// Dedicated Redis connections one call may hold at once.
     #[arg(long, env = "COUPONLAB_MAX_CONNECTIONS_PER_CALL", default_value_t = 4)]
     pub max_connections_per_call: u32,
+
+    /// Redis's `busy-reply-threshold`, which the server sets: a script
+    /// running this long makes Redis answer every other client BUSY, and
+    /// can be killed once its call's deadline passed.
+    #[arg(long, env = "COUPONLAB_REDIS_BUSY_SCRIPT_MS", default_value_t = 500)]
+    pub busy_script_ms: u64,
 }
 
 /// The Redis that components reach.
 pub struct GuestRedis {
     /// What a call may use of it.
     pub args: RedisArgs,
-    shared: RedisConn,
+    target: RedisTarget,
+    /// Replaced when Redis forgot the components' user (a connection whose
+    /// reconnection failed authentication never tries again by itself), and
+    /// when a script holds it: Redis reads nothing more from the connection
+    /// whose script runs, so every command behind it would wait too.
+    shared: ArcSwap<Shared>,
     dedicated: Arc<DedicatedPool>,
-    /// Script source -> SHA-1, so EVALSHA needs no hashing after the first call.
-    scripts: RwLock<HashMap<String, String>>,
-    /// How to create the components' user again when Redis no longer knows
-    /// it; `None` when the operator supplied the user.
-    user: Option<UserSetup>,
-}
-
-/// The administrative connection that creates the components' ACL user.
-pub struct UserSetup {
-    pub admin: RedisConn,
-    pub admin_url: String,
+    pub(super) shas: Shas,
+    /// Scripts sent on the shared connection and not answered yet.
+    pub(super) in_flight: InFlight,
+    /// The method whose script Redis refused to kill, until Redis is set
+    /// up again (after the only remedy, a shutdown).
+    pub(super) stuck_by: Mutex<Option<Arc<str>>>,
+    /// How to set Redis up again when it no longer knows the components'
+    /// user; its admin connection also ends runaway scripts.
+    pub(super) setup: NodeSetup,
+    /// Counts the set-ups since the start, so that many calls failing at
+    /// once set Redis up again once.
+    set_ups: AtomicU64,
+    setting_up: tokio::sync::Mutex<()>,
+    /// Scripts that outlived their call and were killed, by method.
+    pub scripts_killed: IntCounterVec,
 }
 
 impl GuestRedis {
@@ -75,7 +94,8 @@ impl GuestRedis {
         url: &str,
         cluster: bool,
         args: &RedisArgs,
-        user: Option<UserSetup>,
+        setup: NodeSetup,
+        scripts_killed: IntCounterVec,
     ) -> anyhow::Result<Self> {
         let target = RedisTarget::open(url, cluster).context("the components' Redis URL")?;
         let shared = target
@@ -83,35 +103,119 @@ impl GuestRedis {
             .context("cannot set up the shared Redis connection")?;
         Ok(Self {
             args: args.clone(),
-            shared,
+            target: target.clone(),
+            shared: ArcSwap::from_pointee(Shared {
+                conn: shared,
+                id: 0,
+            }),
             dedicated: Arc::new(DedicatedPool {
                 target,
                 permits: Arc::new(Semaphore::new(args.redis_connections.max(1))),
                 idle: Mutex::new(Vec::new()),
             }),
-            scripts: RwLock::new(HashMap::new()),
-            user,
+            shas: Shas::default(),
+            in_flight: InFlight::default(),
+            stuck_by: Mutex::new(None),
+            setup,
+            set_ups: AtomicU64::new(0),
+            setting_up: tokio::sync::Mutex::new(()),
+            scripts_killed,
         })
     }
 
+    /// The shared connection, as a command takes it.
+    pub(super) fn shared(&self) -> RedisConn {
+        self.shared.load().conn.clone()
+    }
+
+    /// Where a script with first key `key` goes out on the shared
+    /// connection now: its number (a new connection has a new one), and on
+    /// a cluster the key's slot.
+    pub(super) fn shared_for(&self, key: Option<&str>) -> SentOn {
+        SentOn::Shared {
+            id: self.shared_id(),
+            slot: key
+                .filter(|_| self.target.is_cluster())
+                .map(route_of),
+        }
+    }
+
+    pub(super) fn is_cluster(&self) -> bool {
+        self.target.is_cluster()
+    }
+
+    fn shared_id(&self) -> u64 {
+        self.shared.load().id
+    }
+
+    /// Replaces shared connection `id`, unless another call replaced it
+    /// already; the calls waiting on it keep it until they end.
+    pub(super) fn replace_shared(&self, id: u64) -> Result<(), RedisError> {
+        if self.shared_id() != id {
+            return Ok(());
+        }
+        let conn = self.target.shared(RESPONSE_TIMEOUT).map_err(|err| {
+            RedisError::from((
+                ErrorKind::Client,
+                "cannot set up the shared Redis connection",
+                err.to_string(),
+            ))
+        })?;
+        let current = self.shared.load();
+        if current.id == id {
+            self.shared.compare_and_swap(
+                &current,
+                Arc::new(Shared {
+                    conn,
+                    id: id + 1,
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// Times Redis was set up again since the start because it had
+    /// forgotten the components' user (a restart, a node back or new).
+    pub fn set_ups_again(&self) -> u64 {
+        self.set_ups.load(Ordering::Relaxed)
+    }
+
     /// Runs `op`; when Redis does not know the components' user (it
-    /// restarted without its ACL, or was down when this server started),
-    /// creates the user again and runs `op` once more.
-    async fn as_user<T, F>(&self, op: impl Fn() -> F) -> Result<T, RedisError>
+    /// restarted without its ACL, or a node was down when this server
+    /// started), sets Redis up again and runs `op` once more.
+    pub(super) async fn as_user<T, F>(&self, op: impl Fn() -> F) -> Result<T, RedisError>
     where
         F: Future<Output = Result<T, RedisError>>,
     {
-        match (op().await, &self.user) {
-            (Err(err), Some(user)) if is_unknown_user(&err) => {
-                tracing::info!(
-                    user = acl::USER,
-                    "Redis does not know the components' user; creating it again"
-                );
-                acl::ensure_user(&user.admin, &user.admin_url).await?;
+        let seen = self.set_ups.load(Ordering::Acquire);
+        match op().await {
+            Err(err) if is_unknown_user(&err) && self.setup.creates_user => {
+                self.set_up_again(seen).await?;
                 op().await
             }
-            (result, _) => result,
+            result => result,
         }
+    }
+
+    /// Puts the user and the threshold back, and replaces every
+    /// connection: the shared one, and the idle dedicated ones (which died
+    /// with the old server). Calls that failed together wait for one
+    /// set-up; `seen` is the count their failed attempt ran under.
+    async fn set_up_again(&self, seen: u64) -> Result<(), RedisError> {
+        let _one_at_a_time = self.setting_up.lock().await;
+        if self.set_ups.load(Ordering::Acquire) != seen {
+            return Ok(());
+        }
+        tracing::warn!(
+            user = %super::acl::user(&self.setup.admin_url),
+            "Redis does not know the components' user (it restarted empty, or a node came back); setting it up again"
+        );
+        self.setup.apply().await?;
+        self.replace_shared(self.shared_id())?;
+        self.dedicated.idle.lock().clear();
+        *self.stuck_by.lock() = None;
+        self.set_ups.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// One command on the shared connection.
@@ -119,50 +223,11 @@ impl GuestRedis {
         self.as_user(|| async {
             let mut cmd = redis::cmd(name);
             cmd.arg(args);
-            cmd.query_async(&mut self.shared.clone()).await
+            cmd.query_async(&mut self.shared()).await
         })
         .await
     }
 
-    /// EVALSHA with the cached SHA-1 of `script`; SCRIPT LOAD once on NOSCRIPT.
-    pub async fn eval(
-        &self,
-        script: &str,
-        keys: &[String],
-        args: &[String],
-    ) -> Result<Value, RedisError> {
-        let sha = self.sha_of(script);
-        let evalsha = || {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&sha).arg(keys.len()).arg(keys).arg(args);
-            cmd
-        };
-        self.as_user(|| async {
-            match evalsha().query_async(&mut self.shared.clone()).await {
-                Err(err) if err.code() == Some("NOSCRIPT") => {
-                    let _: String = redis::cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(script)
-                        .query_async(&mut self.shared.clone())
-                        .await?;
-                    evalsha().query_async(&mut self.shared.clone()).await
-                }
-                other => other,
-            }
-        })
-        .await
-    }
-
-    fn sha_of(&self, script: &str) -> String {
-        if let Some(sha) = self.scripts.read().get(script) {
-            return sha.clone();
-        }
-        let sha = sha1_smol::Sha1::from(script).digest().to_string();
-        self.scripts.write().insert(script.to_string(), sha.clone());
-        sha
-    }
-
-    /// Borrows a dedicated connection, waiting while all are in use.
     /// Dedicated connections lent to calls now.
     pub fn dedicated_in_use(&self) -> usize {
         self.args
@@ -171,9 +236,16 @@ impl GuestRedis {
             .saturating_sub(self.dedicated.permits.available_permits())
     }
 
+    /// Borrows a dedicated connection, waiting while all are in use.
     pub async fn open(&self) -> Result<RedisConnection, RedisError> {
         self.as_user(|| self.dedicated.clone().borrow()).await
     }
+}
+
+/// The shared connection and its number.
+struct Shared {
+    conn: RedisConn,
+    id: u64,
 }
 
 /// Dedicated connections: at most `permits` exist at once; returned ones idle
@@ -280,7 +352,7 @@ impl RedisConnection {
             // EXEC answers EXECABORT when a queued command was rejected; the
             // transaction is over either way.
             Err(err) if name == "EXEC" && !is_connection_error(err) => self.state.track(name),
-            Err(err) => self.state.broken |= is_connection_error(err),
+            Err(err) => self.failed(err),
         }
         reply
     }
@@ -331,12 +403,21 @@ impl RedisConnection {
             self.state.track(name);
         }
         if let Err(err) = &replies {
-            self.state.broken |= is_connection_error(err);
+            self.failed(err);
         }
         if send_held && let Ok(replies) = &mut replies {
             replies.remove(0);
         }
         replies
+    }
+
+    /// A connection error leaves this connection to be closed, and the
+    /// idle ones too: they reach the same server, which went away.
+    fn failed(&mut self, err: &RedisError) {
+        if is_connection_error(err) {
+            self.state.broken = true;
+            self.pool.idle.lock().clear();
+        }
     }
 
     /// One command on the connection's node.
@@ -397,10 +478,13 @@ impl RedisConnection {
     }
 }
 
-/// Redis refused the components' credentials: the user is gone.
+/// Redis refused the components' credentials: the user is gone. On a
+/// cluster, a redirection the client gave up following is the same: it
+/// could not log in on the node the redirection names (a node that was
+/// down when the server started, or came back empty).
 fn is_unknown_user(err: &RedisError) -> bool {
     err.kind() == ErrorKind::AuthenticationFailed
-        || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
+        || matches!(err.code(), Some("WRONGPASS" | "NOAUTH" | "MOVED" | "ASK"))
 }
 
 pub fn is_connection_error(err: &RedisError) -> bool {

@@ -56,6 +56,26 @@ fn attack_with(attack: &str, coupon_id: u64) -> Attempt {
         "set-outside" => redis_says(redis::execute("SET", &args!["victim:outside", 1])),
         "lua-set-outside" => script("return redis.call('SET', 'victim:outside', '1')", &[]),
         "keys" => redis_says(redis::execute("KEYS", &args!["*"])),
+        // Read-only and endless: Redis serves nobody else while it runs,
+        // until the host kills it at the call's deadline. Its one key
+        // places it on the coupon's node of a cluster.
+        "lua-loop" => script(
+            "local n = 0 while true do n = n + 1 end",
+            &args![keys::total(coupon_id)],
+        ),
+        // Writes once, then loops: Redis refuses to kill a script that
+        // wrote, so only SHUTDOWN NOSAVE ends it.
+        "lua-write-loop" => script(
+            "redis.call('SET', KEYS[1], 'hostile') local n = 0 while true do n = n + 1 end",
+            &args![format!("coupon:hostile:{}", keys::tag(coupon_id))],
+        ),
+        // Another database of the same server: the ACL allows the lab's
+        // own database only.
+        "lua-select" => script(
+            "redis.call('SELECT', 0) return redis.call('SET', 'coupon:zz', 'owned')",
+            &[],
+        ),
+        "select" => redis_says(redis::execute("SELECT", &args![0])),
         "script-flush" => redis_says(redis::execute("SCRIPT", &args!["FLUSH"])),
         "xread-block" => redis_says(redis::execute(
             "XREAD",
