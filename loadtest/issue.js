@@ -71,7 +71,9 @@ export const options = {
 
 // What a client read: the envelope's `outcome` on success, else the name
 // an error message starts with (`SOLD_OUT: ...`) or the status, with the
-// message; a request with no status got no answer or gave up waiting.
+// message; a request with no status got no answer or gave up waiting. A
+// 503 whose message says the outcome is unknown (its COMMIT's or its
+// script's answer was lost; the server settles it later) is OUTCOME_UNKNOWN.
 function told(res) {
   if (res.status === 0) {
     return { outcome: res.error_code === REQUEST_TIMEOUT ? 'TIMED_OUT' : 'NO_ANSWER', message: res.error || '' };
@@ -87,6 +89,9 @@ function told(res) {
   }
   const message = (body && body.error && body.error.message) || '';
   const named = /^([A-Z][A-Z_]+):/.exec(message);
+  if (named && named[1] === 'UNAVAILABLE' && message.includes('outcome unknown')) {
+    return { outcome: 'OUTCOME_UNKNOWN', message };
+  }
   return { outcome: named ? named[1] : `HTTP_${res.status}`, message };
 }
 

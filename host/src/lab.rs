@@ -15,6 +15,7 @@ use crate::recorder::Recorder;
 use crate::redis_target::{RedisConn, RedisTarget};
 use crate::runtime::watcher::{self, DirectoryWatcher};
 use crate::runtime::{Admin, Capabilities, Limits, Registry, Runtime};
+use crate::settlements::Settlements;
 
 /// Cheap to clone: every handler holds one.
 #[derive(Clone)]
@@ -36,6 +37,8 @@ pub struct LabState {
     pub registry: Registry,
     /// What each issue request asked and got.
     pub recorder: Recorder,
+    /// Requests whose outcome is to be settled later.
+    pub settlements: Settlements,
     /// This process among all those sharing the lab's Redis: its stream
     /// consumers, its loader and its request snapshots go by it.
     pub identity: String,
@@ -109,6 +112,7 @@ impl Lab {
             runtime,
             registry,
             recorder: Recorder::default(),
+            settlements: Settlements::default(),
             identity: process_identity(),
             watcher: OnceLock::new(),
         }));

@@ -42,6 +42,7 @@ pub mod recorder;
 pub mod redis_target;
 pub mod results;
 pub mod runtime;
+pub mod settlements;
 pub mod telemetry;
 
 use std::future::Future;

@@ -9,7 +9,8 @@
 //! what a run exhausts are read when the server is scraped.
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// Latency buckets from 100 µs to 10 s, in seconds.
@@ -41,6 +42,15 @@ pub struct Metrics {
     pub db_connections: IntGaugeVec,
     /// Calls waiting for a connection of the components' pool.
     pub db_waiting: IntGauge,
+    /// Requests kept to be settled later, settled (issued or not) or given
+    /// up on, by method and result.
+    pub settlements: IntCounterVec,
+    /// Requests waiting to be settled now.
+    pub settlements_pending: IntGauge,
+    /// Database sessions of lost connections the host ended (KILL).
+    pub sql_sessions_ended: IntCounter,
+    /// Sessions of lost connections not ended yet.
+    pub sql_sessions_to_end: IntGauge,
     /// Dedicated Redis connections lent to calls now.
     pub redis_dedicated_in_use: IntGauge,
     /// Jobs queued and not yet taken by a worker.
@@ -66,6 +76,13 @@ impl Metrics {
         };
         let gauges = |name: &str, help: &str, labels: &[&str]| {
             let metric = IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid gauge");
+            registry
+                .register(Box::new(metric.clone()))
+                .expect("a metric registered once");
+            metric
+        };
+        let plain_counter = |name: &str, help: &str| {
+            let metric = IntCounter::new(name, help).expect("a valid counter");
             registry
                 .register(Box::new(metric.clone()))
                 .expect("a metric registered once");
@@ -131,6 +148,23 @@ impl Metrics {
                 "couponlab_db_waiting",
                 "Strategy calls waiting for a connection of the components' pool.",
             ),
+            settlements: counter(
+                "couponlab_settlements_total",
+                "Requests whose outcome was settled after their answer, by method and result (kept, issued, not_issued, abandoned).",
+                &["method", "result"],
+            ),
+            settlements_pending: gauge(
+                "couponlab_settlements_pending",
+                "Requests waiting to be settled (pending compensations).",
+            ),
+            sql_sessions_ended: plain_counter(
+                "couponlab_sql_sessions_ended_total",
+                "Database sessions whose connection was lost inside a transaction, ended by the host (KILL).",
+            ),
+            sql_sessions_to_end: gauge(
+                "couponlab_sql_sessions_to_end",
+                "Database sessions of lost connections the host has not ended yet.",
+            ),
             redis_dedicated_in_use: gauge(
                 "couponlab_redis_dedicated_in_use",
                 "Dedicated Redis connections lent to strategy calls now.",
@@ -155,6 +189,15 @@ impl Metrics {
                 &["stream"],
             ),
             registry,
+        }
+    }
+
+    /// Shows the counters of what rarely happens to `method` at 0 from its
+    /// load on, so a rate over them reads 0 rather than nothing.
+    pub fn show_method(&self, method: &str) {
+        self.scripts_killed.with_label_values(&[method]);
+        for result in ["kept", "issued", "not_issued", "abandoned"] {
+            self.settlements.with_label_values(&[method, result]);
         }
     }
 

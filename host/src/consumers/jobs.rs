@@ -46,7 +46,7 @@ async fn run(lab: &Lab, job: Job) {
     })
     .await;
     match ran {
-        Ok(confirmation) => record(lab, &job.strategy.method, &confirmation).await,
+        Ok(confirmation) => record(lab, &job.strategy, &confirmation).await,
         // Failed every attempt: the reservation stays and the request stays
         // pending in the result — visible, not silently lost.
         Err(err) => {

@@ -16,6 +16,7 @@ pub mod pubsub;
 pub mod stream;
 pub mod write_behind;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -24,8 +25,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Consumer;
 use crate::confirmations;
 use crate::lab::Lab;
-use crate::runtime::CallError;
 use crate::runtime::bindings::types::Confirmation;
+use crate::runtime::{CallError, Strategy};
+use crate::settlements;
 
 /// How long a stopping role may take to finish what it holds.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -60,7 +62,8 @@ pub struct Consumers {
 /// Starts the `selected` consumers for `lab`.
 pub fn start(lab: &Lab, selected: Selection) -> Consumers {
     let cancel = CancellationToken::new();
-    let mut tasks = Vec::new();
+    // Every process settles what its own calls left unsettled.
+    let mut tasks = vec![tokio::spawn(settlements::run(lab.clone(), cancel.clone()))];
     if selected.jobs {
         tasks.extend(jobs::spawn(lab, cancel.clone()));
     }
@@ -117,8 +120,14 @@ where
 }
 
 /// Records what an accepted request became, and for an issued one how long
-/// after its 202 it was confirmed.
-async fn record(lab: &Lab, method: &str, confirmation: &Confirmation) {
+/// after its 202 it was confirmed; one the component could not settle is
+/// kept to be settled later.
+async fn record(lab: &Lab, strategy: &Arc<Strategy>, confirmation: &Confirmation) {
+    let method = &*strategy.method;
+    if confirmation.settle_later {
+        let request = settlements::request_of(confirmation.coupon_id, confirmation.member_id);
+        settlements::keep(lab, strategy, &request);
+    }
     match confirmations::record_confirmed(lab.redis(), confirmation).await {
         Ok(Some(lag)) => lab
             .runtime

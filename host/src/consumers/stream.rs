@@ -158,7 +158,7 @@ async fn deliver(
             if handled.disposition == Disposition::Ack {
                 // Recorded before the ack: a crash in between redelivers the
                 // entry, and the first outcome recorded stays.
-                record(lab, &strategy.method, &handled.confirmation).await;
+                record(lab, &strategy, &handled.confirmation).await;
                 ack(conn, stream, &[&entry.id]).await?;
             }
         }
@@ -184,7 +184,7 @@ async fn dead_letter(
     copy_to_dead_letters(conn, stream, &entry, deliveries).await?;
     match until_answered(1, || lab.runtime.dead_letter(&strategy, &entry)).await {
         Ok(confirmation) => {
-            record(lab, &strategy.method, &confirmation).await;
+            record(lab, &strategy, &confirmation).await;
             ack(conn, stream, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, deliveries, "stream entry dead-lettered");
         }

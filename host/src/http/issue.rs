@@ -19,6 +19,7 @@ use crate::outcome::Outcome;
 use crate::recorder::Ending;
 use crate::runtime::{IssueCall, Unanswered};
 use crate::runtime::bindings::types::IssueRequest;
+use crate::settlements;
 
 /// Most coupons one request may ask for.
 const MAX_QUANTITY: u64 = 100;
@@ -140,22 +141,40 @@ async fn issue(
         .instrument(span.clone())
         .await;
     let (ending, detail) = match answer {
-        Ok(result) => (
-            Ending {
-                outcome: result.outcome.into(),
-                retries: result.retries,
-                compensations: result.compensations,
-                scripts_killed,
-                labels: result.labels,
-            },
-            result.detail,
-        ),
+        Ok(result) => {
+            let detail = if result.settle_later {
+                settlements::keep(&lab, &strategy, &request);
+                Some(format!(
+                    "{}; the result shows what it became once settled",
+                    result.detail.as_deref().unwrap_or("outcome unknown")
+                ))
+            } else {
+                result.detail
+            };
+            (
+                Ending {
+                    outcome: result.outcome.into(),
+                    retries: result.retries,
+                    compensations: result.compensations,
+                    scripts_killed,
+                    labels: result.labels,
+                },
+                detail,
+            )
+        }
         Err(Unanswered {
             error,
             compensation,
         }) => {
             tracing::error!(method = %strategy.method, %error, "strategy call failed");
             let outcome = Outcome::from(&error);
+            // An undo that could not run now runs later.
+            if compensation
+                .as_ref()
+                .is_some_and(|done| done.as_ref().is_err() || done.as_ref().is_ok_and(|done| done.unfinished))
+            {
+                settlements::keep(&lab, &strategy, &request);
+            }
             let (compensations, undone) = match compensation {
                 None => (0, String::new()),
                 Some(Ok(done)) => (

@@ -30,6 +30,12 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
     }
     metrics.db_waiting.set(caps.sql.waiting());
     metrics
+        .sql_sessions_to_end
+        .set(caps.sql.orphans.left() as i64);
+    metrics
+        .settlements_pending
+        .set(lab.settlements.pending() as i64);
+    metrics
         .redis_dedicated_in_use
         .set(caps.redis.dedicated_in_use() as i64);
     metrics.job_queue_depth.set(caps.jobs.depth() as i64);

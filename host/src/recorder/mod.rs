@@ -19,6 +19,7 @@ use parking_lot::Mutex;
 use self::tally::Tally;
 pub use self::tally::{
     FairnessSummary, HostRecord, HostsSummary, LatencySummary, MethodSummary, RequestSummary,
+    Settlement,
 };
 use crate::outcome::Outcome;
 
@@ -124,6 +125,21 @@ impl Recorder {
         let latency = arrival.started.elapsed();
         Self::record(arrival, method, ending, latency);
         latency
+    }
+
+    /// Whether a call for `member` on `coupon` is running in this process.
+    pub fn in_flight(&self, coupon: u64, member: u64) -> bool {
+        let record = self.coupons.lock().get(&coupon).cloned();
+        record.is_some_and(|record| record.lock().in_flight.contains_key(&member))
+    }
+
+    /// Counts a request of `method` on `coupon` kept to be settled, or what
+    /// it became once settled.
+    pub fn settlement(&self, coupon: u64, method: &Arc<str>, what: Settlement) {
+        let record = self.coupons.lock().entry(coupon).or_default().clone();
+        let mut record = record.lock();
+        record.changed = true;
+        record.tally.settlement(method, what);
     }
 
     fn record(arrival: Arrival, method: &Arc<str>, ending: Ending, latency: Duration) {

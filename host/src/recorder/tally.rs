@@ -52,6 +52,9 @@ struct MethodTally {
     /// Scripts that outlived their call and were killed.
     #[serde(default)]
     scripts_killed: u64,
+    /// Requests kept to be settled later, and what they became.
+    #[serde(default)]
+    settlements: Settlements,
     /// name → value → requests, from the labels components report.
     labels: BTreeMap<String, BTreeMap<String, u64>>,
 }
@@ -70,6 +73,7 @@ impl MethodTally {
             retries: 0,
             compensations: 0,
             scripts_killed: 0,
+            settlements: Settlements::default(),
             labels: BTreeMap::new(),
         }
     }
@@ -82,6 +86,9 @@ impl MethodTally {
         self.retries += other.retries;
         self.compensations += other.compensations;
         self.scripts_killed += other.scripts_killed;
+        self.settlements.asked += other.settlements.asked;
+        self.settlements.issued += other.settlements.issued;
+        self.settlements.not_issued += other.settlements.not_issued;
         add_labels(&mut self.labels, &other.labels);
     }
 }
@@ -151,6 +158,20 @@ impl Tally {
         }
     }
 
+    /// Counts a settlement of `method`.
+    pub(super) fn settlement(&mut self, method: &Arc<str>, what: Settlement) {
+        let method = self
+            .methods
+            .entry(method.clone())
+            .or_insert_with(MethodTally::new);
+        let count = match what {
+            Settlement::Asked => &mut method.settlements.asked,
+            Settlement::Issued => &mut method.settlements.issued,
+            Settlement::NotIssued => &mut method.settlements.not_issued,
+        };
+        *count += 1;
+    }
+
     /// Adds another record of the same coupon (another host's).
     pub(super) fn add(&mut self, other: &Tally) {
         for (method, tally) in &other.methods {
@@ -195,6 +216,7 @@ impl Tally {
                     retries: stats.retries,
                     compensations: stats.compensations,
                     scripts_killed: stats.scripts_killed,
+                    settlements: stats.settlements.clone(),
                     latency_ms: LatencySummary::of(&stats.latency_us),
                     labels: stats.labels.clone(),
                 },
@@ -313,10 +335,34 @@ pub struct MethodSummary {
     /// Scripts its calls sent that outlived the call's deadline and were
     /// ended with SCRIPT KILL.
     pub scripts_killed: u64,
+    /// Requests whose outcome was not settled when they were answered (an
+    /// unknown outcome: a lost answer to a COMMIT or a script; an undo
+    /// that could not run), and what they became once settled.
+    pub settlements: Settlements,
     pub latency_ms: LatencySummary,
     /// name → value → requests (REDIS_PUBSUB: `receivers`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// Requests of a method kept to be settled later (`asked`), and what the
+/// settled ones became: `issued` (the member has its row) or `notIssued`
+/// (the strategy undid what the request had reserved). The rest are still
+/// being settled.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Settlements {
+    pub asked: u64,
+    pub issued: u64,
+    pub not_issued: u64,
+}
+
+/// A request kept to be settled, or what it became.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    Asked,
+    Issued,
+    NotIssued,
 }
 
 /// Request latency percentiles in milliseconds, measured in the server from

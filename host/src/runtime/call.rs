@@ -281,12 +281,7 @@ impl Runtime {
                 compensation: None,
             }));
         }
-        let compensation = self
-            .call_export(strategy, export, async |guest, store| {
-                guest.call_compensate(store, request).await
-            })
-            .await
-            .result;
+        let compensation = self.compensate(strategy, request).await;
         if let Err(failed) = &compensation {
             tracing::error!(method = %strategy.method, error = %failed, "compensation failed");
         }
@@ -294,6 +289,21 @@ impl Runtime {
             error,
             compensation: Some(compensation),
         }))
+    }
+
+    /// Asks `strategy` to undo what `request` may have done: after a call
+    /// that ended midway, and for a request to be settled later.
+    pub async fn compensate(
+        &self,
+        strategy: &Arc<Strategy>,
+        request: &IssueRequest,
+    ) -> Result<Compensation, CallError> {
+        let export = Some(&strategy.strategy_export);
+        self.call_export(strategy, export, async |guest, store| {
+            guest.call_compensate(store, request).await
+        })
+        .await
+        .result
     }
 
     /// Calls one export of `strategy` (`None`: its world has no such
@@ -361,6 +371,14 @@ impl Runtime {
             .is_err()
         {
             tracing::warn!(method = %strategy.method, "a failed call's clean-up did not finish in {CLEANUP_LIMIT:?}");
+        }
+        // A call ended midway may have left a session behind on a lost
+        // connection, a COMMIT maybe still in it: what comes next (its
+        // compensation) reads the database only once it is gone.
+        if matches!(&result, Err(error) if error.ended_midway())
+            && !self.caps.sql.orphans.until_none(CLEANUP_LIMIT).await
+        {
+            tracing::warn!(method = %strategy.method, "a lost session of a failed call was not ended in {CLEANUP_LIMIT:?}");
         }
         if let Err(error) = &result {
             self.metrics

@@ -125,6 +125,9 @@ impl Runtime {
             .component_changes
             .with_label_values(&[method, change])
             .inc();
+        if matches!(change, "loaded" | "replaced") {
+            self.metrics.show_method(method);
+        }
     }
 
     /// Compiles a component on a blocking thread (compilation is CPU-bound

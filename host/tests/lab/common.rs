@@ -383,6 +383,12 @@ impl TestLab {
         self.request(reqwest::Method::GET, path, None).await
     }
 
+    /// A route that answers plain text (`/metrics`).
+    pub async fn get_text(&self, path: &str) -> String {
+        let response = self.client.get(format!("{}{path}", self.base)).send();
+        response.await.expect("the server answers").text().await.unwrap()
+    }
+
     /// Creates `count` members; returns their ids.
     pub async fn members(&self, count: u64) -> Vec<u64> {
         let reply = self.post("/lab/members", json!({ "count": count })).await;

@@ -16,6 +16,7 @@ mod hot_reload;
 mod redis_faults;
 mod issue_concurrency;
 mod least_privilege;
+mod lost_answers;
 mod metrics;
 mod migrations;
 mod mysql_methods;

@@ -96,8 +96,7 @@ async fn an_endless_script_is_killed_at_its_calls_deadline_and_redis_serves_ever
     lab.issue(other, members[1], "REDIS_LUA").await.ok();
     let result = lab.result(looped).await;
     assert_eq!(method_figures(&result, HOSTILE)["scriptsKilled"], json!(1));
-    let metrics = lab.client.get(format!("{}/metrics", lab.base)).send().await.unwrap();
-    let metrics = metrics.text().await.unwrap();
+    let metrics = lab.get_text("/metrics").await;
     assert!(
         metrics.contains("couponlab_redis_scripts_killed_total{method=\"TEST_HOSTILE\"} 1"),
         "{metrics}"

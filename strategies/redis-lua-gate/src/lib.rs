@@ -56,12 +56,12 @@ fn undo_failed_call(request: &IssueRequest) -> Compensation {
                     "there was no reservation to give back"
                 },
             ),
-            Err(err) => Compensation::of(
+            Err(err) => Compensation::unfinished(
                 released,
                 format!("the reservation could not be given back: {err}"),
             ),
         },
-        Err(err) => Compensation::of(
+        Err(err) => Compensation::unfinished(
             released,
             format!(
                 "the issue rows could not be read ({}); the reservation stays",
@@ -146,6 +146,9 @@ fn issue(request: &IssueRequest) -> Step<IssueResult> {
             Some(Restock::CountOnly),
         ),
         Confirmed::UnknownMember => (IssueResult::of(Outcome::UnknownMember), Some(Restock::Unit)),
+        // The COMMIT's answer was lost: the reservation stays until the host
+        // settles the request (`compensate` reads the rows first).
+        Confirmed::Failed(err @ SqlError::Indeterminate(_)) => (IssueResult::from(err), None),
         Confirmed::Failed(err) => (IssueResult::from(err), Some(Restock::Unit)),
     };
     let result = match restock {
@@ -161,14 +164,11 @@ fn issue(request: &IssueRequest) -> Step<IssueResult> {
 /// The reserve script's verdict, seeding the drop from the coupon row first
 /// if it was never seeded (or its keys expired).
 fn reserve(coupon_id: u64, member_id: u64, key: &str, quantity: u32) -> Step<Verdict> {
-    if let Some(verdict) =
-        store::reserve(coupon_id, member_id, key, quantity).map_err(unavailable)?
-    {
+    if let Some(verdict) = store::reserve(coupon_id, member_id, key, quantity)? {
         return Ok(verdict);
     }
     seed_from_coupon(coupon_id)?;
-    store::reserve(coupon_id, member_id, key, quantity)
-        .map_err(unavailable)?
+    store::reserve(coupon_id, member_id, key, quantity)?
         .ok_or_else(|| unavailable(format!("the drop of coupon {coupon_id} is not seeded")))
 }
 
@@ -214,7 +214,7 @@ fn give_back(
                     .clone()
                     .unwrap_or_else(|| "confirm failed".into())
             );
-            result.detail(detail)
+            result.detail(detail).settle_later()
         }
     }
 }

@@ -3,7 +3,7 @@
 //! scripts of its contract — reserve, cancel, seed-if-absent.
 
 use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
-use couponlab_sdk::{args, keys, redis};
+use couponlab_sdk::{IssueResult, Outcome, Step, args, keys, redis, unanswered_write};
 
 const RESERVE: &str = include_str!("../../../lua/gate_reserve.lua");
 const CANCEL: &str = include_str!("../../../lua/gate_cancel.lua");
@@ -45,27 +45,30 @@ impl Verdict {
     }
 }
 
-/// Runs the reserve script; `None` when the drop is not seeded.
+/// Runs the reserve script; `None` when the drop is not seeded. A script
+/// whose answer was lost may have reserved: the request is settled later.
 pub fn reserve(
     coupon_id: u64,
     member_id: u64,
     key: &str,
     quantity: u32,
-) -> Result<Option<Verdict>, String> {
+) -> Step<Option<Verdict>> {
     let keys = args![
         keys::gate_remaining(coupon_id),
         limit(coupon_id),
         buyer(coupon_id, member_id),
         reserved(coupon_id, key)
     ];
-    let reply = redis::eval(RESERVE, &keys, &args![quantity, member_id]).map_err(redis_failed)?;
+    let reply =
+        redis::eval(RESERVE, &keys, &args![quantity, member_id]).map_err(unanswered_write)?;
     match reply.as_int() {
         Some(1) => Ok(Some(Verdict::Admitted)),
         Some(2) => Ok(Some(Verdict::AlreadyReserved)),
         Some(0) => Ok(Some(Verdict::SoldOut)),
         Some(3) => Ok(Some(Verdict::PerUserLimitExceeded)),
         Some(-1) => Ok(None),
-        _ => Err(format!("unexpected reserve reply {reply}")),
+        _ => Err(IssueResult::of(Outcome::Unavailable)
+            .detail(format!("unexpected reserve reply {reply}"))),
     }
 }
 

@@ -8,6 +8,7 @@
 use couponlab_sdk::redis::Connection;
 use couponlab_sdk::{
     IssueResult, Outcome, Reply, Step, args, compensate, confirm, coupon, keys, settle,
+    unanswered_write,
 };
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
@@ -21,7 +22,9 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
         ("SCARD", args![issued]),
         ("SADD", args![issued, member_id]),
         ("EXEC", args![]),
-    ])?;
+    ])
+    // A transaction whose answer was lost may have reserved: settled later.
+    .map_err(unanswered_write)?;
     let exec = replies.last().unwrap_or(&Reply::Nil);
     let (reserved_before, added) = match exec.as_array() {
         Some([scard, sadd]) => (scard.expect_int("SCARD")?, sadd.expect_int("SADD")?),

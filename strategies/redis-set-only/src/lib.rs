@@ -7,6 +7,7 @@
 
 use couponlab_sdk::{
     IssueResult, Outcome, Step, args, compensate, confirm, coupon, keys, redis, settle,
+    unanswered_write,
 };
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
@@ -22,7 +23,10 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     if reserved >= total as i64 {
         return Err(IssueResult::of(Outcome::SoldOut));
     }
-    let added = redis::execute("SADD", &args![issued, member_id])?.expect_int("SADD")?;
+    // An SADD whose answer was lost may have reserved: settled later.
+    let added = redis::execute("SADD", &args![issued, member_id])
+        .map_err(unanswered_write)?
+        .expect_int("SADD")?;
     if added == 0 {
         // The same member's other request reserved between our SISMEMBER and
         // SADD; the reservation is that request's, not ours to confirm or remove.

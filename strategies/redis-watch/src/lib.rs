@@ -6,7 +6,9 @@
 //! shared DB confirm step.
 
 use couponlab_sdk::redis::Connection;
-use couponlab_sdk::{IssueResult, Outcome, Step, args, compensate, confirm, coupon, keys, settle};
+use couponlab_sdk::{
+    IssueResult, Outcome, Step, args, compensate, confirm, coupon, keys, settle, unanswered_write,
+};
 
 /// Retries after a nil EXEC, as in the seed: 11 attempts in all.
 const MAX_RETRIES: u32 = 10;
@@ -47,7 +49,9 @@ fn reserve(coupon_id: u64, member_id: u64, total: u64, retries: &mut u32) -> Ste
             ("MULTI", args![]),
             ("SADD", args![issued, member_id]),
             ("EXEC", args![]),
-        ])?;
+        ])
+        // A transaction whose answer was lost may have reserved: settled later.
+        .map_err(unanswered_write)?;
         match written.last() {
             Some(exec) if exec.as_array().is_some() => return Ok(()),
             Some(exec) if exec.is_nil() => {}

@@ -14,6 +14,12 @@
 //! - [`carried_by_entry`]: methods whose reservation and stream entry are
 //!   written by one script — the entry carries the request to its consumer,
 //!   which finishes or compensates it, so nothing is undone here.
+//!
+//! The host also calls `compensate` for an answer that asked to be settled
+//! later (an outcome unknown, an undo that could not run), and calls it
+//! again while it answers [`Compensation::unfinished`]: each undo here
+//! happens once however often it runs (SREM of a member who is not there
+//! removes nothing).
 
 use crate::bindings::couponlab::strategy::types::Compensation;
 use crate::sql::{self, SqlError};
@@ -24,6 +30,16 @@ impl Compensation {
         Compensation {
             undone,
             detail: Some(detail.into()),
+            unfinished: false,
+        }
+    }
+
+    /// Not finished: a dependency did not answer, and the host calls
+    /// `compensate` again later.
+    pub fn unfinished(undone: u32, detail: impl Into<String>) -> Self {
+        Compensation {
+            unfinished: true,
+            ..Compensation::of(undone, detail)
         }
     }
 }
@@ -73,12 +89,12 @@ pub fn release_unless_issued_from(set: &str, coupon_id: u64, member_id: u64) -> 
                 Compensation::of(1, "the reservation was removed")
             }
             Ok(_) => Compensation::of(0, "there was no reservation to remove"),
-            Err(err) => Compensation::of(
+            Err(err) => Compensation::unfinished(
                 0,
                 format!("the reservation could not be removed: {}", err.message()),
             ),
         },
-        Err(err) => Compensation::of(
+        Err(err) => Compensation::unfinished(
             0,
             format!(
                 "the issue rows could not be read ({}); the reservation stays",

@@ -53,7 +53,9 @@ fn try_confirm(coupon_id: u64, member_id: u64) -> Result<Confirmed, SqlError> {
 
 /// Confirms a reservation; when the confirm fails, removes the reservation
 /// with SREM, except on a duplicate key (the member really has the coupon,
-/// so the reservation is right).
+/// so the reservation is right) and when the outcome is unknown (the COMMIT
+/// was sent and its answer lost): the reservation then stays until the
+/// host settles the request, which reads the database first.
 pub fn confirm_or_release(coupon_id: u64, member_id: u64) -> IssueResult {
     confirm_or_release_from(&keys::issued(coupon_id), coupon_id, member_id)
 }
@@ -71,14 +73,16 @@ pub fn confirm_or_release_from(set: &str, coupon_id: u64, member_id: u64) -> Iss
         Confirmed::Duplicate => return IssueResult::of(Outcome::Duplicate),
         Confirmed::SoldOutAtDb => IssueResult::of(Outcome::SoldOutAtDb),
         Confirmed::UnknownMember => IssueResult::of(Outcome::UnknownMember),
+        Confirmed::Failed(err @ SqlError::Indeterminate(_)) => return IssueResult::from(err),
         Confirmed::Failed(err) => IssueResult::from(err),
     };
     release_from(set, member_id, result)
 }
 
 /// Removes the member's reservation and counts the compensation. If Redis
-/// cannot be reached the reservation stays, and the result says so: the
-/// result endpoint will show the member as reserved in Redis only.
+/// cannot be reached the reservation stays, the result says so, and the
+/// host settles the request later (`compensate` removes it then, unless
+/// the member has a row).
 pub fn release(coupon_id: u64, member_id: u64, result: IssueResult) -> IssueResult {
     release_from(&keys::issued(coupon_id), member_id, result)
 }
@@ -95,7 +99,7 @@ fn release_from(set: &str, member_id: u64, result: IssueResult) -> IssueResult {
                     .unwrap_or_else(|| "confirm failed".into()),
                 err.message()
             );
-            result.detail(detail)
+            result.detail(detail).settle_later()
         }
     }
 }

@@ -69,7 +69,7 @@ pub use bindings::couponlab::strategy::types::{
 };
 pub use bindings::export_issuer;
 pub use bindings::exports::couponlab::strategy::strategy::Guest as Strategy;
-pub use outcome::{Step, settle};
+pub use outcome::{Step, settle, unanswered_write};
 pub use reply::Reply;
 
 /// Re-exported for [`world!`], so strategy crates need no dependency of their own.

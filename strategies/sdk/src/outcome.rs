@@ -23,6 +23,7 @@ impl IssueResult {
             retries: 0,
             compensations: 0,
             labels: Vec::new(),
+            settle_later: false,
         }
     }
 
@@ -46,6 +47,14 @@ impl IssueResult {
         self
     }
 
+    /// Asks the host to settle the request later: its outcome is unknown,
+    /// or an undo could not run now. The host calls the strategy's
+    /// `compensate` once the dependency answers.
+    pub fn settle_later(mut self) -> Self {
+        self.settle_later = true;
+        self
+    }
+
     /// A fact the host counts per method (`receivers = 1`).
     pub fn label(mut self, name: &str, value: impl ToString) -> Self {
         self.labels.push((name.to_string(), value.to_string()));
@@ -60,6 +69,7 @@ impl IssueResult {
             outcome: self.outcome,
             detail: self.detail,
             compensations: self.compensations,
+            settle_later: self.settle_later,
         }
     }
 }
@@ -72,16 +82,41 @@ impl From<SqlError> for IssueResult {
             SqlError::DuplicateKey(_) => Outcome::Duplicate,
             // coupon_issues has one foreign key: member_id.
             SqlError::ForeignKey(_) => Outcome::UnknownMember,
-            SqlError::Connection(_) | SqlError::Refused(_) | SqlError::Other(_) => {
-                Outcome::Unavailable
-            }
+            SqlError::Connection(_)
+            | SqlError::Indeterminate(_)
+            | SqlError::Refused(_)
+            | SqlError::Other(_) => Outcome::Unavailable,
         };
-        IssueResult::of(outcome).detail(err.message())
+        let result = IssueResult::of(outcome).detail(err.message());
+        match err {
+            // Only the database can say what became of it, once the
+            // session that sent the COMMIT is gone.
+            SqlError::Indeterminate(_) => result.settle_later(),
+            _ => result,
+        }
     }
 }
 
 impl From<RedisError> for IssueResult {
     fn from(err: RedisError) -> Self {
         IssueResult::of(Outcome::Unavailable).detail(format!("Redis: {}", err.message()))
+    }
+}
+
+/// A Redis command that writes failed: when its connection failed, the
+/// command may have run while its answer was lost (a reservation made that
+/// nobody knows of), so the request is settled later by `compensate`, which
+/// undoes it unless the member has a row.
+pub fn unanswered_write(err: RedisError) -> IssueResult {
+    let lost = matches!(err, RedisError::Connection(_));
+    let result = IssueResult::from(err);
+    if lost {
+        let detail = format!(
+            "outcome unknown: {}",
+            result.detail.as_deref().unwrap_or_default()
+        );
+        result.detail(detail).settle_later()
+    } else {
+        result
     }
 }

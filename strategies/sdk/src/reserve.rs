@@ -6,7 +6,7 @@
 
 use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome};
 use crate::keys::shards;
-use crate::outcome::Step;
+use crate::outcome::{Step, unanswered_write};
 use crate::{args, clock, coupon, keys, redis};
 
 const RESERVE: &str = include_str!("../../../lua/reserve.lua");
@@ -89,11 +89,12 @@ fn decide(
     argv: &[String],
     warm: impl FnOnce() -> Step<()>,
 ) -> Step<()> {
-    let mut verdict = redis::eval(script, keys, argv)?;
+    // A script whose answer was lost may have reserved: settled later.
+    let mut verdict = redis::eval(script, keys, argv).map_err(unanswered_write)?;
     if verdict.as_int() == Some(-1) {
         // The total is not in Redis: warm it once and decide again.
         warm()?;
-        verdict = redis::eval(script, keys, argv)?;
+        verdict = redis::eval(script, keys, argv).map_err(unanswered_write)?;
     }
     match verdict.as_int() {
         Some(1) => Ok(()),

@@ -84,6 +84,7 @@ impl SqlError {
             SqlError::DuplicateKey(m) => ("duplicate key", m),
             SqlError::ForeignKey(m) => ("foreign key", m),
             SqlError::Connection(m) => ("connection", m),
+            SqlError::Indeterminate(m) => ("outcome unknown", m),
             SqlError::Refused(m) => ("refused", m),
             SqlError::Other(m) => ("error", m),
         };

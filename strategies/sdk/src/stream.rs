@@ -11,6 +11,7 @@
 use crate::bindings::couponlab::strategy::types::{
     Confirmation, Disposition, Handled, IssueResult, Outcome, StreamEntry,
 };
+use crate::compensate;
 use crate::confirm::{self, Confirmed};
 use crate::keys::fields;
 
@@ -60,18 +61,31 @@ pub fn handle(entry: &StreamEntry) -> Handled {
     }
 }
 
-/// The entry was delivered too often: remove its reservation.
+/// The entry was delivered too often: remove its reservation, unless one
+/// of its deliveries committed (its answer lost) and the member has a row.
+/// When the rows cannot be read now, the host settles it later.
 pub fn dead_letter(entry: &StreamEntry) -> Confirmation {
     let detail = format!("dead-lettered after {} deliveries", entry.deliveries);
-    match ids(entry) {
-        Some((coupon_id, member_id)) => confirm::release(
+    let Some((coupon_id, member_id)) = ids(entry) else {
+        return unreadable(detail);
+    };
+    let result = match compensate::issued(coupon_id, member_id) {
+        Ok(true) => IssueResult::issued().detail(format!(
+            "{detail}; a delivery committed though its answer was lost"
+        )),
+        Ok(false) => confirm::release(
             coupon_id,
             member_id,
             IssueResult::of(Outcome::Unavailable).detail(detail),
-        )
-        .confirmation(coupon_id, member_id),
-        None => unreadable(detail),
-    }
+        ),
+        Err(err) => IssueResult::of(Outcome::Unavailable)
+            .detail(format!(
+                "{detail}; the issue rows could not be read ({}), the reservation stays",
+                err.message()
+            ))
+            .settle_later(),
+    };
+    result.confirmation(coupon_id, member_id)
 }
 
 /// The answer for an entry without its ids: there is no request to name.

@@ -33,7 +33,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use super::own_redis::OwnRedis;
-use super::proxy::{Link, Links};
+use couponlab_links::{Link, Links};
 use super::server::Server;
 
 /// The accepted forms, for error messages.
@@ -682,6 +682,8 @@ mod tests {
     use std::io::{ErrorKind, Read, Write};
     use std::net::TcpStream;
 
+    use couponlab_links::REDIS_UPSTREAM;
+
     use super::*;
 
     fn plan(specs: &[&str]) -> anyhow::Result<FaultPlan> {
@@ -849,7 +851,7 @@ mod tests {
 
     #[test]
     fn the_injector_cuts_and_slows_links_on_time_and_says_when() {
-        let links = Arc::new(Links::start().unwrap());
+        let links = Arc::new(Links::start_to(REDIS_UPSTREAM).unwrap());
         let faults = plan(&[
             "redis-cut@100ms+300ms",
             "db-latency=50@0.2s+0.2s",
@@ -884,7 +886,7 @@ mod tests {
 
     #[test]
     fn a_run_that_stops_early_ends_its_faults_at_once() {
-        let links = Arc::new(Links::start().unwrap());
+        let links = Arc::new(Links::start_to(REDIS_UPSTREAM).unwrap());
         let faults = plan(&["redis-cut@0ms+1m", "db-cut@1m+1s"]).unwrap();
         let injector = Injector::start(&faults, Some(links.clone()), None, None).unwrap();
         while !links.is_cut(Link::Redis) {

@@ -32,9 +32,10 @@ svg text { font: 11px system-ui, sans-serif; }
 
 /// The verification figures the runner records per method, in the order
 /// shown: (field of `verification`, column heading).
-const VERIFICATION: [(&str, &str); 7] = [
+const VERIFICATION: [(&str, &str); 8] = [
     ("ackedButLost", "acked but lost"),
     ("issuedButRefused", "issued but refused"),
+    ("outcomeUnknown", "outcome unknown"),
     ("strandedStock", "stranded stock"),
     ("overIssued", "over-issued"),
     ("duplicates", "duplicates"),
@@ -382,7 +383,7 @@ mod tests {
     fn the_page_is_self_contained_with_every_section() {
         let rows = [row("REDIS_STREAM"), row("REDIS_LUA <x>")];
         let verification = json!({
-            "ackedButLost": 0, "issuedButRefused": 0, "strandedStock": 0, "overIssued": 0,
+            "ackedButLost": 0, "issuedButRefused": 0, "outcomeUnknown": 0, "outcomeUnknownIssued": 0, "strandedStock": 0, "overIssued": 0,
             "duplicates": 0, "outOfTurn": 0, "verdict": "kept",
         });
         let raw = json!({

@@ -32,7 +32,6 @@ mod http;
 mod k6;
 mod own_redis;
 mod provenance;
-mod proxy;
 mod records;
 mod report;
 mod run;

@@ -135,16 +135,18 @@ fn verification_table(out: &mut String, rows: &[Row]) {
     out.push_str(
         "\n## Verification\n\nEach client's answer (k6's record of every request, `requests-<METHOD>.csv`) \
          joined with the issue rows and the Redis stock, read directly after the drain.\n\n\
-         | method | acked but lost | issued but refused | stranded stock | over-issued | duplicates | out of turn | verdict |\n\
-         |---|---:|---:|---:|---:|---:|---:|---|\n",
+         | method | acked but lost | issued but refused | outcome unknown (issued) | stranded stock | over-issued | duplicates | out of turn | verdict |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for (r, v) in verified {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} |",
             r.method,
             v.acked_but_lost,
             v.issued_but_refused,
+            v.outcome_unknown,
+            v.outcome_unknown_issued,
             v.stranded_stock,
             v.over_issued,
             v.duplicates,
@@ -154,7 +156,8 @@ fn verification_table(out: &mut String, rows: &[Row]) {
     }
     out.push_str(
         "\n*Acked but lost*: told 2xx, no issue row. *Issued but refused*: has a row, but was told \
-         a failure, timed out or got no answer. *Stranded stock*: the coupon answered SOLD_OUT while \
+         a failure, timed out or got no answer. *Outcome unknown*: told that the answer to its COMMIT \
+         or script was lost and the server settles it later (in brackets: those that hold a row). *Stranded stock*: the coupon answered SOLD_OUT while \
          once nothing moves Redis holds reservations no call will confirm (the total less the rows less what Redis would still sell).\n",
     );
 }

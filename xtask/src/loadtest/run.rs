@@ -12,7 +12,7 @@ use super::faults::{FaultPlan, Fired, Injector};
 use super::http::Api;
 use super::k6::{self, K6, Segment};
 use super::own_redis::OwnRedis;
-use super::proxy::{Links, REDIS_UPSTREAM};
+use couponlab_links::{Links, REDIS_UPSTREAM};
 use super::records;
 use super::report::Row;
 use super::server::{self, Serve, Server};

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::http::Api;
-use super::proxy::Links;
+use couponlab_links::Links;
 use crate::{release_binary, root, services, strategies, strategy_dir};
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";

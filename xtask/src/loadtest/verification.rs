@@ -8,6 +8,9 @@ use serde::Serialize;
 use super::records::Record;
 
 /// What the database and Redis hold for one coupon once nothing moves.
+/// What k6's script calls an answer that says the outcome is unknown.
+const OUTCOME_UNKNOWN: &str = "OUTCOME_UNKNOWN";
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Truth {
     pub total: u64,
@@ -63,6 +66,12 @@ pub struct Verification {
     pub acked_but_lost: u64,
     /// Has a row, but was told a failure, timed out or got no answer.
     pub issued_but_refused: u64,
+    /// Told the outcome is unknown (OUTCOME_UNKNOWN: the answer to its
+    /// COMMIT or its script was lost, the server settles it later) and
+    /// told nothing firmer since; not a refusal.
+    pub outcome_unknown: u64,
+    /// Of those, the members that hold a row after the drain.
+    pub outcome_unknown_issued: u64,
     /// Stock no one can buy any more: the coupon answered SOLD_OUT, and once
     /// nothing moves Redis holds reservations no call will confirm — the
     /// total less the rows less what Redis would still sell.
@@ -86,12 +95,19 @@ impl Verification {
             .map(|r| r.member)
             .collect();
         let acked_but_lost = told_success.iter().filter(|m| rows(m) == 0).count() as u64;
-        let refused: BTreeSet<u64> = records
+        let told_unknown: BTreeSet<u64> = records
             .iter()
+            .filter(|r| r.outcome == OUTCOME_UNKNOWN)
             .map(|r| r.member)
             .filter(|m| !told_success.contains(m))
             .collect();
+        let refused: BTreeSet<u64> = records
+            .iter()
+            .map(|r| r.member)
+            .filter(|m| !told_success.contains(m) && !told_unknown.contains(m))
+            .collect();
         let issued_but_refused = refused.iter().filter(|m| rows(m) > 0).count() as u64;
+        let outcome_unknown_issued = told_unknown.iter().filter(|m| rows(m) > 0).count() as u64;
         let row_count: u64 = truth.rows.values().sum();
         let sold_out = records.iter().any(|r| r.outcome.starts_with("SOLD_OUT"));
         let stranded_stock = match truth.sellable_in_redis {
@@ -103,6 +119,8 @@ impl Verification {
         let mut verification = Verification {
             acked_but_lost,
             issued_but_refused,
+            outcome_unknown: told_unknown.len() as u64,
+            outcome_unknown_issued,
             stranded_stock,
             over_issued,
             duplicates,
@@ -228,6 +246,22 @@ mod tests {
         // Nobody was told SOLD_OUT: what is left can still be sold.
         assert_eq!(v.stranded_stock, 0);
         assert!(v.broken_claims("PESSIMISTIC").is_empty());
+    }
+
+    #[test]
+    fn an_unknown_outcome_is_its_own_class_not_a_refusal() {
+        let records = [
+            told(1, 503, "OUTCOME_UNKNOWN"),
+            told(2, 503, "OUTCOME_UNKNOWN"),
+            // Asked again and told yes: a success, not an unknown.
+            told(3, 503, "OUTCOME_UNKNOWN"),
+            told(3, 200, "ISSUED"),
+        ];
+        let v = Verification::join(&records, &truth(10, &[(1, 1), (3, 1)], 8), 0);
+        assert_eq!(v.outcome_unknown, 2);
+        assert_eq!(v.outcome_unknown_issued, 1);
+        assert_eq!(v.issued_but_refused, 0);
+        assert_eq!(v.acked_but_lost, 0);
     }
 
     #[test]

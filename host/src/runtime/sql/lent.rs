@@ -7,13 +7,21 @@
 //! closed, and the server rolls back whatever it held. sqlx cannot tell on
 //! its own: a connection dropped while its `BEGIN` was in flight would
 //! otherwise be pinged and pooled inside the transaction.
+//!
+//! Closing is not enough when the connection was lost (a cut link, a lost
+//! answer): the server keeps the session, and its locks, until its own
+//! timeouts. A connection closed inside or at the end of a transaction
+//! hands the transaction's session to [`Orphans`], which ends it on the
+//! server.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::Executor;
 use sqlx::mysql::{MySql, MySqlPool};
 use sqlx::pool::PoolConnection;
+use sqlx::{Executor, Row};
 
+use super::orphans::Orphans;
 use super::statement::Residue;
 
 /// How long before the call's deadline the server ends a statement.
@@ -92,14 +100,19 @@ pub struct Lent {
     /// A statement left session state (a user variable, a named lock): the
     /// connection is closed when it comes back, whatever its state.
     tainted: bool,
+    /// The server's id of the session, read with the last BEGIN.
+    session: Option<u64>,
+    orphans: Arc<Orphans>,
 }
 
 impl Lent {
-    pub async fn borrow(pool: &MySqlPool) -> Result<Self, sqlx::Error> {
+    pub async fn borrow(pool: &MySqlPool, orphans: Arc<Orphans>) -> Result<Self, sqlx::Error> {
         Ok(Lent {
             conn: Some(pool.acquire().await?),
             state: State::Clean,
             tainted: false,
+            session: None,
+            orphans,
         })
     }
 
@@ -154,7 +167,8 @@ impl Lent {
     /// Opens a transaction whose statements the server cuts at `deadline`.
     /// `SET TRANSACTION` applies to the next transaction only, so the
     /// statement limit, the characteristics and BEGIN travel in one round
-    /// trip on the same connection.
+    /// trip on the same connection, with the session's id, which ends the
+    /// session on the server if the connection is lost.
     pub async fn begin(
         &mut self,
         limits: Limits,
@@ -167,14 +181,18 @@ impl Lent {
             .saturating_duration_since(Instant::now())
             .saturating_sub(STATEMENT_MARGIN);
         let begin = format!(
-            "{}; SET TRANSACTION {characteristics}; BEGIN",
+            "{}; SET TRANSACTION {characteristics}; BEGIN; SELECT CONNECTION_ID()",
             limits.statement.set(left)
         );
         // A refusal part way leaves the session's limit changed: unknown.
-        self.on(State::InTransaction, State::Unknown, async |conn| {
-            conn.execute(begin.as_str()).await.map(drop)
-        })
-        .await
+        let session = self
+            .on(State::InTransaction, State::Unknown, async |conn| {
+                let rows = conn.fetch_all(begin.as_str()).await?;
+                Ok(rows.first().and_then(|row| row.try_get::<u64, _>(0).ok()))
+            })
+            .await?;
+        self.session = session;
+        Ok(())
     }
 
     /// COMMIT or ROLLBACK, and the session's statement limit back to its
@@ -197,6 +215,13 @@ impl Drop for Lent {
         };
         if self.state != State::Clean || self.tainted {
             conn.close_on_drop();
+        }
+        // Closed inside a transaction, or with its end unknown: the session
+        // may outlive the connection on the server, locks and all.
+        if self.state != State::Clean
+            && let Some(session) = self.session
+        {
+            self.orphans.end(session);
         }
     }
 }

@@ -3,17 +3,20 @@
 //!
 //! - [`lent`]: every statement runs on a connection lent to the call, which
 //!   goes back to the pool only from a state the host knows is clean, and is
-//!   closed otherwise;
+//!   closed otherwise; [`orphans`]: the sessions of lost connections, ended
+//!   on the server;
 //! - [`statement`]: which statements a component may run at all;
 //! - [`value`]: parameters and rows between WIT and sqlx, and the typed
 //!   errors a strategy acts on;
 //! - [`user`]: the database user components run as, and their pool.
 
 pub mod lent;
+pub mod orphans;
 pub mod statement;
 pub mod user;
 mod value;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
@@ -22,6 +25,7 @@ use tokio_util::task::TaskTracker;
 use wasmtime::component::Resource;
 
 use self::lent::{Lent, Limits};
+use self::orphans::Orphans;
 use self::value::{ResultCaps, bind, fetch_capped, to_wit_error};
 use super::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
 use super::store::HostState;
@@ -70,16 +74,19 @@ pub struct GuestSql {
     /// How the server cuts the components' statements.
     pub limits: Limits,
     pub args: SqlArgs,
+    /// Sessions of lost connections, to be ended on the server.
+    pub orphans: Arc<Orphans>,
     /// Calls waiting for a connection now (sqlx does not count them).
     waiting: AtomicI64,
 }
 
 impl GuestSql {
-    pub fn new(pool: MySqlPool, limits: Limits, args: SqlArgs) -> Self {
+    pub fn new(pool: MySqlPool, limits: Limits, args: SqlArgs, orphans: Arc<Orphans>) -> Self {
         Self {
             pool,
             limits,
             args,
+            orphans,
             waiting: AtomicI64::new(0),
         }
     }
@@ -100,7 +107,7 @@ impl GuestSql {
         }
         self.waiting.fetch_add(1, Ordering::Relaxed);
         let _waiting = Waiting(&self.waiting);
-        Lent::borrow(&self.pool).await
+        Lent::borrow(&self.pool, self.orphans.clone()).await
     }
 }
 
@@ -194,7 +201,8 @@ impl SqlTransaction {
     }
 
     /// Ends the transaction with COMMIT or ROLLBACK; the connection goes
-    /// back to the pool only if that succeeded.
+    /// back to the pool only if that succeeded. A COMMIT whose connection
+    /// failed may have committed: its outcome is unknown.
     async fn finish(&mut self, end: &'static str) -> Result<(), SqlError> {
         let mut lent = self.lent.take().ok_or_else(|| {
             SqlError::Other("the transaction is already committed or rolled back".into())
@@ -205,7 +213,14 @@ impl SqlTransaction {
                 "the transaction ended: a refused result left its connection to be closed".into(),
             ));
         }
-        lent.finish(self.limits, end).await.map_err(to_wit_error)
+        lent.finish(self.limits, end)
+            .await
+            .map_err(|err| match (end, to_wit_error(err)) {
+                ("COMMIT", SqlError::Connection(message)) => SqlError::Indeterminate(format!(
+                    "the COMMIT was sent and its answer lost ({message}); whether it committed is known once the database answers"
+                )),
+                (_, err) => err,
+            })
     }
 }
 

@@ -21,7 +21,10 @@ use anyhow::Context;
 use sqlx::Executor;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
+use prometheus::IntCounter;
+
 use super::lent::{Limits, StatementLimit};
+use super::orphans::Orphans;
 use super::{GuestSql, SqlArgs};
 use crate::runtime::capabilities::derived_password;
 
@@ -49,7 +52,12 @@ pub struct Admin<'a> {
 /// bringing it up to date) unless the operator named one. Every session
 /// starts with its statements cut by the server within the call budget
 /// `call`.
-pub async fn connect(args: &SqlArgs, admin: Admin<'_>, call: Duration) -> anyhow::Result<GuestSql> {
+pub async fn connect(
+    args: &SqlArgs,
+    admin: Admin<'_>,
+    call: Duration,
+    sessions_ended: IntCounter,
+) -> anyhow::Result<GuestSql> {
     let options = match &args.strategy_database_url {
         Some(url) => MySqlConnectOptions::from_str(url).with_context(|| {
             format!(
@@ -79,7 +87,8 @@ pub async fn connect(args: &SqlArgs, admin: Admin<'_>, call: Duration) -> anyhow
     .connect_with(options)
     .await
     .context("cannot connect to MySQL as the components' user")?;
-    Ok(GuestSql::new(pool, limits, args.clone()))
+    let orphans = Orphans::start(admin.pool.clone(), sessions_ended);
+    Ok(GuestSql::new(pool, limits, args.clone(), orphans))
 }
 
 /// A pool whose sessions wait for row locks `lock_wait_timeout_s` at most

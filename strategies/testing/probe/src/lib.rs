@@ -143,6 +143,7 @@ fn kind(err: Option<SqlError>) -> String {
         Some(SqlError::DuplicateKey(_)) => "duplicate-key",
         Some(SqlError::ForeignKey(_)) => "foreign-key",
         Some(SqlError::Connection(_)) => "connection",
+        Some(SqlError::Indeterminate(_)) => "indeterminate",
         Some(SqlError::Refused(_)) => "refused",
         Some(SqlError::Other(_)) => "other",
     }

@@ -1,6 +1,7 @@
-//! The links between a served lab and its Redis and MySQL, each through a
+//! The links between a lab and its Redis and MySQL, each through a
 //! fault-injection proxy of noxious (the core of noxious, a Rust port of
-//! Toxiproxy) on a free local port, so a run can cut a link or slow it.
+//! Toxiproxy) on a free local port, so a load run (`cargo xtask loadtest
+//! --fault`) or a test can cut a link or slow it.
 //!
 //! - A cut stops the proxy: its listener goes (a new connection is refused,
 //!   nothing listens on the port) and every connection through it is
@@ -20,6 +21,14 @@
 //! can end after the new links were recorded and forget those, so the next
 //! toxic change would miss that connection. On one thread the old task
 //! ends first (tasks run in the order they were woken).
+//!
+//! noxious 1.0.4 also swaps the two directions of every open connection
+//! each time it relinks them (`recreate_links` takes the answers' ends for
+//! the requests' and the other way round), so a toxic added while a
+//! connection is open would act on the wrong direction of it: latency meant
+//! for the answers would delay the requests, and an answer held back would
+//! be a request that never reached the server. Every toxic change here is
+//! followed by one more relink, which swaps them back.
 
 use std::net::TcpListener;
 use std::sync::Mutex;
@@ -105,12 +114,9 @@ struct Running {
 
 impl Links {
     /// Starts both proxies, Redis's and MySQL's, each on a free port of
-    /// 127.0.0.1, forwarding to [`REDIS_UPSTREAM`] and [`DATABASE_UPSTREAM`].
-    pub fn start() -> anyhow::Result<Links> {
-        Self::start_to(REDIS_UPSTREAM)
-    }
-
-    /// The same, with Redis at `redis_upstream` (`host:port`).
+    /// 127.0.0.1, forwarding to Redis at `redis_upstream` (`host:port`:
+    /// [`REDIS_UPSTREAM`], or a Redis of the run's own) and to
+    /// [`DATABASE_UPSTREAM`].
     pub fn start_to(redis_upstream: &str) -> anyhow::Result<Links> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -167,7 +173,6 @@ impl Links {
     }
 
     /// Connections open through the link now.
-    #[cfg(test)]
     pub fn connections(&self, link: Link) -> usize {
         self.proxy(link)
             .running
@@ -246,13 +251,17 @@ impl Links {
             toxicity: 1.0,
             direction: StreamDirection::Downstream,
         };
-        self.toxic_event(link, ToxicEventKind::AddToxic(toxic))
+        self.toxic_event(link, ToxicEventKind::AddToxic(toxic.clone()))
+            .and_then(|()| self.toxic_event(link, ToxicEventKind::UpdateToxic(toxic)))
             .with_context(|| format!("cannot add {ms} ms of latency to the {} link", link.name()))
     }
 
     /// Takes the link's latency away.
     pub fn remove_latency(&self, link: Link) -> anyhow::Result<()> {
+        // Removing every toxic of a link that has none left relinks once
+        // more (see the module's documentation).
         self.toxic_event(link, ToxicEventKind::RemoveToxic(LATENCY_TOXIC.into()))
+            .and_then(|()| self.toxic_event(link, ToxicEventKind::RemoveAllToxics))
             .with_context(|| format!("cannot remove the {} link's latency", link.name()))
     }
 
@@ -460,7 +469,7 @@ mod tests {
 
     #[test]
     fn redis_answers_through_the_link_and_not_while_it_is_cut() {
-        let links = Links::start().unwrap();
+        let links = Links::start_to(REDIS_UPSTREAM).unwrap();
         let mut before = connect(&links, Link::Redis).unwrap();
         ping(&mut before);
         assert_eq!(links.connections(Link::Redis), 1);
@@ -478,9 +487,53 @@ mod tests {
         assert!(links.restore(Link::Redis).is_err(), "restored twice");
     }
 
+    /// When a SET sent through `stream` lands in Redis (seen on a direct
+    /// connection), and when its answer arrives, from the send.
+    fn landing_and_answer(stream: &mut TcpStream, key: &str) -> (Duration, Duration) {
+        let mut direct = TcpStream::connect(REDIS_UPSTREAM).unwrap();
+        let command = |args: &[&str]| {
+            let mut out = format!("*{}\r\n", args.len());
+            for arg in args {
+                out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+            }
+            out.into_bytes()
+        };
+        let sent = Instant::now();
+        stream.write_all(&command(&["SET", key, "1"])).unwrap();
+        let landed = loop {
+            direct.write_all(&command(&["EXISTS", key])).unwrap();
+            let mut answer = [0u8; 4];
+            direct.read_exact(&mut answer).unwrap();
+            if &answer == b":1\r\n" {
+                break sent.elapsed();
+            }
+        };
+        let mut ok = [0u8; 5];
+        stream.read_exact(&mut ok).unwrap();
+        let answered = sent.elapsed();
+        direct.write_all(&command(&["DEL", key])).unwrap();
+        (landed, answered)
+    }
+
+    #[test]
+    fn latency_holds_the_answers_not_the_requests_of_open_and_new_connections() {
+        let links = Links::start_to(REDIS_UPSTREAM).unwrap();
+        let mut open = connect(&links, Link::Redis).unwrap();
+        ping(&mut open);
+        let latency = Duration::from_millis(LATENCY_MS);
+        links.add_latency(Link::Redis, LATENCY_MS).unwrap();
+        let mut fresh = connect(&links, Link::Redis).unwrap();
+        for (stream, which) in [(&mut open, "open"), (&mut fresh, "new")] {
+            let key = format!("couponlab-links-test:{which}:{}", std::process::id());
+            let (landed, answered) = landing_and_answer(stream, &key);
+            assert!(landed < latency / 2, "{which}: the request was held {landed:?}");
+            assert!(answered >= latency, "{which}: answered after {answered:?}");
+        }
+    }
+
     #[test]
     fn redis_latency_slows_each_round_trip_while_it_lasts() {
-        let links = Links::start().unwrap();
+        let links = Links::start_to(REDIS_UPSTREAM).unwrap();
         let mut stream = connect(&links, Link::Redis).unwrap();
         let latency = Duration::from_millis(LATENCY_MS);
         assert!(ping(&mut stream) < latency);
@@ -505,7 +558,7 @@ mod tests {
 
     #[test]
     fn mysql_greets_through_the_link_slowed_and_not_while_it_is_cut() {
-        let links = Links::start().unwrap();
+        let links = Links::start_to(REDIS_UPSTREAM).unwrap();
         let latency = Duration::from_millis(LATENCY_MS);
         assert!(greeting(&links) < latency);
 
@@ -531,7 +584,7 @@ mod tests {
 
     #[test]
     fn urls_are_rewritten_to_go_through_the_links() {
-        let links = Links::start().unwrap();
+        let links = Links::start_to(REDIS_UPSTREAM).unwrap();
         let redis = links.address(Link::Redis).to_string();
         let db = links.address(Link::Database).to_string();
         assert_eq!(

@@ -1,0 +1,128 @@
+//! Sessions whose connection the host lost while they may still hold
+//! something on the server: a transaction's row locks, or a COMMIT in
+//! flight. Across a cut link or a lost answer the server keeps the session
+//! until its own timeouts (hours by default), and with it every lock the
+//! transaction took, so the next request on the coupon waits for a lock
+//! nobody will release. The host knows each transaction's session (its
+//! `CONNECTION_ID()`, read with BEGIN) and ends it with `KILL CONNECTION`
+//! through the server's own pool, again every quarter second until the
+//! database answers. Once it is gone, nothing that session sent can still
+//! commit: only then does the host read what a lost COMMIT did.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use prometheus::IntCounter;
+use sqlx::mysql::{MySqlDatabaseError, MySqlPool};
+use tokio::sync::Notify;
+
+/// How often sessions not ended yet are tried again.
+const RETRY_EVERY: Duration = Duration::from_millis(250);
+
+/// How long one KILL may take before it is tried again.
+const KILL_LIMIT: Duration = Duration::from_secs(2);
+
+/// ER_NO_SUCH_THREAD: the session is gone already.
+const ER_NO_SUCH_THREAD: u16 = 1094;
+
+pub struct Orphans {
+    /// The server's own pool: its user may end any session.
+    admin: MySqlPool,
+    sessions: Mutex<BTreeSet<u64>>,
+    /// Wakes the reaper for a new session, and the callers waiting for
+    /// none to be left.
+    changed: Notify,
+    /// Sessions ended with KILL (not those found gone already).
+    ended: IntCounter,
+}
+
+impl Orphans {
+    /// The set of orphans and the task that ends them, for as long as the
+    /// set lives.
+    pub fn start(admin: MySqlPool, ended: IntCounter) -> Arc<Orphans> {
+        let orphans = Arc::new(Orphans {
+            admin,
+            sessions: Mutex::new(BTreeSet::new()),
+            changed: Notify::new(),
+            ended,
+        });
+        tokio::spawn(reap(Arc::downgrade(&orphans)));
+        orphans
+    }
+
+    /// Ends `session` on the server as soon as it answers.
+    pub fn end(&self, session: u64) {
+        self.sessions.lock().insert(session);
+        self.changed.notify_waiters();
+    }
+
+    /// Sessions not ended yet.
+    pub fn left(&self) -> usize {
+        self.sessions.lock().len()
+    }
+
+    /// Waits until every session handed over so far is ended, `limit` at
+    /// most; whether none is left.
+    pub async fn until_none(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let changed = self.changed.notified();
+            if self.left() == 0 {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let _ = tokio::time::timeout(deadline - now, changed).await;
+        }
+    }
+
+    /// One round: KILL each session; those gone leave the set.
+    async fn round(&self) {
+        let sessions: Vec<u64> = self.sessions.lock().iter().copied().collect();
+        for session in sessions {
+            let statement = format!("KILL CONNECTION {session}");
+            let kill = sqlx::query(&statement).execute(&self.admin);
+            let gone = match tokio::time::timeout(KILL_LIMIT, kill).await {
+                Ok(Ok(_)) => {
+                    self.ended.inc();
+                    tracing::warn!(session, "ended a database session whose connection was lost");
+                    true
+                }
+                Ok(Err(sqlx::Error::Database(err))) => err
+                    .try_downcast_ref::<MySqlDatabaseError>()
+                    .is_some_and(|err| err.number() == ER_NO_SUCH_THREAD),
+                // The database does not answer yet: next round.
+                Ok(Err(_)) | Err(_) => false,
+            };
+            if gone {
+                self.sessions.lock().remove(&session);
+                self.changed.notify_waiters();
+            }
+        }
+    }
+}
+
+/// Ends the orphans as they come, until the set is dropped (the task holds
+/// it only for a round or a wait of at most a second).
+async fn reap(orphans: Weak<Orphans>) {
+    loop {
+        let Some(orphans) = orphans.upgrade() else {
+            return;
+        };
+        if orphans.left() > 0 {
+            orphans.round().await;
+        }
+        // Made before the check: a session handed over after it still wakes
+        // this wait.
+        let changed = orphans.changed.notified();
+        if orphans.left() == 0 {
+            let _ = tokio::time::timeout(Duration::from_secs(1), changed).await;
+        } else {
+            tokio::time::sleep(RETRY_EVERY).await;
+        }
+    }
+}

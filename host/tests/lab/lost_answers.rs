@@ -1,0 +1,275 @@
+//! When an answer is lost: a server between the lab and MariaDB or Redis
+//! (a noxious proxy) cuts the link mid-burst, or between a COMMIT and its
+//! answer. A commit that happened is never undone, a reservation nobody can
+//! confirm is given back once the database answers, and no session of a
+//! lost connection keeps its row locks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use couponlab_contract::keys;
+use couponlab_links::{Link, Links, REDIS_UPSTREAM};
+use futures::future::join_all;
+use serde_json::{Value, json};
+
+use crate::common::{Reply, Setup, TestLab, outcome, until};
+
+/// A lab whose MariaDB (`db`) or Redis link runs through `links`.
+async fn linked_lab(links: &Arc<Links>, link: Link, components: &[&'static str]) -> TestLab {
+    let links = links.clone();
+    Setup::with(components)
+        .tune(move |c| match link {
+            Link::Database => c.database_url = links.through(&c.database_url).unwrap(),
+            Link::Redis => c.redis_url = links.through(&c.redis_url).unwrap(),
+        })
+        .start()
+        .await
+}
+
+async fn start_links() -> Arc<Links> {
+    let links = tokio::task::spawn_blocking(|| Links::start_to(REDIS_UPSTREAM));
+    Arc::new(links.await.unwrap().expect("the links start"))
+}
+
+/// Runs a call of the links, which block on a runtime of their own, off
+/// the test's runtime.
+async fn on_links<T: Send + 'static>(
+    links: &Arc<Links>,
+    work: impl FnOnce(&Links) -> anyhow::Result<T> + Send + 'static,
+) -> T {
+    let links = links.clone();
+    tokio::task::spawn_blocking(move || work(&links))
+        .await
+        .unwrap()
+        .expect("the link does as asked")
+}
+
+/// Members ask for `coupon` `at_once` at a time until all have an answer.
+async fn burst(lab: &TestLab, coupon: u64, members: &[u64], method: &str, at_once: usize) -> Vec<Reply> {
+    let mut replies = Vec::new();
+    for wave in members.chunks(at_once) {
+        replies.extend(lab.issue_all(coupon, wave, method).await);
+    }
+    replies
+}
+
+/// Until the server holds nothing left to settle (its settlements and the
+/// sessions it must end), 15 s at most.
+async fn settled(lab: &TestLab) {
+    until("every request is settled", Duration::from_secs(15), || async {
+        let metrics = lab.get_text("/metrics").await;
+        ["couponlab_settlements_pending 0", "couponlab_sql_sessions_to_end 0"]
+            .iter()
+            .all(|line| metrics.lines().any(|l| l == *line))
+    })
+    .await;
+}
+
+/// Sessions of the components' database user inside a transaction that
+/// began over a second ago: a confirm takes milliseconds, so these hold
+/// their locks for a connection nobody has any more.
+async fn stale_transactions(lab: &TestLab) -> i64 {
+    lab.number(
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
+         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+         WHERE p.USER = 'couponlab_strategy' AND t.trx_started < NOW() - INTERVAL 1 SECOND",
+    )
+    .await
+}
+
+/// The gate's stock left, or the reservation set, as members.
+async fn redis_figure(lab: &TestLab, coupon: u64, method: &str) -> Value {
+    if method == "REDIS_LUA_GATE" {
+        let left: Option<i64> = lab
+            .redis_query(redis::cmd("GET").arg(keys::gate_remaining(coupon)))
+            .await;
+        json!(left.unwrap_or_default())
+    } else {
+        json!(lab.reserved_members(coupon).await)
+    }
+}
+
+/// What Redis must hold once everything settled: the members with a row,
+/// or for the gate the total less the rows.
+async fn expected_figure(lab: &TestLab, coupon: u64, method: &str, total: u64) -> Value {
+    let rows = lab.issued_members(coupon).await;
+    if method == "REDIS_LUA_GATE" {
+        json!(total as i64 - rows.len() as i64)
+    } else {
+        json!(rows)
+    }
+}
+
+async fn seeded(lab: &TestLab, method: &str, total: u64) -> u64 {
+    let coupon = lab.coupon(total).await;
+    if method == "REDIS_LUA_GATE" {
+        lab.post(
+            &format!("/lab/drop/coupons/{coupon}/seed"),
+            json!({"quantity": total}),
+        )
+        .await
+        .ok();
+    }
+    coupon
+}
+
+const METHODS: [&str; 3] = ["REDIS_LUA", "REDIS_LUA_GATE", "REDIS_STREAM_ATOMIC"];
+const COMPONENTS: [&str; 4] = ["redis_lua", "redis_lua_gate", "redis_stream_atomic", "redis_set_only"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_cut_mid_burst_leaves_redis_equal_to_the_rows_and_no_lock_behind() {
+    let links = start_links().await;
+    let lab = linked_lab(&links, Link::Database, &COMPONENTS).await;
+    const TOTAL: u64 = 60;
+    for round in 1..=5 {
+        let mut coupons = Vec::new();
+        for method in METHODS {
+            // The burst's coupon, and another one asked at the same time.
+            coupons.push((method, seeded(&lab, method, TOTAL).await, seeded(&lab, method, TOTAL).await));
+        }
+        let members = lab.members(150).await;
+        let bursts = join_all(coupons.iter().flat_map(|&(method, first, second)| {
+            [first, second].map(|coupon| burst(&lab, coupon, &members, method, 20))
+        }));
+        let cut = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            on_links(&links, |links| links.cut(Link::Database)).await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            on_links(&links, |links| links.restore(Link::Database)).await;
+            Instant::now()
+        };
+        let (replies, restored) = tokio::join!(bursts, cut);
+        let refused_by_the_cut = replies
+            .iter()
+            .flatten()
+            .filter(|reply| reply.status == 503)
+            .count();
+        assert!(refused_by_the_cut > 0, "round {round}: the cut fell outside the burst");
+
+        // Serving again: a new member of a new coupon, within 2 s.
+        let fresh = seeded(&lab, "REDIS_LUA", TOTAL).await;
+        let member = lab.members(1).await[0];
+        until("REDIS_LUA serves again after the link came back", Duration::from_secs(2), || async {
+            lab.issue(fresh, member, "REDIS_LUA").await.status.is_success()
+        })
+        .await;
+        let serving_again = restored.elapsed();
+        until("no stale transaction of the components holds its locks", Duration::from_secs(2), || async {
+            stale_transactions(&lab).await == 0
+        })
+        .await;
+
+        for &(method, first, second) in &coupons {
+            for coupon in [first, second] {
+                if method == "REDIS_STREAM_ATOMIC" {
+                    until("the stream drained", Duration::from_secs(60), || async {
+                        lab.result(coupon).await["stream"]["pending"] == json!(0)
+                            && lab.result(coupon).await["stream"]["undelivered"] == json!(0)
+                    })
+                    .await;
+                }
+            }
+        }
+        settled(&lab).await;
+        let mut figures = Vec::new();
+        for &(method, first, second) in &coupons {
+            for coupon in [first, second] {
+                let held = redis_figure(&lab, coupon, method).await;
+                let rows = expected_figure(&lab, coupon, method, TOTAL).await;
+                assert_eq!(held, rows, "round {round}, {method}: Redis against the rows");
+                figures.push(format!("{method} rows {}", lab.issue_rows(coupon).await));
+            }
+        }
+        println!(
+            "database cut, round {round}: {refused_by_the_cut} answers 503; served again {serving_again:?} after the link came back; {}",
+            figures.join(", ")
+        );
+    }
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cut_mid_burst_strands_no_stock_and_every_coupon_sells_out_exactly() {
+    let links = start_links().await;
+    let lab = linked_lab(&links, Link::Redis, &COMPONENTS).await;
+    const TOTAL: u64 = 40;
+    let methods = ["REDIS_LUA", "REDIS_SET_ONLY", "REDIS_LUA_GATE"];
+    for round in 1..=5 {
+        let mut coupons = Vec::new();
+        for method in methods {
+            coupons.push((method, seeded(&lab, method, TOTAL).await));
+        }
+        let members = lab.members(120).await;
+        let bursts = join_all(
+            coupons
+                .iter()
+                .map(|&(method, coupon)| burst(&lab, coupon, &members, method, 30)),
+        );
+        let cut = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            on_links(&links, |links| links.cut(Link::Redis)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            on_links(&links, |links| links.restore(Link::Redis)).await;
+        };
+        tokio::join!(bursts, cut);
+        settled(&lab).await;
+        for &(method, coupon) in &coupons {
+            // Sold out exactly: new members until the coupon refuses one.
+            until(&format!("{method} sells out"), Duration::from_secs(30), || async {
+                let member = lab.members(1).await[0];
+                let reply = lab.issue(coupon, member, method).await;
+                outcome(&reply) == "SOLD_OUT"
+            })
+            .await;
+            settled(&lab).await;
+            assert_eq!(
+                lab.issue_rows(coupon).await as u64,
+                TOTAL,
+                "round {round}, {method}: the coupon sold out short: stock stranded"
+            );
+            let held = redis_figure(&lab, coupon, method).await;
+            assert_eq!(held, expected_figure(&lab, coupon, method, TOTAL).await, "round {round}, {method}");
+        }
+        println!("redis cut, round {round}: every coupon sold out exactly");
+    }
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost_is_settled_from_the_database_as_issued() {
+    let links = start_links().await;
+    let lab = linked_lab(&links, Link::Database, &["redis_lua"]).await;
+    let members = lab.members(2).await;
+    let coupon = lab.coupon(10).await;
+    // A connection in the pool before the answers slow down.
+    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+
+    on_links(&links, |links| links.add_latency(Link::Database, 400)).await;
+    let asking = lab.issue(coupon, members[1], "REDIS_LUA");
+    let cutting = async {
+        // The row is committed on the server; its answer is on its way.
+        until("the COMMIT reached the server", Duration::from_secs(10), || async {
+            lab.issued_members(coupon).await.contains(&members[1])
+        })
+        .await;
+        on_links(&links, |links| links.cut(Link::Database)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        on_links(&links, |links| links.restore(Link::Database)).await;
+        on_links(&links, |links| links.remove_latency(Link::Database)).await;
+    };
+    let (reply, ()) = tokio::join!(asking, cutting);
+
+    let message = reply.fails_as(503, "UNAVAILABLE");
+    assert!(message.contains("outcome unknown"), "{message}");
+    assert!(message.contains("the result shows what it became"), "{message}");
+    assert_eq!(lab.reserved_members(coupon).await, members, "the reservation stays");
+    settled(&lab).await;
+    let result = lab.result(coupon).await;
+    assert_eq!(
+        result["requests"]["byMethod"]["REDIS_LUA"]["settlements"],
+        json!({"asked": 1, "issued": 1, "notIssued": 0}),
+        "{result}"
+    );
+    assert_eq!(lab.reserved_members(coupon).await, members, "settled as issued, it stays");
+    lab.finish().await;
+}
