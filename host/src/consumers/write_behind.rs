@@ -198,7 +198,7 @@ async fn load_batch(
                 tracing::error!(method = %strategy.method, entries = entries.len(), confirmations = confirmations.len(), "a loaded batch's confirmations do not match its entries");
             }
             for confirmation in &confirmations {
-                record(lab, &strategy, confirmation).await;
+                record(lab, strategy, confirmation).await;
             }
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
             ack(conn, stream, &ids).await?;
@@ -215,7 +215,7 @@ async fn load_batch(
     for entry in entries {
         match until_answered(1, || lab.runtime.load_entry(strategy, entry)).await {
             Ok(Ok(confirmation)) => {
-                record(lab, &strategy, &confirmation).await;
+                record(lab, strategy, &confirmation).await;
                 ack(conn, stream, &[&entry.id]).await?;
             }
             Ok(Err(err)) => {
@@ -248,7 +248,7 @@ async fn dead_letter(
     copy_to_dead_letters(conn, stream, &entry, entry.deliveries).await?;
     match until_answered(1, || lab.runtime.write_behind_dead_letter(strategy, &entry)).await {
         Ok(confirmation) => {
-            record(lab, &strategy, &confirmation).await;
+            record(lab, strategy, &confirmation).await;
             ack(conn, stream, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
             Ok(true)

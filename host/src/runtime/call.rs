@@ -1,6 +1,7 @@
 //! One call into a component: a fresh store and instance, the deadline, the
 //! clean-up of what the call left open, and the typed calls of each world's
-//! exports. Loading a component is a call too (`describe`).
+//! exports. Loading a component is a call too (`describe`). How a call that
+//! produced no answer ended is [`super::ended`]'s.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,12 +13,12 @@ use wasmtime::component::{Component, Instance, InstancePre};
 use wasmtime::{PoolConcurrencyLimitError, Store, UpdateDeadline};
 
 use super::bindings::types::{
-    Compensation, Confirmation, Handled, IssueRequest, IssueResult, ReconcileReport, SeedAnswer,
-    StreamEntry,
+    Compensation, Confirmation, Handled, IssueRequest, ReconcileReport, SeedAnswer, StreamEntry,
 };
 use super::bindings::{
     drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
 };
+use super::ended::{CallError, Ended, IssueCall, Unanswered};
 use super::engine::Runtime;
 use super::registry::{Prepared, Strategy};
 use super::store::HostState;
@@ -32,44 +33,6 @@ const TIMEOUT_GRACE: Duration = Duration::from_millis(500);
 /// may take before its strategy is asked to compensate anyway.
 const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 
-/// Why a call produced no answer.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    #[error("the strategy trapped: {0}")]
-    Trapped(String),
-    #[error("the strategy ran past its {0:?} deadline")]
-    DeadlineExceeded(Duration),
-    #[error("all {0} strategy instances are busy")]
-    Busy(u32),
-    #[error("{0}")]
-    Quarantined(String),
-    #[error("{method} is a {world} and exports no {export}")]
-    Unsupported {
-        method: String,
-        world: &'static str,
-        export: &'static str,
-    },
-}
-
-impl CallError {
-    /// Whether the guest ran and stopped somewhere in the middle: what it
-    /// did so far may need undoing.
-    pub fn ended_midway(&self) -> bool {
-        matches!(self, CallError::Trapped(_) | CallError::DeadlineExceeded(_))
-    }
-
-    /// The `reason` label of the failure metric.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            CallError::Trapped(_) => "trapped",
-            CallError::DeadlineExceeded(_) => "deadline",
-            CallError::Busy(_) => "busy",
-            CallError::Quarantined(_) => "quarantined",
-            CallError::Unsupported { .. } => "unsupported",
-        }
-    }
-}
-
 /// An instance counted as in use for as long as this lives.
 struct InUse<'a>(&'a prometheus::IntGauge);
 
@@ -83,38 +46,6 @@ impl<'a> InUse<'a> {
 impl Drop for InUse<'_> {
     fn drop(&mut self) {
         self.0.dec();
-    }
-}
-
-/// An issue call that produced no answer, and what its strategy undid.
-#[derive(Debug)]
-pub struct Unanswered {
-    pub error: CallError,
-    /// For a call that ended midway: the strategy's `compensate`, or why
-    /// that failed too. `None` when the call never ran.
-    pub compensation: Option<Result<Compensation, CallError>>,
-}
-
-/// How a call ended: its result, and what the host did about it.
-struct Ended<R> {
-    result: Result<R, CallError>,
-    /// Scripts it sent that outlived its deadline and were killed.
-    scripts_killed: u32,
-}
-
-/// How an issue request's call ended.
-pub struct IssueCall {
-    pub answer: Result<IssueResult, Unanswered>,
-    /// Scripts it sent that outlived the call's deadline and were killed.
-    pub scripts_killed: u32,
-}
-
-impl<R> Ended<R> {
-    fn without_running(error: CallError) -> Self {
-        Ended {
-            result: Err(error),
-            scripts_killed: 0,
-        }
     }
 }
 

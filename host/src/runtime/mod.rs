@@ -16,6 +16,7 @@ pub mod bindings;
 mod call;
 pub mod capabilities;
 mod clock;
+mod ended;
 mod engine;
 pub mod jobs;
 mod log;
@@ -27,7 +28,7 @@ mod store;
 pub mod watcher;
 mod world;
 
-pub use self::call::{CallError, IssueCall, Unanswered};
+pub use self::ended::{CallError, IssueCall, Unanswered};
 pub use self::capabilities::{Admin, Capabilities, CapabilityArgs};
 pub use self::engine::{Limits, Runtime};
 pub use self::registry::{Quarantine, Registry, Strategy};

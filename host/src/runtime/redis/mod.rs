@@ -17,31 +17,31 @@
 //!   (SCRIPT KILL as the server's user); one Redis cannot kill quarantines
 //!   its component ([`scripts`]). While any script holds Redis, calls get
 //!   `BUSY` at once and fail with a message saying so.
-//! - [`pools`]: the shared connection, the dedicated pool, and how a
-//!   dedicated connection comes back clean; [`setup`]: what the server
+//! - [`pools`]: the shared connection and what every command goes
+//!   through; [`dedicated`]: the dedicated pool, and how a dedicated
+//!   connection comes back clean; [`setup`]: what the server
 //!   puts on Redis, again after Redis forgot it; [`reply`]: replies as WIT
 //!   lists.
 
 pub mod acl;
+mod dedicated;
 mod pools;
 pub mod reply;
+mod runaway;
 mod scripts;
 mod setup;
-
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use redis::{RedisError, Value};
 use wasmtime::component::Resource;
 
 use super::bindings::redis::{self as wit, Command, RedisError as WitError};
-use super::capabilities::{Admin, Capabilities};
-use super::registry::Strategy;
+use super::capabilities::Admin;
 use super::store::HostState;
 use crate::metrics::Metrics;
-use crate::redis_target::first_key;
 
-pub use self::pools::{GuestRedis, RedisArgs, RedisConnection, is_connection_error};
+pub use self::dedicated::RedisConnection;
+pub use self::pools::{GuestRedis, RedisArgs, is_connection_error};
+use self::runaway::{Watch, script};
 pub use self::scripts::{ScriptEnd, is_busy};
 use self::scripts::SentOn;
 use self::setup::NodeSetup;
@@ -49,14 +49,6 @@ use self::setup::NodeSetup;
 /// Commands that would change who a connection is, or which database it
 /// reaches: refused on every connection a component uses.
 const IDENTITY: [&str; 5] = ["AUTH", "HELLO", "RESET", "SELECT", "QUIT"];
-
-/// How long before the reply timeout a script still running is ended, so
-/// the kill goes out while its caller still waits for the reply.
-const KILL_MARGIN: Duration = Duration::from_millis(100);
-
-/// How long past the busy threshold a script's reply may be late before
-/// the shared connection it holds is replaced.
-const BUSY_MARGIN: Duration = Duration::from_millis(100);
 
 /// Commands that leave state on their connection: they need a dedicated one.
 const CONNECTION_STATE: [&str; 5] = ["MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH"];
@@ -132,125 +124,6 @@ pub async fn connect(
     )
 }
 
-/// What a call's script commands are watched with.
-struct Watch<'a> {
-    caps: &'a Arc<Capabilities>,
-    strategy: &'a Option<Arc<Strategy>>,
-    method: &'a Arc<str>,
-    deadline: Instant,
-    killed: &'a mut u32,
-}
-
-impl Watch<'_> {
-    /// Awaits `reply` to commands that may run a script (`script`: the
-    /// first script command and its arguments, `None` when there is none)
-    /// sent `on` a connection. Past the busy threshold a script is running
-    /// (this one, or one sent before it on the same connection): commands
-    /// sent from then on go out on a new shared connection, which Redis
-    /// answers `BUSY` at once instead of holding behind it. A script whose
-    /// reply has not come by the call's deadline, or just before the reply
-    /// timeout, is ended if it can be the one running; the call then gets
-    /// the killed script's error.
-    async fn reply<T>(
-        self,
-        script: Option<(&str, &[String])>,
-        on: impl FnOnce(Option<&str>) -> SentOn,
-        reply: impl Future<Output = Result<T, RedisError>>,
-    ) -> Result<T, RedisError> {
-        let Some((name, args)) = script else {
-            return reply.await;
-        };
-        let redis = &self.caps.redis;
-        let key = first_key(name, args);
-        let on = on(key);
-        let sent = redis.in_flight.send(on);
-        let now = Instant::now();
-        let kill_at = self
-            .deadline
-            .min(now + pools::RESPONSE_TIMEOUT - KILL_MARGIN);
-        let busy_at = kill_at.min(now + Duration::from_millis(redis.args.busy_script_ms) + BUSY_MARGIN);
-        tokio::pin!(reply);
-        for until in [busy_at, kill_at] {
-            tokio::select! {
-                biased;
-                answer = &mut reply => return answer,
-                () = tokio::time::sleep_until(until.into()) => {}
-            }
-            // A slow link makes a reply late too: only Redis answering BUSY
-            // says that a script holds it. A cluster connection holds one
-            // connection per node, and a new one would first ask a node
-            // for the slots — maybe the busy one: it is left as it is.
-            if let SentOn::Shared { id, slot: None } = on
-                && !redis.is_cluster()
-                && redis.running_a_script().await
-                && let Err(err) = redis.replace_shared(id)
-            {
-                tracing::warn!(error = %err, "cannot replace the shared Redis connection a script holds");
-            }
-        }
-        if !sent.is_oldest() {
-            return reply.await;
-        }
-        // Its own task: the kill and its verdict outlive this call if the
-        // call is dropped at its deadline meanwhile.
-        let ending = tokio::spawn(end_runaway(
-            self.caps.clone(),
-            self.strategy.clone(),
-            self.method.clone(),
-            key.map(str::to_string),
-        ));
-        if let Ok(ScriptEnd::Killed) = ending.await {
-            *self.killed += 1;
-        }
-        reply.await
-    }
-}
-
-/// Ends a script that outlived its call, and acts on what Redis says.
-async fn end_runaway(
-    caps: Arc<Capabilities>,
-    strategy: Option<Arc<Strategy>>,
-    method: Arc<str>,
-    key: Option<String>,
-) -> ScriptEnd {
-    let end = caps.redis.end_script(key.as_deref()).await;
-    match &end {
-        ScriptEnd::Killed => {
-            caps.redis.scripts_killed.with_label_values(&[&*method]).inc();
-            tracing::warn!(%method, "a script outlived its call's deadline; SCRIPT KILL ended it");
-        }
-        ScriptEnd::Unkillable(refusal) => {
-            let mut stuck_by = caps.redis.stuck_by.lock();
-            if let Some(culprit) = &*stuck_by {
-                // A call that waited behind the script, not its sender.
-                tracing::warn!(%method, %culprit, "a call waited past its deadline behind a script Redis cannot kill");
-                return end;
-            }
-            *stuck_by = Some(method.clone());
-            let reason = format!(
-                "{method} is quarantined: a script it sent wrote and then ran past its call's deadline, \
-                 and Redis refuses to kill a script that wrote ({refusal}); Redis serves nobody until \
-                 that script ends. Replace its file to serve it again"
-            );
-            if let Some(strategy) = &strategy {
-                strategy.quarantine(reason);
-            }
-            tracing::error!(
-                %method,
-                "a script of {method} wrote and then ran past its call's deadline: Redis cannot kill it \
-                 (UNKILLABLE) and answers every client BUSY until it ends. The only remedy is \
-                 `redis-cli SHUTDOWN NOSAVE` (Redis loses what it holds; the lab sets it up again when it \
-                 is back) or waiting for the script to end. {method} is quarantined until its file changes"
-            );
-        }
-        ScriptEnd::AlreadyOver => {}
-        ScriptEnd::NotSent(err) => {
-            tracing::warn!(%method, error = %err, "a script outlived its call's deadline and SCRIPT KILL failed")
-        }
-    }
-    end
-}
-
 /// The call's [`Watch`], built from the fields it needs so that the call's
 /// resource table can be borrowed beside it.
 macro_rules! watch {
@@ -263,11 +136,6 @@ macro_rules! watch {
             killed: &mut $state.scripts_killed,
         }
     };
-}
-
-/// The command, if it runs a script.
-fn script<'a>(name: &'a str, args: &'a [String]) -> Option<(&'a str, &'a [String])> {
-    scripts::runs_a_script(name).then_some((name, args))
 }
 
 fn refuse(name: &str, list: &[&str], why: &str) -> Option<WitError> {
