@@ -168,7 +168,7 @@ impl Stream {
 }
 
 /// Stage 6: one entry per accepted request, confirmed by the stream
-/// consumers. Acked entries stay; the streams are not trimmed.
+/// consumers. Acked entries stay unless the lab trims its streams (`COUPONLAB_STREAM_TRIM`).
 pub const ISSUE_STREAM: Stream = Stream {
     prefix: "coupon:issue:stream:",
     group: "coupon-issuers",

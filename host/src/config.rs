@@ -145,6 +145,13 @@ pub struct ConsumerConfig {
     )]
     pub claim_interval_ms: u64,
 
+    /// Trim from each stream the entries its group has acknowledged (XTRIM
+    /// MINID, every second). Off by default, as the seed runs: the streams
+    /// keep their history, to be read, and grow by an entry per accepted
+    /// request.
+    #[arg(long, env = "COUPONLAB_STREAM_TRIM", default_value_t = false, action = clap::ArgAction::Set)]
+    pub stream_trim: bool,
+
     /// Deliveries after which an entry goes to the dead-letter stream.
     #[arg(long, env = "COUPONLAB_STREAM_MAX_DELIVERIES", default_value_t = 3)]
     pub max_deliveries: u32,

@@ -9,6 +9,7 @@ use anyhow::Context;
 use sqlx::MySqlPool;
 
 use crate::config::Config;
+use crate::consumers::active::Announcements;
 use crate::db;
 use crate::metrics::Metrics;
 use crate::recorder::Recorder;
@@ -39,6 +40,8 @@ pub struct LabState {
     pub recorder: Recorder,
     /// Requests whose outcome is to be settled later.
     pub settlements: Settlements,
+    /// The coupons whose streams this process announced lately.
+    pub announcements: Announcements,
     /// This process among all those sharing the lab's Redis: its stream
     /// consumers, its loader and its request snapshots go by it.
     pub identity: String,
@@ -113,6 +116,7 @@ impl Lab {
             registry,
             recorder: Recorder::default(),
             settlements: Settlements::default(),
+            announcements: Announcements::default(),
             identity: process_identity(),
             watcher: OnceLock::new(),
         }));

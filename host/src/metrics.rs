@@ -47,6 +47,8 @@ pub struct Metrics {
     pub settlements: IntCounterVec,
     /// Requests waiting to be settled now.
     pub settlements_pending: IntGauge,
+    /// Coupons this process keeps a record of requests for.
+    pub recorded_coupons: IntGauge,
     /// Database sessions of lost connections the host ended (KILL).
     pub sql_sessions_ended: IntCounter,
     /// Sessions of lost connections not ended yet.
@@ -156,6 +158,10 @@ impl Metrics {
             settlements_pending: gauge(
                 "couponlab_settlements_pending",
                 "Requests waiting to be settled (pending compensations).",
+            ),
+            recorded_coupons: gauge(
+                "couponlab_recorded_coupons",
+                "Coupons this process keeps a record of requests for (the recorder's size).",
             ),
             sql_sessions_ended: plain_counter(
                 "couponlab_sql_sessions_ended_total",

@@ -5,25 +5,22 @@
 //! handled, delivery counts, dead letters.
 //!
 //! Each coupon has its own stream of each kind (so a script reserves and
-//! enqueues in one slot of a cluster). A role reads the streams of the
-//! coupons in the database that exist: it looks for new ones every
-//! [`LOOK_EVERY`], creating the group of each the first time it is seen,
-//! starting at its first entry, so entries added before any consumer ran
-//! are read too; nothing is created in a Redis no stream method uses.
+//! enqueues in one slot of a cluster). A role reads the active ones
+//! ([`super::active`]); nothing is created in a Redis no stream method
+//! uses.
 
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use couponlab_contract::{Stream, fields};
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamPendingCountReply,
     StreamReadOptions, StreamReadReply,
 };
-use redis::{AsyncCommands, ErrorKind, RedisError, RedisResult};
+use redis::{AsyncCommands, RedisResult};
 use tokio_util::sync::CancellationToken;
 
+use super::active::{CouponStreams, LOOK_EVERY};
 use super::pause_unless_cancelled;
-use crate::db;
 use crate::lab::Lab;
 use crate::redis_target::RedisConn;
 use crate::runtime::bindings::types::StreamEntry;
@@ -34,9 +31,6 @@ use crate::runtime::bindings::types::StreamEntry;
 pub(super) const BLOCK_MS: usize = 200;
 /// Entries one XAUTOCLAIM takes at a time.
 const CLAIM_PAGE: usize = 16;
-/// How often a role looks for streams of coupons it does not read yet:
-/// a method's first entries wait up to this long for their consumers.
-const LOOK_EVERY: Duration = Duration::from_millis(200);
 /// On a cluster, where one read cannot span streams (a command's keys share
 /// a slot) and so cannot block on them all: the pause after a round that
 /// found nothing.
@@ -51,7 +45,7 @@ pub(super) struct CouponStream {
 }
 
 impl CouponStream {
-    fn of(kind: Stream, coupon: u64) -> Self {
+    pub fn of(kind: Stream, coupon: u64) -> Self {
         Self {
             key: kind.key(coupon),
             kind,
@@ -61,82 +55,6 @@ impl CouponStream {
 
     pub fn group(&self) -> &'static str {
         self.kind.group
-    }
-}
-
-/// The coupons' streams of one kind a role reads.
-pub(super) struct CouponStreams {
-    kind: Stream,
-    /// Coupons whose stream has the group.
-    ready: BTreeSet<u64>,
-    looked: Option<Instant>,
-}
-
-impl CouponStreams {
-    pub fn new(kind: Stream) -> Self {
-        Self {
-            kind,
-            ready: BTreeSet::new(),
-            looked: None,
-        }
-    }
-
-    /// The streams to read, after looking for new ones when it is time.
-    pub async fn current(
-        &mut self,
-        lab: &Lab,
-        conn: &mut RedisConn,
-    ) -> RedisResult<Vec<CouponStream>> {
-        if self.looked.is_none_or(|at| at.elapsed() >= LOOK_EVERY) {
-            self.looked = Some(Instant::now());
-            self.look(lab, conn).await?;
-        }
-        Ok(self
-            .ready
-            .iter()
-            .map(|&coupon| CouponStream::of(self.kind, coupon))
-            .collect())
-    }
-
-    async fn look(&mut self, lab: &Lab, conn: &mut RedisConn) -> RedisResult<()> {
-        let coupons: BTreeSet<u64> = db::coupon_ids(lab.db())
-            .await
-            .map_err(|err| {
-                RedisError::from((ErrorKind::Io, "cannot list the coupons", err.to_string()))
-            })?
-            .into_iter()
-            .collect();
-        self.ready.retain(|coupon| coupons.contains(coupon));
-        let unseen: Vec<u64> = coupons.difference(&self.ready).copied().collect();
-        let exists = unseen
-            .iter()
-            .map(|&coupon| {
-                let mut cmd = redis::cmd("EXISTS");
-                cmd.arg(self.kind.key(coupon));
-                cmd
-            })
-            .collect();
-        let exists = conn.each(exists).await?;
-        for (coupon, exists) in unseen.into_iter().zip(exists) {
-            if exists != redis::Value::Int(1) {
-                continue;
-            }
-            let created: RedisResult<()> = conn
-                .xgroup_create(self.kind.key(coupon), self.kind.group, "0")
-                .await;
-            match created {
-                Err(err) if err.code() != Some("BUSYGROUP") => return Err(err),
-                _ => self.ready.insert(coupon),
-            };
-        }
-        Ok(())
-    }
-
-    /// A stream lost its group (`DELETE /lab/data` deleted it, and an entry
-    /// made it again): look again before the next read.
-    fn forget(&mut self) {
-        self.ready.clear();
-        self.looked = None;
     }
 }
 
@@ -201,12 +119,14 @@ pub(super) async fn read_streams(
 }
 
 /// Runs `role` as consumer `name` of the coupons' streams of `kind` until
-/// cancelled, reconnecting after a failure.
+/// cancelled, reconnecting after a failure; the role `trims` the entries
+/// its group acknowledged when the lab trims its streams.
 pub(super) async fn keep_running<F>(
     lab: &Lab,
     cancel: &CancellationToken,
     kind: Stream,
     name: &str,
+    trims: bool,
     role: F,
 ) where
     F: AsyncFn(
@@ -222,7 +142,7 @@ pub(super) async fn keep_running<F>(
         let response_timeout = Duration::from_millis(BLOCK_MS as u64 + 5_000);
         let outcome = match lab.redis_target.connect(response_timeout).await {
             Ok(mut conn) => {
-                let mut streams = CouponStreams::new(kind);
+                let mut streams = CouponStreams::new(kind, trims);
                 role(lab, cancel, name, &mut conn, &mut streams).await
             }
             Err(err) => Err(err),

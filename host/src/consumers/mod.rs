@@ -8,6 +8,7 @@
 //! `couponlab serve` runs them all by default; `couponlab consume <role>`
 //! runs one alone.
 
+pub mod active;
 mod group;
 pub mod jobs;
 #[cfg(test)]

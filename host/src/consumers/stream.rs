@@ -16,7 +16,8 @@
 //!   `coupon:issue:stream:{couponId}:dead`, its component removes the
 //!   reservation, and it is acked.
 //!
-//! Entries are never deleted or trimmed. How the streams are found and
+//! Entries are never deleted, nor trimmed unless `COUPONLAB_STREAM_TRIM` says
+//! so ([`super::active`]). How the streams are found and
 //! their groups created: [`super::group`].
 
 use std::sync::Arc;
@@ -29,9 +30,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::group::{
-    Claim, CouponStream, CouponStreams, ack, copy_to_dead_letters, delivery_counts, field,
+    Claim, CouponStream, ack, copy_to_dead_letters, delivery_counts, field,
     keep_claimed, keep_running, read_streams, to_wit,
 };
+use super::active::CouponStreams;
 use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
 use crate::redis_target::RedisConn;
@@ -55,9 +57,10 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
             let (lab, cancel) = (lab.clone(), cancel.clone());
             tokio::spawn(async move {
                 if name.ends_with("claimer") {
-                    keep_running(&lab, &cancel, ISSUE_STREAM, &name, claim_idle).await
+                    let trims = lab.config.consumers.stream_trim;
+                    keep_running(&lab, &cancel, ISSUE_STREAM, &name, trims, claim_idle).await
                 } else {
-                    keep_running(&lab, &cancel, ISSUE_STREAM, &name, read_new).await
+                    keep_running(&lab, &cancel, ISSUE_STREAM, &name, false, read_new).await
                 }
             })
         })

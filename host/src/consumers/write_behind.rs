@@ -25,9 +25,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::group::{
-    Claim, CouponStream, CouponStreams, ack, copy_to_dead_letters, delivery_counts, field,
+    Claim, CouponStream, ack, copy_to_dead_letters, delivery_counts, field,
     keep_claimed, keep_running, read_streams, to_wit,
 };
+use super::active::CouponStreams;
 use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
 use crate::redis_target::RedisConn;
@@ -43,7 +44,10 @@ const AFTER_FAILURE: Duration = Duration::from_secs(1);
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
     let lab = lab.clone();
     let name = format!("{}-loader", lab.identity);
-    tokio::spawn(async move { keep_running(&lab, &cancel, WRITE_BEHIND_STREAM, &name, load).await })
+    tokio::spawn(async move {
+        let trims = lab.config.consumers.stream_trim;
+        keep_running(&lab, &cancel, WRITE_BEHIND_STREAM, &name, trims, load).await
+    })
 }
 
 async fn load(

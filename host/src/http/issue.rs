@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
 use super::schema::{ComponentFailed, CouponPath, Success};
 use crate::confirmations;
+use crate::consumers::active;
 use crate::lab::Lab;
 use crate::outcome::Outcome;
 use crate::recorder::Ending;
@@ -132,6 +133,7 @@ async fn issue(
         coupon = coupon_id,
         outcome = tracing::field::Empty
     );
+    active::announce(&lab, &strategy, coupon_id).await;
     let IssueCall {
         answer,
         scripts_killed,

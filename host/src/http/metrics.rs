@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 
-use crate::db;
+use crate::consumers::active;
 use crate::lab::Lab;
 use crate::results::stream_summary;
 
@@ -35,6 +35,7 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
     metrics
         .settlements_pending
         .set(lab.settlements.pending() as i64);
+    metrics.recorded_coupons.set(lab.recorder.coupons() as i64);
     metrics
         .redis_dedicated_in_use
         .set(caps.redis.dedicated_in_use() as i64);
@@ -45,10 +46,13 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
             .with_label_values(&[&gate])
             .set(held as i64);
     }
-    // Summed over the coupons' streams of each kind. The database or Redis
-    // being down leaves the stream figures out, not the scrape.
-    let coupons = db::coupon_ids(lab.db()).await.unwrap_or_default();
+    // Summed over the streams of the coupons ever announced for each kind
+    // (not every coupon's). Redis being down leaves the stream figures out,
+    // not the scrape.
     for kind in [ISSUE_STREAM, WRITE_BEHIND_STREAM] {
+        let coupons = active::announced_ever(&mut lab.redis().clone(), kind)
+            .await
+            .unwrap_or_default();
         let (mut pending, mut dead_letters) = (0, 0);
         for &coupon in &coupons {
             if let Ok(Some(summary)) = stream_summary(lab.redis(), kind, coupon).await {

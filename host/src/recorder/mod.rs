@@ -188,6 +188,11 @@ impl Recorder {
         }
     }
 
+    /// How many coupons have a record.
+    pub fn coupons(&self) -> usize {
+        self.coupons.lock().len()
+    }
+
     /// Forgets every coupon (DELETE /lab/data, or another host's).
     fn clear(&self) {
         self.coupons.lock().clear();

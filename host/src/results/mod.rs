@@ -13,16 +13,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 use serde::Serialize;
 use sqlx::Row;
 use utoipa::ToSchema;
 
 use crate::confirmations::{self, AsyncSummary};
+use crate::consumers::active;
 use crate::lab::Lab;
 use crate::recorder::{self, RequestSummary};
 use crate::runtime::bindings::types::ResultLabel;
-use crate::runtime::{Strategy, World};
+use crate::runtime::Strategy;
 
 mod reservations;
 mod shards;
@@ -151,11 +151,9 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     let confirmations = noting_failure(lab, confirmations_read, &mut redis);
     noting_failure(lab, accepting.map(Some), &mut redis);
     // The stream behind the coupon's asynchronous method, if it has one.
-    let stream = serving.iter().find_map(|strategy| match strategy.world {
-        World::StreamIssuer(_) => Some(ISSUE_STREAM),
-        World::WriteBehindIssuer(_) => Some(WRITE_BEHIND_STREAM),
-        _ => None,
-    });
+    let stream = serving
+        .iter()
+        .find_map(|strategy| active::stream_of(&strategy.world));
     let stream = match stream {
         Some(kind) => noting_failure(
             lab,

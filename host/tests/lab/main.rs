@@ -13,6 +13,7 @@ mod dashboard;
 mod drop_gate;
 mod hang_ups;
 mod hot_reload;
+mod idle;
 mod redis_faults;
 mod issue_concurrency;
 mod least_privilege;

@@ -1,0 +1,329 @@
+//! Which coupons' streams the stream roles read: the active ones, not every
+//! coupon's. A lab that has run a thousand experiments holds thousands of
+//! coupons; reading, claiming and looking for each of their streams every
+//! round kept Redis busy at rest in proportion to them.
+//!
+//! - Before a request of a stream or write-behind method runs, its host
+//!   announces the coupon: `ZADD couponlab:streams:{kind} <now ms> <coupon>`,
+//!   at most once per [`ANNOUNCE_EVERY`] per coupon and process, so the
+//!   announcement precedes any entry the call adds.
+//! - Every [`LOOK_EVERY`] a role reads the coupons announced in the last
+//!   [`ANNOUNCED_FOR`] (one ZRANGEBYSCORE), and creates the group of a new
+//!   coupon's stream once the stream exists, starting at its first entry.
+//! - A stream stays read while it is announced and, after that, until it is
+//!   settled: its group holds no pending entry and has been delivered the
+//!   stream's last entry. Then it is left alone until announced again.
+//! - When a role (re)connects it looks once at every coupon in the database
+//!   (one EXISTS each): streams left by a process that died, or filled
+//!   before any consumer ran, are read too.
+//!
+//! - With `COUPONLAB_STREAM_TRIM`, the role that claims (the claimer, the
+//!   loader) trims from each stream it reads, every [`SETTLED_CHECK_EVERY`],
+//!   the entries its group has acknowledged: those before the oldest pending
+//!   one, or up to the last delivered when none is pending.
+//!
+//! The key is the host's, outside `coupon:*`: no component can forge it.
+//! Hosts compare their clocks through the scores: clocks apart by more than
+//! [`ANNOUNCED_FOR`] less [`ANNOUNCE_EVERY`] would miss announcements.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use couponlab_contract::{ISSUE_STREAM, Stream, WRITE_BEHIND_STREAM};
+use parking_lot::Mutex;
+use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamRangeReply};
+use redis::{AsyncCommands, ErrorKind, RedisError, RedisResult, Value};
+
+use super::group::CouponStream;
+use crate::db;
+use crate::lab::Lab;
+use crate::redis_target::RedisConn;
+use crate::runtime::{Strategy, World};
+
+/// The pattern of every announcement key, for DELETE /lab/data.
+pub const ANNOUNCEMENTS: &str = "couponlab:streams:*";
+/// How often a host announces a coupon it keeps serving.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
+/// How long a request waits for its announcement: a Redis that does not
+/// answer fails the call itself, not a wait before it.
+const ANNOUNCE_TIMEOUT: Duration = Duration::from_millis(250);
+/// How long an announcement keeps a stream read.
+const ANNOUNCED_FOR: Duration = Duration::from_secs(5);
+/// How often a role looks for announcements: a new coupon's first entries
+/// wait up to this long for their consumers.
+pub(super) const LOOK_EVERY: Duration = Duration::from_millis(200);
+/// How often a stream no longer announced is asked whether it is settled.
+const SETTLED_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// Announcements a process remembers before forgetting the old ones.
+const REMEMBERED: usize = 4_096;
+
+fn announcements_key(kind: Stream) -> String {
+    format!("couponlab:streams:{}", kind.prefix.trim_end_matches(':'))
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The stream a method's accepted requests add to, if any.
+pub fn stream_of(world: &World) -> Option<Stream> {
+    match world {
+        World::StreamIssuer(_) => Some(ISSUE_STREAM),
+        World::WriteBehindIssuer(_) => Some(WRITE_BEHIND_STREAM),
+        _ => None,
+    }
+}
+
+/// What this process announced, and when.
+#[derive(Default)]
+pub struct Announcements {
+    last: Mutex<HashMap<(&'static str, u64), Instant>>,
+}
+
+/// Announces `coupon`'s stream before a request of `strategy` runs, when
+/// the method has one and this process did not announce it lately. A
+/// failure is logged and tried again by the next request: the stream is
+/// found when a role reconnects, at the latest.
+pub async fn announce(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64) {
+    let Some(kind) = stream_of(&strategy.world) else {
+        return;
+    };
+    let now = Instant::now();
+    {
+        let mut last = lab.announcements.last.lock();
+        if last
+            .get(&(kind.prefix, coupon))
+            .is_some_and(|at| now.duration_since(*at) < ANNOUNCE_EVERY)
+        {
+            return;
+        }
+        if last.len() >= REMEMBERED {
+            last.retain(|_, at| now.duration_since(*at) < ANNOUNCE_EVERY);
+        }
+        last.insert((kind.prefix, coupon), now);
+    }
+    let mut redis = lab.redis().clone();
+    let adding = redis.zadd::<_, _, _, ()>(announcements_key(kind), coupon, now_ms());
+    let added = match tokio::time::timeout(ANNOUNCE_TIMEOUT, adding).await {
+        Ok(added) => added,
+        Err(_) => Err(RedisError::from((ErrorKind::Io, "no answer in time"))),
+    };
+    if let Err(err) = added {
+        lab.announcements.last.lock().remove(&(kind.prefix, coupon));
+        tracing::warn!(coupon, streams = kind.prefix, error = %err, "could not announce a coupon's stream");
+    }
+}
+
+/// Every coupon ever announced for `kind` since the lab's data was last
+/// deleted: those whose streams may hold entries.
+pub async fn announced_ever(redis: &mut RedisConn, kind: Stream) -> RedisResult<Vec<u64>> {
+    redis.zrange(announcements_key(kind), 0, -1).await
+}
+
+/// The active coupons' streams of one kind a role reads.
+pub(super) struct CouponStreams {
+    pub(super) kind: Stream,
+    /// Coupons whose stream has the group, with when each was last
+    /// announced (or found unsettled).
+    ready: BTreeMap<u64, Instant>,
+    looked: Option<Instant>,
+    /// Whether every coupon in the database was looked at since connecting.
+    looked_at_all: bool,
+    /// Whether this role trims acknowledged entries, and when it last did.
+    trims: bool,
+    trimmed: Option<Instant>,
+}
+
+impl CouponStreams {
+    /// The streams of `kind`; `trims` when this role trims them.
+    pub fn new(kind: Stream, trims: bool) -> Self {
+        Self {
+            kind,
+            ready: BTreeMap::new(),
+            looked: None,
+            looked_at_all: false,
+            trims,
+            trimmed: None,
+        }
+    }
+
+    /// The streams to read, after looking for announcements when it is
+    /// time.
+    pub async fn current(
+        &mut self,
+        lab: &Lab,
+        conn: &mut RedisConn,
+    ) -> RedisResult<Vec<CouponStream>> {
+        if self.looked.is_none_or(|at| at.elapsed() >= LOOK_EVERY) {
+            self.looked = Some(Instant::now());
+            self.look(lab, conn).await?;
+        }
+        Ok(self
+            .ready
+            .keys()
+            .map(|&coupon| CouponStream::of(self.kind, coupon))
+            .collect())
+    }
+
+    async fn look(&mut self, lab: &Lab, conn: &mut RedisConn) -> RedisResult<()> {
+        let now = Instant::now();
+        if !self.looked_at_all {
+            let coupons = db::coupon_ids(lab.db()).await.map_err(|err| {
+                RedisError::from((ErrorKind::Io, "cannot list the coupons", err.to_string()))
+            })?;
+            self.make_ready(conn, coupons, now).await?;
+            self.looked_at_all = true;
+        }
+        let since = now_ms() - ANNOUNCED_FOR.as_millis() as i64;
+        let announced: BTreeSet<u64> = conn
+            .zrangebyscore(announcements_key(self.kind), since, "+inf")
+            .await?;
+        for coupon in &announced {
+            if let Some(seen) = self.ready.get_mut(coupon) {
+                *seen = now;
+            }
+        }
+        let unseen = announced
+            .into_iter()
+            .filter(|coupon| !self.ready.contains_key(coupon))
+            .collect();
+        self.make_ready(conn, unseen, now).await?;
+        self.leave_settled(conn, now).await?;
+        if self.trims && self.trimmed.is_none_or(|at| now.duration_since(at) >= SETTLED_CHECK_EVERY) {
+            self.trimmed = Some(now);
+            for &coupon in self.ready.keys() {
+                trim_acknowledged(conn, &CouponStream::of(self.kind, coupon)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the group of each of `coupons`' streams that exists, and
+    /// reads them from now on.
+    async fn make_ready(
+        &mut self,
+        conn: &mut RedisConn,
+        coupons: Vec<u64>,
+        now: Instant,
+    ) -> RedisResult<()> {
+        let exists = coupons
+            .iter()
+            .map(|&coupon| {
+                let mut cmd = redis::cmd("EXISTS");
+                cmd.arg(self.kind.key(coupon));
+                cmd
+            })
+            .collect();
+        let exists = conn.each(exists).await?;
+        for (coupon, exists) in coupons.into_iter().zip(exists) {
+            if exists != Value::Int(1) {
+                continue;
+            }
+            let created: RedisResult<()> = conn
+                .xgroup_create(self.kind.key(coupon), self.kind.group, "0")
+                .await;
+            match created {
+                Err(err) if err.code() != Some("BUSYGROUP") => return Err(err),
+                _ => self.ready.insert(coupon, now),
+            };
+        }
+        Ok(())
+    }
+
+    /// Stops reading the streams announced no more that are settled; asks
+    /// each of the others again after [`SETTLED_CHECK_EVERY`].
+    async fn leave_settled(&mut self, conn: &mut RedisConn, now: Instant) -> RedisResult<()> {
+        let quiet: Vec<u64> = self
+            .ready
+            .iter()
+            .filter(|(_, seen)| now.duration_since(**seen) >= ANNOUNCED_FOR)
+            .map(|(&coupon, _)| coupon)
+            .collect();
+        for coupon in quiet {
+            if settled(conn, &CouponStream::of(self.kind, coupon)).await? {
+                self.ready.remove(&coupon);
+            } else {
+                self.ready
+                    .insert(coupon, now - ANNOUNCED_FOR + SETTLED_CHECK_EVERY);
+            }
+        }
+        Ok(())
+    }
+
+    /// A stream lost its group (`DELETE /lab/data` deleted it, and an entry
+    /// made it again): its group is made again once announced.
+    pub(super) fn forget(&mut self) {
+        self.ready.clear();
+        self.looked = None;
+    }
+}
+
+/// Whether the group of `stream` holds no pending entry and was delivered
+/// the stream's last entry (a stream deleted since is settled too).
+async fn settled(conn: &mut RedisConn, stream: &CouponStream) -> RedisResult<bool> {
+    let groups: RedisResult<StreamInfoGroupsReply> = conn.xinfo_groups(&stream.key).await;
+    let groups = match groups {
+        // ERR no such key: deleted since.
+        Err(err) if err.code() == Some("ERR") => return Ok(true),
+        other => other?,
+    };
+    let Some(group) = groups.groups.iter().find(|g| g.name == stream.group()) else {
+        return Ok(true);
+    };
+    if group.pending > 0 {
+        return Ok(false);
+    }
+    let last: StreamRangeReply = conn.xrevrange_count(&stream.key, "+", "-", 1).await?;
+    Ok(last
+        .ids
+        .first()
+        .is_none_or(|entry| entry_id(&entry.id) <= entry_id(&group.last_delivered_id)))
+}
+
+/// Deletes the entries of `stream` its group has acknowledged: those before
+/// its oldest pending entry, or when none is pending every entry up to the
+/// last delivered one.
+async fn trim_acknowledged(conn: &mut RedisConn, stream: &CouponStream) -> RedisResult<()> {
+    let groups: StreamInfoGroupsReply = match conn.xinfo_groups(&stream.key).await {
+        Err(err) if err.code() == Some("ERR") => return Ok(()),
+        other => other?,
+    };
+    let Some(group) = groups.groups.iter().find(|g| g.name == stream.group()) else {
+        return Ok(());
+    };
+    let below = if group.pending > 0 {
+        match conn.xpending(&stream.key, stream.group()).await? {
+            StreamPendingReply::Data(pending) => pending.start_id,
+            _ => return Ok(()),
+        }
+    } else {
+        let (ms, seq) = entry_id(&group.last_delivered_id);
+        format!("{ms}-{}", seq + 1)
+    };
+    let _: u64 = redis::cmd("XTRIM")
+        .arg(&stream.key)
+        .arg("MINID")
+        .arg(below)
+        .query_async(conn)
+        .await?;
+    Ok(())
+}
+
+/// A stream entry id (`ms-seq`) as a pair that sorts as the ids do.
+fn entry_id(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entry_id;
+
+    #[test]
+    fn entry_ids_sort_by_time_then_sequence() {
+        assert!(entry_id("1700000000000-9") < entry_id("1700000000001-0"));
+        assert!(entry_id("5-2") < entry_id("5-10"));
+        assert_eq!(entry_id("0-0"), (0, 0));
+    }
+}
