@@ -145,7 +145,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         ("native twin", twin.rss_kib()),
     ];
     let markdown = report.markdown(&options, raw, &rss);
-    write_between_markers(&options.out, &markdown)?;
+    crate::write_between_markers(&options.out, "bench", &markdown)?;
     println!("\n{markdown}\nwritten to {}", options.out.display());
     Ok(())
 }
@@ -194,24 +194,6 @@ impl Bench<'_> {
         }
         Ok(())
     }
-}
-
-const START: &str = "<!-- bench:start -->";
-const END: &str = "<!-- bench:end -->";
-
-/// Replaces what stands between the markers in `file`, keeping the text
-/// around them; a file without them is written whole.
-fn write_between_markers(file: &Path, measured: &str) -> anyhow::Result<()> {
-    let existing = std::fs::read_to_string(file).unwrap_or_default();
-    let text = match (existing.find(START), existing.find(END)) {
-        (Some(start), Some(end)) if start < end => format!(
-            "{}{START}\n{measured}{}",
-            &existing[..start],
-            &existing[end..]
-        ),
-        _ => format!("{START}\n{measured}{END}\n"),
-    };
-    std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))
 }
 
 fn create_coupon(api: &Api, total: u64) -> anyhow::Result<String> {
@@ -286,11 +268,7 @@ impl Process {
 
     /// Resident memory now, from /proc.
     fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        crate::proc_stats::rss_kib(self.child.id())
     }
 }
 

@@ -13,10 +13,15 @@
 //!   wrk, written to `docs/performance.md` (see `bench.rs`).
 //! - `cargo xtask cluster up|down`: a local Redis Cluster of three masters
 //!   (see `cluster.rs`).
+//! - `cargo xtask idle [options]`: what a lab costs at rest as its coupons
+//!   pile up (see `loadtest/idle.rs`).
+//! - `cargo xtask soak [options]`: a long run at a constant rate, judged on
+//!   whether what the lab holds stays flat (see `loadtest/soak.rs`).
 
 mod bench;
 mod cluster;
 mod loadtest;
+mod proc_stats;
 mod services;
 mod strategies;
 
@@ -63,20 +68,24 @@ fn main() -> anyhow::Result<()> {
             let mut test = vec!["test", "--release", "--workspace"];
             test.extend(rest.iter().map(String::as_str));
             cargo(&test)?;
-            // The whole suite ends with the load test runner on a short run;
-            // a filtered run is someone iterating on a few tests.
+            // The whole suite ends with the load test runner on a short run
+            // and a minute's soak; a filtered run is someone iterating on a
+            // few tests.
             if rest.is_empty() {
-                loadtest::smoke()
+                loadtest::smoke()?;
+                loadtest::soak::smoke()
             } else {
                 Ok(())
             }
         }
         "loadtest" => loadtest::main(&rest),
         "bench" => bench::main(&rest),
+        "idle" => loadtest::idle::main(&rest),
+        "soak" => loadtest::soak::main(&rest),
         "cluster" => cluster::main(&rest),
         "help" | "--help" | "-h" => {
             println!(
-                "usage: cargo xtask <strategies | run | test | services | loadtest | bench | cluster> [-- args]"
+                "usage: cargo xtask <strategies | run | test | services | loadtest | bench | idle | soak | cluster> [-- args]"
             );
             Ok(())
         }
@@ -130,6 +139,23 @@ fn strategy_dir() -> PathBuf {
 /// and cargo would compile wasmtime and the rest a second time.
 pub fn build_release() -> anyhow::Result<()> {
     cargo(&["test", "--release", "--workspace", "--no-run"])
+}
+
+/// Replaces what stands between `<!-- {name}:start -->` and
+/// `<!-- {name}:end -->` in `file`, keeping the text around them; a file
+/// without them gains them, with `measured` between, at its end.
+pub fn write_between_markers(file: &Path, name: &str, measured: &str) -> anyhow::Result<()> {
+    let (start, end) = (format!("<!-- {name}:start -->"), format!("<!-- {name}:end -->"));
+    let existing = std::fs::read_to_string(file).unwrap_or_default();
+    let text = match (existing.find(&start), existing.find(&end)) {
+        (Some(from), Some(to)) if from < to => format!(
+            "{}{start}\n{measured}{}",
+            &existing[..from],
+            &existing[to..]
+        ),
+        _ => format!("{existing}\n{start}\n{measured}{end}\n"),
+    };
+    std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))
 }
 
 /// Runs cargo from the repository root.

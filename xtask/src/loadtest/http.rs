@@ -44,6 +44,11 @@ impl Api {
         self.request("POST", path, Some(body))
     }
 
+    /// Sends one POST, as it is (no retry); its status.
+    pub fn post_status(&self, path: &str, body: &Value) -> anyhow::Result<u16> {
+        Ok(self.exchange("POST", path, Some(body))?.0)
+    }
+
     /// Sends the request and returns the envelope's `response`, or fails with
     /// the envelope's error message. A 503 is asked again for up to
     /// [`PATIENCE`]: after a cut link, each pooled connection that died with
@@ -60,6 +65,13 @@ impl Api {
         }
     }
 
+    /// A GET's body as text (`/metrics`), when answered 200.
+    pub fn get_text(&self, path: &str) -> anyhow::Result<String> {
+        let (status, body) = self.raw("GET", path, None)?;
+        anyhow::ensure!(status == 200, "GET {path} answered {status}: {body}");
+        Ok(body)
+    }
+
     /// Sends the request; its status and envelope.
     fn exchange(
         &self,
@@ -67,6 +79,14 @@ impl Api {
         path: &str,
         body: Option<&Value>,
     ) -> anyhow::Result<(u16, Value)> {
+        let (status, body) = self.raw(method, path, body)?;
+        let envelope: Value =
+            serde_json::from_str(&body).with_context(|| format!("not JSON ({status}): {body}"))?;
+        Ok((status, envelope))
+    }
+
+    /// Sends the request; its status and body.
+    fn raw(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<(u16, String)> {
         let mut stream = TcpStream::connect(&self.address)
             .with_context(|| format!("cannot reach the lab at http://{}", self.address))?;
         stream.set_read_timeout(Some(Duration::from_secs(120)))?;
@@ -88,9 +108,7 @@ impl Api {
             .nth(1)
             .and_then(|s| s.parse().ok())
             .context("no HTTP status")?;
-        let envelope: Value =
-            serde_json::from_str(body).with_context(|| format!("not JSON ({status}): {body}"))?;
-        Ok((status, envelope))
+        Ok((status, body.to_string()))
     }
 }
 

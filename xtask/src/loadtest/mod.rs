@@ -29,6 +29,7 @@
 mod faults;
 mod html;
 mod http;
+pub mod idle;
 mod k6;
 mod own_redis;
 mod provenance;
@@ -37,6 +38,8 @@ mod report;
 mod run;
 mod server;
 mod smoke;
+pub mod soak;
+mod soak_report;
 mod truth;
 mod verification;
 
@@ -546,12 +549,13 @@ fn seconds(duration: &str) -> anyhow::Result<f64> {
     );
     let number: f64 = number
         .parse()
-        .with_context(|| format!("a duration looks like 500ms, 10s or 2m, got {duration}"))?;
+        .with_context(|| format!("a duration looks like 500ms, 10s, 2m or 1h, got {duration}"))?;
     match unit {
         "ms" => Ok(number / 1000.0),
         "s" => Ok(number),
         "m" => Ok(number * 60.0),
-        _ => bail!("a duration looks like 500ms, 10s or 2m, got {duration}"),
+        "h" => Ok(number * 3600.0),
+        _ => bail!("a duration looks like 500ms, 10s, 2m or 1h, got {duration}"),
     }
 }
 

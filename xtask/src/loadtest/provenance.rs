@@ -53,6 +53,17 @@ pub fn describe(
     }))
 }
 
+/// What any report of the runner's records, k6 or not: the commit, the
+/// command, the compiler and the cores.
+pub fn basic() -> Value {
+    json!({
+        "commit": commit(),
+        "command": command(),
+        "versions": { "rust": first_line("rustc", &["--version"]) },
+        "cores": std::thread::available_parallelism().map_or(0, usize::from),
+    })
+}
+
 /// `git rev-parse HEAD`, marked `-dirty` when the work tree has changes.
 fn commit() -> String {
     let head = first_line("git", &["rev-parse", "HEAD"]);

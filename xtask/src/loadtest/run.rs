@@ -84,6 +84,7 @@ impl Runner {
             links: links.as_deref(),
             roles_apart,
             redis_url: Some(&redis_url),
+            ..Serve::default()
         })?;
         let api = Api::new(&server.base_url())?;
         Ok(Runner {

@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -43,10 +43,16 @@ pub struct Serve<'a> {
     pub roles_apart: bool,
     /// Its Redis, when not the machine's ([`REDIS_URL`]).
     pub redis_url: Option<&'a str>,
+    /// Settings of its own (`COUPONLAB_*`), besides its links.
+    pub env: &'a [(&'static str, &'a str)],
+    /// Another build of the server to run (an older version, measured side
+    /// by side with this one), instead of this checkout's release binary.
+    pub binary: Option<&'a Path>,
 }
 
 pub struct Server {
     child: Child,
+    binary: PathBuf,
     port: u16,
     /// The environment every process of the server is started with.
     env: Vec<(&'static str, String)>,
@@ -106,8 +112,16 @@ impl Server {
             ("REDIS_URL", redis_url),
             ("COUPONLAB_STRATEGY_DIR", path(&dist)),
         ];
+        let env: Vec<(&'static str, String)> = env
+            .into_iter()
+            .chain(serve.env.iter().map(|&(key, value)| (key, value.to_string())))
+            .collect();
+        let binary = serve
+            .binary
+            .map_or_else(|| release_binary("couponlab"), Path::to_path_buf);
         let mut server = Server {
-            child: spawn_serve(port, &env, serve.roles_apart)?,
+            child: spawn_serve(&binary, port, &env, serve.roles_apart)?,
+            binary,
             port,
             env,
             consumers: Vec::new(),
@@ -117,7 +131,7 @@ impl Server {
         Api::new(&server.base_url())?.delete_data()?;
         if serve.roles_apart {
             for role in CONSUMERS {
-                let consumer = spawn_consumer(role, &server.env)?;
+                let consumer = spawn_consumer(&server.binary, role, &server.env)?;
                 server.consumers.push((role, consumer));
             }
         }
@@ -137,6 +151,17 @@ impl Server {
             server_log_path().display()
         );
         Ok(server)
+    }
+
+    /// CPU time the serving process has used, in seconds.
+    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        crate::proc_stats::cpu_seconds(self.child.id())
+            .context("cannot read the server's CPU time from /proc")
+    }
+
+    /// The serving process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn base_url(&self) -> String {
@@ -161,7 +186,7 @@ impl Server {
         // A server that cannot start (its database link cut, say) exits:
         // it is started again until it answers, START_LIMIT at most.
         loop {
-            self.child = spawn_serve(self.port, &self.env, self.roles_apart)?;
+            self.child = spawn_serve(&self.binary, self.port, &self.env, self.roles_apart)?;
             match self.wait_answering() {
                 Ok(()) => break,
                 Err(_) if killed_at.elapsed() < START_LIMIT && self.child.try_wait()?.is_some() => {
@@ -186,7 +211,7 @@ impl Server {
         let mut processes = Vec::new();
         for (role, child) in &mut self.consumers {
             let old = kill(child);
-            *child = spawn_consumer(role, &self.env)?;
+            *child = spawn_consumer(&self.binary, role, &self.env)?;
             processes.push((*role, old, child.id()));
         }
         Ok(Restarted {
@@ -222,8 +247,13 @@ impl Drop for Server {
 }
 
 /// `couponlab serve` on `port`.
-fn spawn_serve(port: u16, env: &[(&str, String)], roles_apart: bool) -> anyhow::Result<Child> {
-    let mut command = Command::new(release_binary("couponlab"));
+fn spawn_serve(
+    binary: &Path,
+    port: u16,
+    env: &[(&str, String)],
+    roles_apart: bool,
+) -> anyhow::Result<Child> {
+    let mut command = Command::new(binary);
     command.arg("serve");
     if roles_apart {
         command.args(["--consumers", "false"]);
@@ -234,7 +264,7 @@ fn spawn_serve(port: u16, env: &[(&str, String)], roles_apart: bool) -> anyhow::
         .env("RUST_LOG", "warn")
         .stdout(server_log(true)?)
         .spawn()
-        .with_context(|| format!("cannot start {}", release_binary("couponlab").display()))
+        .with_context(|| format!("cannot start {}", binary.display()))
 }
 
 /// Where the served process logs, each process of a run after the one
@@ -257,8 +287,8 @@ fn server_log(append: bool) -> anyhow::Result<Stdio> {
 }
 
 /// `couponlab consume <role>`, once it says it consumes.
-fn spawn_consumer(role: &str, env: &[(&str, String)]) -> anyhow::Result<Child> {
-    let mut child = Command::new(release_binary("couponlab"))
+fn spawn_consumer(binary: &Path, role: &str, env: &[(&str, String)]) -> anyhow::Result<Child> {
+    let mut child = Command::new(binary)
         .args(["consume", role])
         .envs(env.iter().map(|(key, value)| (key, value)))
         // Warnings as the server's, and the line that says it consumes.

@@ -1,0 +1,335 @@
+//! `cargo xtask soak`: hours, not seconds. A served lab under a constant
+//! rate for a long while, sampled every few seconds, and judged on whether
+//! what it holds stays flat.
+//!
+//! ```text
+//! cargo xtask soak [--duration 30m] [--rate 100] [--every 10s] [--trim] [--coupons 0] [--out DIR]
+//! ```
+//!
+//! The requests go round [`METHODS`] (a database method, REDIS_LUA, the
+//! stream consumers, write-behind, the drop gate) at `--rate` a second, each
+//! from its own worker thread; every [`COUPON_EVERY`] each method gets a new
+//! coupon (half as many as the members asking it, so half the answers are
+//! sold out), as a lab used for a long time piles coupons up. Every
+//! `--every` the sampler reads: the server's RSS and open files, the MySQL
+//! connections to its database, Redis's memory and keys, the soak's
+//! streams' lengths and pending entries, the recorder's size, how long a
+//! result read takes, and the issue requests' p99 since the last sample.
+//!
+//! What must be flat (fails the run when it grows): RSS, open files, MySQL
+//! connections, the result read, the p99 — and with `--trim`
+//! (`COUPONLAB_STREAM_TRIM`) the streams' entries. What grows by design is
+//! reported per accepted request or per coupon: Redis's memory and keys
+//! (reservations; stream entries unless trimmed), the recorder (a record per
+//! coupon). The report, in the load runner's form ([`super::soak_report`]),
+//! goes under `--out` (default `loadtest/reports/<UTC time>-soak/`, where
+//! the console lists it).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
+use serde_json::json;
+
+use super::http::Api;
+use super::idle::create_coupons;
+use super::own_redis::OwnRedis;
+use super::server::{Serve, Server, database_url};
+use super::soak_report::{FIGURES, Sample, Soak};
+use crate::{proc_stats, root};
+
+const USAGE: &str =
+    "usage: cargo xtask soak [--duration 30m] [--rate 100] [--every 10s] [--trim] [--coupons 0] [--out DIR]";
+
+/// The mix: a database method, a Redis script, both stream worlds, the gate.
+const METHODS: [&str; 5] = [
+    "PESSIMISTIC",
+    "REDIS_LUA",
+    "REDIS_STREAM_ATOMIC",
+    "REDIS_WRITE_BEHIND",
+    "REDIS_LUA_GATE",
+];
+/// How often each method gets a coupon of its own.
+const COUPON_EVERY: Duration = Duration::from_secs(20);
+/// Requests in flight at most: each worker sends one at a time.
+const WORKERS: usize = 16;
+
+pub struct Options {
+    pub duration: Duration,
+    pub rate: u32,
+    pub every: Duration,
+    pub trim: bool,
+    /// Coupons created before the run, as earlier runs leave them.
+    pub coupons: u64,
+    pub out: PathBuf,
+}
+
+/// `30m`, `90s`, `2h`: the load runner's durations.
+fn duration(text: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(super::seconds(text)?)
+        .with_context(|| format!("not a duration: {text:?}"))
+}
+
+impl Options {
+    fn parse(args: &[String]) -> anyhow::Result<Options> {
+        let mut options = Options {
+            duration: Duration::from_secs(30 * 60),
+            rate: 100,
+            every: Duration::from_secs(10),
+            trim: false,
+            coupons: 0,
+            out: root()
+                .join("loadtest")
+                .join("reports")
+                .join(format!("{}-soak", super::timestamp())),
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().with_context(|| format!("{arg} needs a value; {USAGE}"));
+            match arg.as_str() {
+                "--duration" => options.duration = duration(value()?)?,
+                "--rate" => options.rate = value()?.parse().context("--rate: requests a second")?,
+                "--every" => options.every = duration(value()?)?,
+                "--trim" => options.trim = true,
+                "--coupons" => options.coupons = value()?.parse().context("--coupons: how many")?,
+                "--out" => options.out = PathBuf::from(value()?),
+                "--help" | "-h" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                other => bail!("unknown option {other:?}; {USAGE}"),
+            }
+        }
+        anyhow::ensure!(options.rate > 0, "--rate must be at least 1");
+        anyhow::ensure!(
+            options.duration >= options.every * 4,
+            "--duration must hold at least four samples of --every"
+        );
+        Ok(options)
+    }
+}
+
+pub fn main(args: &[String]) -> anyhow::Result<()> {
+    let options = Options::parse(args)?;
+    let soak = run(&options, true)?;
+    println!("{}", soak.table());
+    soak.verdict()
+}
+
+/// The short soak `cargo xtask test` ends with: a minute, 300 coupons
+/// already there, the streams trimmed.
+pub fn smoke() -> anyhow::Result<()> {
+    let options = Options {
+        duration: Duration::from_secs(60),
+        rate: 50,
+        every: Duration::from_secs(5),
+        trim: true,
+        coupons: 300,
+        out: crate::target_dir().join("artifacts").join("soak"),
+    };
+    run(&options, false)?.verdict()
+}
+
+/// What the workers share: the latencies since the last sample, the
+/// accepted requests, the coupons in use.
+#[derive(Default)]
+struct Load {
+    latencies_us: Mutex<Vec<u64>>,
+    accepted: AtomicU64,
+    sent: AtomicU64,
+    coupons: Mutex<Vec<u64>>,
+    stop: AtomicBool,
+}
+
+/// Runs the soak; the samples and the report written.
+pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
+    let redis = OwnRedis::start()?;
+    let redis_url = redis.url(0);
+    let trim = if options.trim { "true" } else { "false" };
+    let env = [("COUPONLAB_STREAM_TRIM", trim)];
+    let server = Server::start_with(Serve {
+        build,
+        redis_url: Some(&redis_url),
+        env: &env,
+        ..Serve::default()
+    })?;
+    let api = Api::new(&server.base_url())?;
+    let members_per_coupon = (u64::from(options.rate) * COUPON_EVERY.as_secs()).div_ceil(METHODS.len() as u64);
+    let members = api.post("/lab/members", &json!({ "count": members_per_coupon }))?;
+    let first_member = members["firstId"].as_u64().context("no firstId")?;
+    let load = Arc::new(Load::default());
+    new_coupons(&api, &load, members_per_coupon / 2)?;
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let db = runtime.block_on(
+        sqlx::mysql::MySqlPoolOptions::new().max_connections(1).connect(&database_url()?),
+    )?;
+    runtime.block_on(create_coupons(&db, options.coupons))?;
+    let mut redis_conn = redis::Client::open(redis_url.as_str())?.get_connection()?;
+
+    let started = Instant::now();
+    let interval = Duration::from_secs_f64(1.0 / f64::from(options.rate));
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            let (api, load) = (api.clone(), load.clone());
+            std::thread::spawn(move || send(&api, &load, started, interval, first_member, members_per_coupon))
+        })
+        .collect();
+
+    let mut samples = Vec::new();
+    let mut next_coupons = started + COUPON_EVERY;
+    let mut next_sample = started + options.every;
+    let end = started + options.duration;
+    while Instant::now() < end {
+        let now = Instant::now();
+        if now >= next_coupons {
+            next_coupons += COUPON_EVERY;
+            new_coupons(&api, &load, members_per_coupon / 2)?;
+        }
+        if now >= next_sample {
+            next_sample += options.every;
+            let sample = sample(&server, &api, &runtime, &db, &mut redis_conn, &load, started)?;
+            println!("{}", progress(&sample, options.duration));
+            samples.push(sample);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    load.stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        let _ = worker.join();
+    }
+    let title = format!(
+        "Soak: {} s at {} requests/s, streams {}",
+        options.duration.as_secs(),
+        options.rate,
+        if options.trim { "trimmed" } else { "kept whole" }
+    );
+    let soak = Soak {
+        title,
+        trim: options.trim,
+        samples,
+        provenance: super::provenance::basic(),
+        out: options.out.clone(),
+    };
+    soak.write()?;
+    Ok(soak)
+}
+
+/// One coupon a method, of `total` coupons, for the requests from now on.
+fn new_coupons(api: &Api, load: &Load, total: u64) -> anyhow::Result<()> {
+    let mut coupons = Vec::new();
+    for method in METHODS {
+        let created = api.post("/lab/coupons", &json!({ "name": format!("soak {method}"), "totalCount": total.max(1) }))?;
+        coupons.push(created["id"].as_u64().context("no coupon id")?);
+    }
+    *load.coupons.lock().unwrap() = coupons;
+    Ok(())
+}
+
+/// A worker: takes the next request's turn, waits for its time, sends it.
+fn send(api: &Api, load: &Load, started: Instant, interval: Duration, first_member: u64, members: u64) {
+    while !load.stop.load(Ordering::Relaxed) {
+        let turn = load.sent.fetch_add(1, Ordering::Relaxed);
+        let due = started + interval * turn as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let method = turn as usize % METHODS.len();
+        let coupon = load.coupons.lock().unwrap()[method];
+        let member = first_member + (turn / METHODS.len() as u64) % members;
+        let body = json!({ "memberId": member, "method": METHODS[method] });
+        let asked = Instant::now();
+        let status = api.post_status(&format!("/lab/coupons/{coupon}/issue"), &body);
+        load.latencies_us.lock().unwrap().push(asked.elapsed().as_micros() as u64);
+        if matches!(status, Ok(200 | 202)) {
+            load.accepted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn sample(
+    server: &Server,
+    api: &Api,
+    runtime: &tokio::runtime::Runtime,
+    db: &sqlx::MySqlPool,
+    redis: &mut redis::Connection,
+    load: &Load,
+    started: Instant,
+) -> anyhow::Result<Sample> {
+    let pid = server.pid();
+    let coupons = load.coupons.lock().unwrap().clone();
+    let read = Instant::now();
+    api.get(&format!("/lab/coupons/{}/result", coupons[2]))?;
+    let result_ms = read.elapsed().as_secs_f64() * 1e3;
+    let mut latencies = std::mem::take(&mut *load.latencies_us.lock().unwrap());
+    latencies.sort_unstable();
+    let p99_ms = latencies.get(latencies.len() * 99 / 100).map_or(0.0, |&us| us as f64 / 1e3);
+    let mysql: i64 = runtime.block_on(
+        sqlx::query_scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE()").fetch_one(db),
+    )?;
+    let info: String = redis::cmd("INFO").arg("memory").query(redis)?;
+    let used_memory: f64 = info
+        .lines()
+        .find_map(|line| line.strip_prefix("used_memory:"))
+        .and_then(|bytes| bytes.trim().parse().ok())
+        .unwrap_or(0.0);
+    let keys: u64 = redis::cmd("DBSIZE").query(redis)?;
+    let (entries, pending) = stream_figures(redis)?;
+    let metrics = api.get_text("/metrics")?;
+    let recorded = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("couponlab_recorded_coupons "))
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    let values = vec![
+        proc_stats::rss_kib(pid).unwrap_or(0) as f64 / 1024.0,
+        proc_stats::open_fds(pid).unwrap_or(0) as f64,
+        mysql as f64,
+        used_memory / (1024.0 * 1024.0),
+        keys as f64,
+        entries as f64,
+        pending as f64,
+        recorded,
+        result_ms,
+        p99_ms,
+    ];
+    let created: i64 = runtime.block_on(sqlx::query_scalar("SELECT COUNT(*) FROM coupons").fetch_one(db))?;
+    Ok(Sample {
+        at_s: started.elapsed().as_secs_f64(),
+        accepted: load.accepted.load(Ordering::Relaxed),
+        coupons: created as u64,
+        values,
+    })
+}
+
+/// Entries and pending entries over every stream of both kinds.
+fn stream_figures(redis: &mut redis::Connection) -> anyhow::Result<(u64, u64)> {
+    let (mut entries, mut pending) = (0, 0);
+    for kind in [ISSUE_STREAM, WRITE_BEHIND_STREAM] {
+        let pattern = format!("{}*", kind.prefix);
+        let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(redis)?;
+        for key in keys.iter().filter(|key| !key.ends_with(":dead")) {
+            entries += redis::cmd("XLEN").arg(key).query::<u64>(redis)?;
+            let summary: redis::Value = redis::cmd("XPENDING").arg(key).arg(kind.group).query(redis).unwrap_or(redis::Value::Nil);
+            if let redis::Value::Array(fields) = summary
+                && let Some(redis::Value::Int(count)) = fields.first()
+            {
+                pending += *count as u64;
+            }
+        }
+    }
+    Ok((entries, pending))
+}
+
+fn progress(sample: &Sample, duration: Duration) -> String {
+    let mut line = format!("[{:>5.0}/{} s] accepted {}", sample.at_s, duration.as_secs(), sample.accepted);
+    for ((name, unit, _), value) in FIGURES.iter().zip(&sample.values) {
+        let _ = write!(line, " · {name} {value:.1}{unit}");
+    }
+    line
+}
+

@@ -1,0 +1,368 @@
+//! What a soak's samples say: each figure's trend past the warm-up, whether
+//! one that must stay flat grew, and the report in the load runner's form
+//! (`report.md`, whose first line titles the run in the console's list;
+//! `report.html`, self-contained, a chart a figure; `samples.csv`;
+//! `results.json` with the samples and the provenance).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::bail;
+use serde_json::{Value, json};
+
+use super::html::{REPORT_CSS, esc};
+
+/// One sample of the figures.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    pub at_s: f64,
+    pub accepted: u64,
+    pub coupons: u64,
+    /// In the order of [`FIGURES`].
+    pub values: Vec<f64>,
+}
+
+/// The figures sampled, their units, and whether they must stay flat.
+pub const FIGURES: [(&str, &str, bool); 10] = [
+    ("server RSS", "MiB", true),
+    ("open files", "", true),
+    ("MySQL connections", "", true),
+    ("Redis memory", "MiB", false),
+    ("Redis keys", "", false),
+    ("stream entries", "", false),
+    ("stream pending", "", true),
+    ("recorder coupons", "", false),
+    ("result read", "ms", true),
+    ("issue p99", "ms", true),
+];
+/// The stream entries: flat only when the streams are trimmed.
+const STREAM_ENTRIES: usize = 5;
+/// The samples left out of the verdict while the server warms up.
+const WARM_UP_SHARE: f64 = 0.25;
+
+pub struct Soak {
+    pub title: String,
+    pub trim: bool,
+    pub samples: Vec<Sample>,
+    pub provenance: Value,
+    pub out: PathBuf,
+}
+
+/// How a figure moved over the samples past the warm-up.
+struct Trend {
+    first: f64,
+    last: f64,
+    /// The least-squares line's growth over the judged span, and its level
+    /// at the span's start.
+    growth: f64,
+    start: f64,
+    /// How far the samples stand from that line (their standard
+    /// deviation): a figure that saws up and down within a bound (stream
+    /// entries between two trims, a p99) is noisy, not growing.
+    noise: f64,
+    /// Growth per accepted request, and per coupon created.
+    per_accepted: f64,
+    per_coupon: f64,
+}
+
+impl Soak {
+    fn judged(&self) -> &[Sample] {
+        let skip = (self.samples.len() as f64 * WARM_UP_SHARE).floor() as usize;
+        &self.samples[skip.min(self.samples.len().saturating_sub(2))..]
+    }
+
+    fn trend(&self, figure: usize) -> Trend {
+        let judged = self.judged();
+        let n = judged.len() as f64;
+        let y = |s: &Sample| s.values[figure];
+        // The least-squares line of the figure against `x`: its slope, and
+        // the means it passes through.
+        let line = |x: &dyn Fn(&Sample) -> f64| {
+            let (mx, my) = judged.iter().fold((0.0, 0.0), |(a, b), s| (a + x(s) / n, b + y(s) / n));
+            let (sxy, sxx) = judged.iter().fold((0.0, 0.0), |(a, b), s| {
+                let dx = x(s) - mx;
+                (a + dx * (y(s) - my), b + dx * dx)
+            });
+            (if sxx == 0.0 { 0.0 } else { sxy / sxx }, mx, my)
+        };
+        let at = |s: &Sample| s.at_s;
+        let (slope, mx, my) = line(&at);
+        let squares: f64 = judged
+            .iter()
+            .map(|s| (y(s) - (my + slope * (s.at_s - mx))).powi(2))
+            .sum();
+        let (first, last) = (&judged[0], &judged[judged.len() - 1]);
+        Trend {
+            first: y(first),
+            last: y(last),
+            growth: slope * (last.at_s - first.at_s),
+            start: my + slope * (first.at_s - mx),
+            noise: (squares / (n - 2.0).max(1.0)).sqrt(),
+            per_accepted: line(&|s| s.accepted as f64).0,
+            per_coupon: line(&|s| s.coupons as f64).0,
+        }
+    }
+
+    /// Whether a figure grew: its line rose by more than a quarter of its
+    /// level, a small absolute margin and three times the samples' noise
+    /// around it (a shared machine's latencies, a figure that saws between
+    /// bounds). A figure growing without bound outgrows all three as the
+    /// run goes on.
+    fn grew(&self, figure: usize) -> bool {
+        let trend = self.trend(figure);
+        let margin = match FIGURES[figure].1 {
+            "MiB" => 32.0,
+            "ms" => 5.0,
+            _ => 4.0,
+        };
+        trend.growth > margin + 0.25 * trend.start.abs() + 3.0 * trend.noise
+    }
+
+    fn must_be_flat(&self, figure: usize) -> bool {
+        FIGURES[figure].2 || (figure == STREAM_ENTRIES && self.trim)
+    }
+
+    /// Fails naming every figure that must be flat and kept growing.
+    pub fn verdict(&self) -> anyhow::Result<()> {
+        let grown: Vec<&str> = (0..FIGURES.len())
+            .filter(|&f| self.must_be_flat(f) && self.grew(f))
+            .map(|f| FIGURES[f].0)
+            .collect();
+        if grown.is_empty() {
+            println!(
+                "soak: every figure that must be flat stayed flat; report in {}",
+                self.out.display()
+            );
+            return Ok(());
+        }
+        bail!(
+            "soak: {} kept growing; report in {}",
+            grown.join(", "),
+            self.out.display()
+        )
+    }
+
+    /// Each figure's row: first, last, growth, per request and per coupon,
+    /// verdict.
+    fn rows(&self) -> Vec<[String; 7]> {
+        FIGURES
+            .iter()
+            .enumerate()
+            .map(|(f, (name, unit, _))| {
+                let t = self.trend(f);
+                let verdict = match (self.must_be_flat(f), self.grew(f)) {
+                    (true, false) => "flat",
+                    (true, true) => "GROWS",
+                    (false, _) => "grows by design (per request or coupon)",
+                };
+                let name = if unit.is_empty() { name.to_string() } else { format!("{name} ({unit})") };
+                [
+                    name,
+                    format!("{:.2}", t.first),
+                    format!("{:.2}", t.last),
+                    format!("{:+.2}", t.growth),
+                    format!("{:+.5}", t.per_accepted),
+                    format!("{:+.3}", t.per_coupon),
+                    verdict.to_string(),
+                ]
+            })
+            .collect()
+    }
+
+    pub fn table(&self) -> String {
+        let mut out = String::from(
+            "| figure | first | last | growth over the run | per accepted request | per coupon | verdict |\n\
+             |---|---:|---:|---:|---:|---:|---|\n",
+        );
+        for row in self.rows() {
+            let _ = writeln!(out, "| {} |", row.join(" | "));
+        }
+        out
+    }
+
+    fn description(&self) -> String {
+        let judged_from = self.judged().first().map_or(0.0, |s| s.at_s);
+        let last = self.samples.last().cloned().unwrap_or_default();
+        format!(
+            "{} samples over {:.0} s, {} requests accepted, {} coupons in the lab at the end; \
+             streams {}; judged from {judged_from:.0} s (the first quarter is the warm-up).",
+            self.samples.len(),
+            last.at_s,
+            last.accepted,
+            last.coupons,
+            if self.trim { "trimmed (COUPONLAB_STREAM_TRIM)" } else { "kept whole" },
+        )
+    }
+
+    /// Writes the report into its directory.
+    pub fn write(&self) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.out)?;
+        let markdown = format!(
+            "# {}\n\n{}\n\n{}\nReproduce: `{}` ({}).\n",
+            self.title,
+            self.description(),
+            self.table(),
+            self.provenance["command"].as_str().unwrap_or_default(),
+            self.provenance["commit"].as_str().unwrap_or_default(),
+        );
+        std::fs::write(self.out.join("report.md"), markdown)?;
+        std::fs::write(self.out.join("report.html"), self.html())?;
+        std::fs::write(self.out.join("samples.csv"), self.csv())?;
+        let samples: Vec<Value> = self
+            .samples
+            .iter()
+            .map(|s| json!({ "atS": s.at_s, "accepted": s.accepted, "coupons": s.coupons, "values": s.values }))
+            .collect();
+        let figures: Vec<Value> = FIGURES
+            .iter()
+            .map(|(name, unit, flat)| json!({ "name": name, "unit": unit, "mustBeFlat": flat }))
+            .collect();
+        let results = json!({
+            "title": self.title, "trim": self.trim, "provenance": self.provenance,
+            "figures": figures, "samples": samples,
+        });
+        std::fs::write(self.out.join("results.json"), serde_json::to_string_pretty(&results)?)?;
+        Ok(())
+    }
+
+    fn csv(&self) -> String {
+        let mut csv = String::from("seconds,accepted,coupons");
+        for (name, unit, _) in FIGURES {
+            let _ = write!(csv, ",{name} ({unit})");
+        }
+        for s in &self.samples {
+            let _ = write!(csv, "\n{:.1},{},{}", s.at_s, s.accepted, s.coupons);
+            for v in &s.values {
+                let _ = write!(csv, ",{v:.3}");
+            }
+        }
+        csv + "\n"
+    }
+
+    /// The table, and a line chart a figure over time.
+    fn html(&self) -> String {
+        let title = esc(&self.title);
+        let mut page = format!(
+            "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+             <title>{title}</title>\n<style>\n{REPORT_CSS}</style>\n</head>\n<body>\n\
+             <h1>{title}</h1>\n<p>{}</p>\n<div class=\"scroll\"><table>\n<thead><tr>\
+             <th>figure</th><th class=\"num\">first</th><th class=\"num\">last</th>\
+             <th class=\"num\">growth over the run</th><th class=\"num\">per accepted request</th>\
+             <th class=\"num\">per coupon</th><th>verdict</th></tr></thead>\n<tbody>\n",
+            esc(&self.description())
+        );
+        for row in self.rows() {
+            page.push_str("<tr>");
+            for (i, cell) in row.iter().enumerate() {
+                let class = if (1..6).contains(&i) { " class=\"num\"" } else { "" };
+                let _ = write!(page, "<td{class}>{}</td>", esc(cell));
+            }
+            page.push_str("</tr>\n");
+        }
+        page.push_str("</tbody></table></div>\n");
+        for (f, (name, unit, _)) in FIGURES.iter().enumerate() {
+            page.push_str(&chart(&self.samples, f, name, unit));
+        }
+        let _ = write!(
+            page,
+            "<h2>Reproduction</h2>\n<pre>{}</pre>\n<p class=\"note\">commit {}</p>\n</body>\n</html>\n",
+            esc(self.provenance["command"].as_str().unwrap_or_default()),
+            esc(self.provenance["commit"].as_str().unwrap_or_default()),
+        );
+        page
+    }
+}
+
+/// One figure over time, as inline SVG scaled to its highest sample.
+fn chart(samples: &[Sample], figure: usize, name: &str, unit: &str) -> String {
+    let (width, height) = (600.0, 120.0);
+    let end = samples.last().map_or(1.0, |s| s.at_s.max(1.0));
+    let top = samples
+        .iter()
+        .map(|s| s.values[figure])
+        .fold(0.0_f64, f64::max)
+        .max(1e-9);
+    let points: Vec<String> = samples
+        .iter()
+        .map(|s| {
+            format!(
+                "{:.1},{:.1}",
+                s.at_s / end * width,
+                height - s.values[figure] / top * height
+            )
+        })
+        .collect();
+    format!(
+        "<h2>{name}</h2>\n<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {width} {h}\" \
+         role=\"img\" aria-label=\"{name} over time\">\
+         <polyline fill=\"none\" stroke=\"#36c\" stroke-width=\"2\" points=\"{}\"/>\
+         <text x=\"4\" y=\"12\">{top:.2} {unit}</text><text x=\"4\" y=\"{h}\">0 · {end:.0} s</text></svg>\n",
+        points.join(" "),
+        h = height + 14.0,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn soak(values: impl Fn(usize) -> Vec<f64>, trim: bool) -> Soak {
+        Soak {
+            title: "Soak".into(),
+            trim,
+            samples: (0..20)
+                .map(|i| Sample {
+                    at_s: i as f64 * 10.0,
+                    accepted: i as u64 * 1_000,
+                    coupons: 5 + i as u64,
+                    values: values(i),
+                })
+                .collect(),
+            provenance: json!({ "command": "cargo xtask soak", "commit": "abc" }),
+            out: PathBuf::new(),
+        }
+    }
+
+    fn level(i: usize, grows: usize, by: f64) -> Vec<f64> {
+        (0..FIGURES.len())
+            .map(|f| if f == grows { 100.0 + by * i as f64 } else { 50.0 + (i % 2) as f64 })
+            .collect()
+    }
+
+    #[test]
+    fn a_flat_run_passes_and_a_growing_figure_fails_by_name() {
+        assert!(soak(|i| level(i, usize::MAX, 0.0), false).verdict().is_ok());
+        let rss_grows = soak(|i| level(i, 0, 10.0), false);
+        let err = rss_grows.verdict().unwrap_err().to_string();
+        assert!(err.contains("server RSS"), "{err}");
+        assert!(rss_grows.table().contains("GROWS"));
+    }
+
+    #[test]
+    fn a_figure_sawing_between_bounds_is_flat() {
+        // Stream entries between two trims: 0 to 20, whenever sampled.
+        let sawing = |i: usize| {
+            let mut values = level(i, usize::MAX, 0.0);
+            values[STREAM_ENTRIES] = [7.0, 11.0, 0.0, 0.0, 4.0, 16.0, 0.0, 0.0, 19.0, 13.0][i % 10];
+            values
+        };
+        assert!(soak(sawing, true).verdict().is_ok());
+    }
+
+    #[test]
+    fn stream_entries_may_grow_unless_trimmed() {
+        let growing = |i| level(i, STREAM_ENTRIES, 50.0);
+        assert!(soak(growing, false).verdict().is_ok());
+        let err = soak(growing, true).verdict().unwrap_err().to_string();
+        assert!(err.contains("stream entries"), "{err}");
+    }
+
+    #[test]
+    fn growth_is_reported_per_accepted_request() {
+        let table = soak(|i| level(i, 4, 3.0), false).table();
+        // 3 keys a sample, 1,000 accepted a sample.
+        assert!(table.contains("| Redis keys | "), "{table}");
+        assert!(table.contains("+0.00300"), "{table}");
+    }
+}
