@@ -6,16 +6,24 @@
 //! - Before a request of a stream or write-behind method runs, its host
 //!   announces the coupon: `ZADD couponlab:streams:{kind} <now ms> <coupon>`,
 //!   at most once per [`ANNOUNCE_EVERY`] per coupon and process, so the
-//!   announcement precedes any entry the call adds.
-//! - Every [`LOOK_EVERY`] a role reads the coupons announced in the last
-//!   [`ANNOUNCED_FOR`] (one ZRANGEBYSCORE), and creates the group of a new
-//!   coupon's stream once the stream exists, starting at its first entry.
+//!   announcement precedes any entry the call adds. When the call has
+//!   ended it announces again, in the background, if a second has passed
+//!   or the first announcement failed (tried every second until Redis takes
+//!   it): an entry a slow call added late is read all the same.
+//! - Every [`LOOK_EVERY`] a role reads the coupons announced lately (one
+//!   ZRANGEBYSCORE): in the last request timeout and [`ANNOUNCED_MARGIN`],
+//!   longer than a call runs before it adds its entry. It creates the group
+//!   of a new coupon's stream once the stream exists, starting at its first
+//!   entry.
 //! - A stream stays read while it is announced and, after that, until it is
 //!   settled: its group holds no pending entry and has been delivered the
 //!   stream's last entry. Then it is left alone until announced again.
-//! - When a role (re)connects it looks once at every coupon in the database
-//!   (one EXISTS each): streams left by a process that died, or filled
-//!   before any consumer ran, are read too.
+//! - When a role (re)connects, or a read found a stream without its group
+//!   (`DELETE /lab/data` deleted it, and a new entry made it again), it
+//!   looks once at every coupon in the database (one EXISTS each): streams
+//!   left by a process that died, or filled before any consumer ran, are
+//!   read too. A database that does not answer then delays that look, not
+//!   the reading of the announced streams.
 //!
 //! - With `COUPONLAB_STREAM_TRIM`, the role that claims (the claimer, the
 //!   loader) trims from each stream it reads, every [`SETTLED_CHECK_EVERY`],
@@ -24,7 +32,8 @@
 //!
 //! The key is the host's, outside `coupon:*`: no component can forge it.
 //! Hosts compare their clocks through the scores: clocks apart by more than
-//! [`ANNOUNCED_FOR`] less [`ANNOUNCE_EVERY`] would miss announcements.
+//! [`ANNOUNCED_MARGIN`] would make a slow call's late entry wait for the
+//! announcement after the call.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -48,8 +57,10 @@ const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
 /// How long a request waits for its announcement: a Redis that does not
 /// answer fails the call itself, not a wait before it.
 const ANNOUNCE_TIMEOUT: Duration = Duration::from_millis(250);
-/// How long an announcement keeps a stream read.
-const ANNOUNCED_FOR: Duration = Duration::from_secs(5);
+/// How much longer than the request timeout an announcement keeps a stream
+/// read: the grace a call is given past its deadline, and clocks of hosts
+/// a little apart.
+const ANNOUNCED_MARGIN: Duration = Duration::from_secs(2);
 /// How often a role looks for announcements: a new coupon's first entries
 /// wait up to this long for their consumers.
 pub(super) const LOOK_EVERY: Duration = Duration::from_millis(200);
@@ -64,6 +75,11 @@ fn announcements_key(kind: Stream) -> String {
 
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
+}
+
+/// How long an announcement keeps a stream read: longer than a call runs.
+fn announced_for(lab: &Lab) -> Duration {
+    lab.config.request_timeout() + ANNOUNCED_MARGIN
 }
 
 /// The stream a method's accepted requests add to, if any.
@@ -81,44 +97,104 @@ pub struct Announcements {
     last: Mutex<HashMap<(&'static str, u64), Instant>>,
 }
 
-/// Announces `coupon`'s stream before a request of `strategy` runs, when
-/// the method has one and this process did not announce it lately. A
-/// failure is logged and tried again by the next request: the stream is
-/// found when a role reconnects, at the latest.
-pub async fn announce(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64) {
-    let Some(kind) = stream_of(&strategy.world) else {
-        return;
-    };
-    let now = Instant::now();
-    {
-        let mut last = lab.announcements.last.lock();
+impl Announcements {
+    /// Whether `coupon`'s stream of `kind` is due an announcement (none in
+    /// the last [`ANNOUNCE_EVERY`]); if so, it counts as announced now.
+    fn due(&self, kind: Stream, coupon: u64) -> bool {
+        let now = Instant::now();
+        let mut last = self.last.lock();
         if last
             .get(&(kind.prefix, coupon))
             .is_some_and(|at| now.duration_since(*at) < ANNOUNCE_EVERY)
         {
-            return;
+            return false;
         }
         if last.len() >= REMEMBERED {
             last.retain(|_, at| now.duration_since(*at) < ANNOUNCE_EVERY);
         }
         last.insert((kind.prefix, coupon), now);
+        true
     }
-    let mut redis = lab.redis().clone();
-    let adding = redis.zadd::<_, _, _, ()>(announcements_key(kind), coupon, now_ms());
-    let added = match tokio::time::timeout(ANNOUNCE_TIMEOUT, adding).await {
-        Ok(added) => added,
-        Err(_) => Err(RedisError::from((ErrorKind::Io, "no answer in time"))),
-    };
-    if let Err(err) = added {
-        lab.announcements.last.lock().remove(&(kind.prefix, coupon));
-        tracing::warn!(coupon, streams = kind.prefix, error = %err, "could not announce a coupon's stream");
+
+    /// An announcement did not reach Redis: the next one is due at once.
+    fn failed(&self, kind: Stream, coupon: u64) {
+        self.last.lock().remove(&(kind.prefix, coupon));
+    }
+
+    /// Forgets what was announced: the lab's data was deleted, and coupon
+    /// ids start again from 1.
+    pub fn clear(&self) {
+        self.last.lock().clear();
     }
 }
 
-/// Every coupon ever announced for `kind` since the lab's data was last
-/// deleted: those whose streams may hold entries.
-pub async fn announced_ever(redis: &mut RedisConn, kind: Stream) -> RedisResult<Vec<u64>> {
-    redis.zrange(announcements_key(kind), 0, -1).await
+/// `ZADD`s `coupon` to the announcements of `kind`, waiting
+/// [`ANNOUNCE_TIMEOUT`] at most.
+async fn add(lab: &Lab, kind: Stream, coupon: u64) -> RedisResult<()> {
+    let mut redis = lab.redis().clone();
+    let adding = redis.zadd::<_, _, _, ()>(announcements_key(kind), coupon, now_ms());
+    match tokio::time::timeout(ANNOUNCE_TIMEOUT, adding).await {
+        Ok(added) => added,
+        Err(_) => Err(RedisError::from((ErrorKind::Io, "no answer in time"))),
+    }
+}
+
+/// Announces `coupon`'s stream before a request of `strategy` runs, when
+/// the method has one and this process did not announce it lately. A
+/// failure is logged, and [`announce_after`] tries again.
+pub async fn announce(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64) {
+    let Some(kind) = stream_of(&strategy.world) else {
+        return;
+    };
+    if !lab.announcements.due(kind, coupon) {
+        return;
+    }
+    if let Err(err) = add(lab, kind, coupon).await {
+        lab.announcements.failed(kind, coupon);
+        tracing::warn!(coupon, streams = kind.prefix, error = %err, "could not announce a coupon's stream; trying again after the call");
+    }
+}
+
+/// Announces `coupon`'s stream again once a request of `strategy` has
+/// ended, when a second has passed since the last announcement or it
+/// failed: in the background, every second until Redis takes it, for as
+/// long as an announcement lasts. So an entry a slow call added late, or
+/// one added after a failed announcement, is read all the same.
+pub fn announce_after(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64) {
+    let Some(kind) = stream_of(&strategy.world) else {
+        return;
+    };
+    if !lab.announcements.due(kind, coupon) {
+        return;
+    }
+    let lab = lab.clone();
+    tokio::spawn(async move {
+        let give_up = Instant::now() + announced_for(&lab);
+        loop {
+            match add(&lab, kind, coupon).await {
+                Ok(()) => return,
+                Err(err) if Instant::now() >= give_up => {
+                    lab.announcements.failed(kind, coupon);
+                    tracing::error!(coupon, streams = kind.prefix, error = %err, "could not announce a coupon's stream; its entries are read once a role reconnects");
+                    return;
+                }
+                Err(_) => tokio::time::sleep(ANNOUNCE_EVERY).await,
+            }
+        }
+    });
+}
+
+/// The coupons announced for `kind` in the last `within`: those whose
+/// streams took entries lately.
+pub async fn announced_within(
+    redis: &mut RedisConn,
+    kind: Stream,
+    within: Duration,
+) -> RedisResult<Vec<u64>> {
+    let since = now_ms() - within.as_millis() as i64;
+    redis
+        .zrangebyscore(announcements_key(kind), since, "+inf")
+        .await
 }
 
 /// The active coupons' streams of one kind a role reads.
@@ -128,21 +204,25 @@ pub(super) struct CouponStreams {
     /// announced (or found unsettled).
     ready: BTreeMap<u64, Instant>,
     looked: Option<Instant>,
-    /// Whether every coupon in the database was looked at since connecting.
+    /// Whether every coupon in the database was looked at since connecting
+    /// (or since a stream was found without its group).
     looked_at_all: bool,
+    /// How long an announcement keeps a stream read.
+    announced_for: Duration,
     /// Whether this role trims acknowledged entries, and when it last did.
     trims: bool,
     trimmed: Option<Instant>,
 }
 
 impl CouponStreams {
-    /// The streams of `kind`; `trims` when this role trims them.
-    pub fn new(kind: Stream, trims: bool) -> Self {
+    /// The streams of `kind` in `lab`; `trims` when this role trims them.
+    pub fn new(lab: &Lab, kind: Stream, trims: bool) -> Self {
         Self {
             kind,
             ready: BTreeMap::new(),
             looked: None,
             looked_at_all: false,
+            announced_for: announced_for(lab),
             trims,
             trimmed: None,
         }
@@ -169,13 +249,17 @@ impl CouponStreams {
     async fn look(&mut self, lab: &Lab, conn: &mut RedisConn) -> RedisResult<()> {
         let now = Instant::now();
         if !self.looked_at_all {
-            let coupons = db::coupon_ids(lab.db()).await.map_err(|err| {
-                RedisError::from((ErrorKind::Io, "cannot list the coupons", err.to_string()))
-            })?;
-            self.make_ready(conn, coupons, now).await?;
-            self.looked_at_all = true;
+            // A database that does not answer delays this look, not the
+            // reading of the streams announced.
+            match db::coupon_ids(lab.db()).await {
+                Ok(coupons) => {
+                    self.make_ready(conn, coupons, now).await?;
+                    self.looked_at_all = true;
+                }
+                Err(err) => tracing::warn!(streams = self.kind.prefix, error = %err, "cannot list the coupons; looking again"),
+            }
         }
-        let since = now_ms() - ANNOUNCED_FOR.as_millis() as i64;
+        let since = now_ms() - self.announced_for.as_millis() as i64;
         let announced: BTreeSet<u64> = conn
             .zrangebyscore(announcements_key(self.kind), since, "+inf")
             .await?;
@@ -237,30 +321,37 @@ impl CouponStreams {
         let quiet: Vec<u64> = self
             .ready
             .iter()
-            .filter(|(_, seen)| now.duration_since(**seen) >= ANNOUNCED_FOR)
+            .filter(|(_, seen)| now.duration_since(**seen) >= self.announced_for)
             .map(|(&coupon, _)| coupon)
             .collect();
+        // As if announced so long ago that it is quiet again in a moment.
+        let ask_again = now
+            .checked_sub(self.announced_for.saturating_sub(SETTLED_CHECK_EVERY))
+            .unwrap_or(now);
         for coupon in quiet {
             if settled(conn, &CouponStream::of(self.kind, coupon)).await? {
                 self.ready.remove(&coupon);
             } else {
-                self.ready
-                    .insert(coupon, now - ANNOUNCED_FOR + SETTLED_CHECK_EVERY);
+                self.ready.insert(coupon, ask_again);
             }
         }
         Ok(())
     }
 
     /// A stream lost its group (`DELETE /lab/data` deleted it, and an entry
-    /// made it again): its group is made again once announced.
+    /// made it again): every coupon is looked at again, and the groups of
+    /// the streams that exist made again.
     pub(super) fn forget(&mut self) {
         self.ready.clear();
         self.looked = None;
+        self.looked_at_all = false;
     }
 }
 
 /// Whether the group of `stream` holds no pending entry and was delivered
-/// the stream's last entry (a stream deleted since is settled too).
+/// the stream's last entry (a stream deleted since is settled too). A
+/// stream found without its group (deleted, and made again by a new entry)
+/// gets it again, from its first entry, and is not settled.
 async fn settled(conn: &mut RedisConn, stream: &CouponStream) -> RedisResult<bool> {
     let groups: RedisResult<StreamInfoGroupsReply> = conn.xinfo_groups(&stream.key).await;
     let groups = match groups {
@@ -269,7 +360,11 @@ async fn settled(conn: &mut RedisConn, stream: &CouponStream) -> RedisResult<boo
         other => other?,
     };
     let Some(group) = groups.groups.iter().find(|g| g.name == stream.group()) else {
-        return Ok(true);
+        let created: RedisResult<()> = conn.xgroup_create(&stream.key, stream.group(), "0").await;
+        return match created {
+            Err(err) if err.code() != Some("BUSYGROUP") => Err(err),
+            _ => Ok(false),
+        };
     };
     if group.pending > 0 {
         return Ok(false);

@@ -142,7 +142,7 @@ pub(super) async fn keep_running<F>(
         let response_timeout = Duration::from_millis(BLOCK_MS as u64 + 5_000);
         let outcome = match lab.redis_target.connect(response_timeout).await {
             Ok(mut conn) => {
-                let mut streams = CouponStreams::new(kind, trims);
+                let mut streams = CouponStreams::new(lab, kind, trims);
                 role(lab, cancel, name, &mut conn, &mut streams).await
             }
             Err(err) => Err(err),

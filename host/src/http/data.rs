@@ -69,6 +69,8 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     shared::start_new_generation(&lab).await?;
     unlink_matching(&mut redis, shared::SNAPSHOTS).await?;
     unlink_matching(&mut redis, active::ANNOUNCEMENTS).await?;
+    // Coupon ids start again from 1: their streams are announced afresh.
+    lab.announcements.clear();
     Ok(Answer(
         StatusCode::OK,
         Reset {

@@ -142,6 +142,7 @@ async fn issue(
         .issue(&strategy, &request)
         .instrument(span.clone())
         .await;
+    active::announce_after(&lab, &strategy, coupon_id);
     let (ending, detail) = match answer {
         Ok(result) => {
             let detail = if result.settle_later {

@@ -3,6 +3,8 @@
 //! exhausts are read now, from the pools, the queue, the gates and the
 //! streams.
 
+use std::time::Duration;
+
 use axum::Router;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
@@ -13,6 +15,11 @@ use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 use crate::consumers::active;
 use crate::lab::Lab;
 use crate::results::stream_summary;
+
+/// The streams whose figures `/metrics` sums: those that took entries this
+/// long ago at most (a stream older than that owes nothing: its entries
+/// were confirmed or dead-lettered long since).
+const STREAMS_SUMMED_OVER: Duration = Duration::from_secs(60 * 60);
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/metrics", get(metrics))
@@ -46,11 +53,12 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
             .with_label_values(&[&gate])
             .set(held as i64);
     }
-    // Summed over the streams of the coupons ever announced for each kind
-    // (not every coupon's). Redis being down leaves the stream figures out,
-    // not the scrape.
+    // Summed over the streams that took entries in the last hour, not over
+    // every coupon's: a scrape of a lab at rest costs the same whatever
+    // its number of coupons. Redis being down leaves the stream figures
+    // out, not the scrape.
     for kind in [ISSUE_STREAM, WRITE_BEHIND_STREAM] {
-        let coupons = active::announced_ever(&mut lab.redis().clone(), kind)
+        let coupons = active::announced_within(&mut lab.redis().clone(), kind, STREAMS_SUMMED_OVER)
             .await
             .unwrap_or_default();
         let (mut pending, mut dead_letters) = (0, 0);

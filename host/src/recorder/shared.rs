@@ -72,14 +72,16 @@ struct Header {
 
 impl Recorder {
     /// Takes note of the lab's generation; a new one (another host reset
-    /// the lab) forgets this host's record. The first one read is taken as
-    /// it is.
-    fn enter_generation(&self, generation: u64) {
+    /// the lab) forgets this host's record, and is said. The first one read
+    /// is taken as it is.
+    fn enter_generation(&self, generation: u64) -> bool {
         let mut known = self.generation.lock();
-        if known.is_some_and(|known| known != generation) {
+        let new = known.is_some_and(|known| known != generation);
+        if new {
             self.clear();
         }
         *known = Some(generation);
+        new
     }
 
     /// The snapshots of the coupons changed since last published, marked
@@ -138,7 +140,10 @@ async fn publish(lab: &Lab) -> RedisResult<u64> {
     let mut redis = lab.redis().clone();
     let generation: Option<u64> = redis.get(GENERATION).await?;
     let generation = generation.unwrap_or(0);
-    lab.recorder.enter_generation(generation);
+    if lab.recorder.enter_generation(generation) {
+        // Another host deleted the lab's data: coupon ids start again.
+        lab.announcements.clear();
+    }
     let header = Header {
         generation,
         published_at_ms: now_ms(),

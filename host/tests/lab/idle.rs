@@ -134,6 +134,10 @@ async fn stream_lengths_after_accepting(lab: &TestLab, members: &[u64]) -> Vec<u
         tokio::time::sleep(Duration::from_millis(2_500)).await;
         let length = redis::cmd("XLEN").arg(stream.key(coupon)).clone();
         lengths.push(lab.redis_query(&length).await);
+        // The result counts the entries ever added, trimmed or not.
+        let result = lab.result(coupon).await;
+        assert_eq!(result["stream"]["length"], members.len(), "{method}: {result}");
+        assert_eq!(result["stream"]["undelivered"], 0, "{method}: {result}");
     }
     lengths
 }
@@ -155,4 +159,33 @@ async fn streams_keep_their_entries_by_default_and_lose_the_acknowledged_ones_wh
     let members = trimmed.members(20).await;
     assert_eq!(stream_lengths_after_accepting(&trimmed, &members).await, [0, 0]);
     trimmed.finish().await;
+}
+
+/// DELETE /lab/data starts coupon ids again from 1: the new coupon 1's
+/// stream is read at once, though coupon 1 was announced (by a request
+/// refused before it added an entry) less than a second before the data
+/// was deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_data_is_deleted_a_reused_coupon_ids_stream_is_read_at_once() {
+    let components = STREAM_METHODS.map(|(component, _)| component);
+    let lab = Setup::with(&components).own_redis_db().await.start().await;
+    for (_, method) in STREAM_METHODS {
+        lab.request(reqwest::Method::DELETE, "/lab/data", None).await.ok();
+        // Coupon 1 does not exist yet.
+        let old = 1;
+        lab.issue(old, 1, method).await.fails_with(404);
+
+        lab.request(reqwest::Method::DELETE, "/lab/data", None).await.ok();
+        let (members, reused) = lab.members_and_coupon(1, 10).await;
+        assert_eq!(reused, old, "TRUNCATE starts the ids again");
+        let reply = lab.issue(reused, members[0], method).await;
+        assert_eq!(reply.status.as_u16(), 202, "{method}: {}", reply.body);
+        until(
+            &format!("{method}: the reused coupon's entry is confirmed"),
+            FIRST_ENTRY_CONFIRMED_WITHIN * 2,
+            || async { lab.issue_rows(reused).await == 1 },
+        )
+        .await;
+    }
+    lab.finish().await;
 }

@@ -130,6 +130,7 @@ async fn a_script_that_wrote_and_never_ends_quarantines_its_component_until_redi
     let refused = lab.issue_keyed(looped, members[1], HOSTILE, "keys").await;
     let message = refused.fails_as(503, "UNAVAILABLE");
     assert!(message.contains("quarantined"), "{message}");
+    println!("a quarantined component's method answers 503: {message}");
 
     // Redis answers everyone BUSY; what needs no Redis still answers.
     let busy = lab.issue(other, members[1], "REDIS_LUA").await;

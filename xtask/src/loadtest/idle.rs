@@ -189,9 +189,8 @@ fn redis_commands(stats: &mut redis::Connection) -> anyhow::Result<u64> {
 }
 
 fn markdown(figures: &[AtRest], seconds: u64) -> String {
-    let mut out = format!(
-        "| coupons | Redis commands/s | server CPU (% of a core) |\n|---:|---:|---:|\n"
-    );
+    let mut out =
+        String::from("| coupons | Redis commands/s | server CPU (% of a core) |\n|---:|---:|---:|\n");
     for f in figures {
         let _ = writeln!(
             out,
