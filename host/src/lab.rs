@@ -9,7 +9,7 @@ use anyhow::Context;
 use sqlx::MySqlPool;
 
 use crate::config::Config;
-use crate::consumers::active::Announcements;
+use crate::consumers::announce::Announcements;
 use crate::db;
 use crate::metrics::Metrics;
 use crate::recorder::Recorder;

@@ -176,7 +176,10 @@ impl RedisConn {
         };
         let mut answers = Vec::new();
         for (host, port) in masters(conn).await? {
-            answers.push(conn.route_command(cmd.clone(), at_address(host, port)).await);
+            answers.push(
+                conn.route_command(cmd.clone(), at_address(host, port))
+                    .await,
+            );
         }
         Ok(answers)
     }

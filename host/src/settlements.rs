@@ -114,7 +114,15 @@ pub async fn run(lab: Lab, cancel: CancellationToken) {
     loop {
         let round: Vec<Unsettled> = lab.settlements.queue.lock().drain(..).collect();
         let mut left = Vec::new();
-        if !round.is_empty() && lab.runtime.capabilities().sql.orphans.until_none(SESSIONS_LIMIT).await {
+        if !round.is_empty()
+            && lab
+                .runtime
+                .capabilities()
+                .sql
+                .orphans
+                .until_none(SESSIONS_LIMIT)
+                .await
+        {
             for unsettled in round {
                 if let Some(unsettled) = settle(&lab, unsettled).await {
                     left.push(unsettled);
@@ -158,7 +166,11 @@ async fn settle(lab: &Lab, unsettled: Unsettled) -> Option<Unsettled> {
         }
         tracing::error!(%method, coupon = request.coupon_id, member = request.member_id,
             "gave up settling a request after {GIVE_UP_AFTER:?}: its reservation may stay stranded");
-        lab.runtime.metrics().settlements.with_label_values(&[method, "abandoned"]).inc();
+        lab.runtime
+            .metrics()
+            .settlements
+            .with_label_values(&[method, "abandoned"])
+            .inc();
         lab.settlements.done();
         return None;
     };
@@ -168,7 +180,11 @@ async fn settle(lab: &Lab, unsettled: Unsettled) -> Option<Unsettled> {
         (Settlement::NotIssued, "not_issued")
     };
     lab.recorder.settlement(request.coupon_id, method, what);
-    lab.runtime.metrics().settlements.with_label_values(&[method, label]).inc();
+    lab.runtime
+        .metrics()
+        .settlements
+        .with_label_values(&[method, label])
+        .inc();
     lab.settlements.done();
     None
 }

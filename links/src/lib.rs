@@ -526,7 +526,10 @@ mod tests {
         for (stream, which) in [(&mut open, "open"), (&mut fresh, "new")] {
             let key = format!("couponlab-links-test:{which}:{}", std::process::id());
             let (landed, answered) = landing_and_answer(stream, &key);
-            assert!(landed < latency / 2, "{which}: the request was held {landed:?}");
+            assert!(
+                landed < latency / 2,
+                "{which}: the request was held {landed:?}"
+            );
             assert!(answered >= latency, "{which}: answered after {answered:?}");
         }
     }

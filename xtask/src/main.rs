@@ -145,7 +145,10 @@ pub fn build_release() -> anyhow::Result<()> {
 /// `<!-- {name}:end -->` in `file`, keeping the text around them; a file
 /// without them gains them, with `measured` between, at its end.
 pub fn write_between_markers(file: &Path, name: &str, measured: &str) -> anyhow::Result<()> {
-    let (start, end) = (format!("<!-- {name}:start -->"), format!("<!-- {name}:end -->"));
+    let (start, end) = (
+        format!("<!-- {name}:start -->"),
+        format!("<!-- {name}:end -->"),
+    );
     let existing = std::fs::read_to_string(file).unwrap_or_default();
     let text = match (existing.find(&start), existing.find(&end)) {
         (Some(from), Some(to)) if from < to => format!(

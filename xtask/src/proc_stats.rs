@@ -48,7 +48,10 @@ mod tests {
             n = n.wrapping_add(i ^ (n >> 3));
         }
         assert!(n != 1);
-        assert!(cpu_seconds(me).unwrap() > spent, "time spent counting shows");
+        assert!(
+            cpu_seconds(me).unwrap() > spent,
+            "time spent counting shows"
+        );
         assert!(open_fds(me).is_some_and(|fds| fds >= 3));
     }
 }

@@ -3,17 +3,9 @@
 //! coupons; reading, claiming and looking for each of their streams every
 //! round kept Redis busy at rest in proportion to them.
 //!
-//! - Before a request of a stream or write-behind method runs, its host
-//!   announces the coupon: `ZADD couponlab:streams:{kind} <now ms> <coupon>`,
-//!   at most once per [`ANNOUNCE_EVERY`] per coupon and process, so the
-//!   announcement precedes any entry the call adds. When the call has
-//!   ended it announces again, in the background, if a second has passed
-//!   or the first announcement failed (tried every second until Redis takes
-//!   it): an entry a slow call added late is read all the same.
-//! - Every [`LOOK_EVERY`] a role reads the coupons announced lately (one
-//!   ZRANGEBYSCORE): in the last request timeout and [`ANNOUNCED_MARGIN`],
-//!   longer than a call runs before it adds its entry. It creates the group
-//!   of a new coupon's stream once the stream exists, starting at its first
+//! - Every [`LOOK_EVERY`] a role reads the coupons announced lately
+//!   ([`super::announce`], one ZRANGEBYSCORE). It creates the group of a
+//!   new coupon's stream once the stream exists, starting at its first
 //!   entry.
 //! - A stream stays read while it is announced and, after that, until it is
 //!   settled: its group holds no pending entry and has been delivered the
@@ -24,178 +16,29 @@
 //!   left by a process that died, or filled before any consumer ran, are
 //!   read too. A database that does not answer then delays that look, not
 //!   the reading of the announced streams.
-//!
 //! - With `COUPONLAB_STREAM_TRIM`, the role that claims (the claimer, the
 //!   loader) trims from each stream it reads, every [`SETTLED_CHECK_EVERY`],
 //!   the entries its group has acknowledged: those before the oldest pending
 //!   one, or up to the last delivered when none is pending.
-//!
-//! The key is the host's, outside `coupon:*`: no component can forge it.
-//! Hosts compare their clocks through the scores: clocks apart by more than
-//! [`ANNOUNCED_MARGIN`] would make a slow call's late entry wait for the
-//! announcement after the call.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use couponlab_contract::{ISSUE_STREAM, Stream, WRITE_BEHIND_STREAM};
-use parking_lot::Mutex;
+use couponlab_contract::Stream;
 use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamRangeReply};
-use redis::{AsyncCommands, ErrorKind, RedisError, RedisResult, Value};
+use redis::{AsyncCommands, RedisResult, Value};
 
+use super::announce::{announced_for, announcements_key, now_ms};
 use super::group::CouponStream;
 use crate::db;
 use crate::lab::Lab;
 use crate::redis_target::RedisConn;
-use crate::runtime::{Strategy, World};
 
-/// The pattern of every announcement key, for DELETE /lab/data.
-pub const ANNOUNCEMENTS: &str = "couponlab:streams:*";
-/// How often a host announces a coupon it keeps serving.
-const ANNOUNCE_EVERY: Duration = Duration::from_secs(1);
-/// How long a request waits for its announcement: a Redis that does not
-/// answer fails the call itself, not a wait before it.
-const ANNOUNCE_TIMEOUT: Duration = Duration::from_millis(250);
-/// How much longer than the request timeout an announcement keeps a stream
-/// read: the grace a call is given past its deadline, and clocks of hosts
-/// a little apart.
-const ANNOUNCED_MARGIN: Duration = Duration::from_secs(2);
 /// How often a role looks for announcements: a new coupon's first entries
 /// wait up to this long for their consumers.
 pub(super) const LOOK_EVERY: Duration = Duration::from_millis(200);
 /// How often a stream no longer announced is asked whether it is settled.
 const SETTLED_CHECK_EVERY: Duration = Duration::from_secs(1);
-/// Announcements a process remembers before forgetting the old ones.
-const REMEMBERED: usize = 4_096;
-
-fn announcements_key(kind: Stream) -> String {
-    format!("couponlab:streams:{}", kind.prefix.trim_end_matches(':'))
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
-/// How long an announcement keeps a stream read: longer than a call runs.
-fn announced_for(lab: &Lab) -> Duration {
-    lab.config.request_timeout() + ANNOUNCED_MARGIN
-}
-
-/// The stream a method's accepted requests add to, if any.
-pub fn stream_of(world: &World) -> Option<Stream> {
-    match world {
-        World::StreamIssuer(_) => Some(ISSUE_STREAM),
-        World::WriteBehindIssuer(_) => Some(WRITE_BEHIND_STREAM),
-        _ => None,
-    }
-}
-
-/// What this process announced, and when.
-#[derive(Default)]
-pub struct Announcements {
-    last: Mutex<HashMap<(&'static str, u64), Instant>>,
-}
-
-impl Announcements {
-    /// Whether `coupon`'s stream of `kind` is due an announcement (none in
-    /// the last [`ANNOUNCE_EVERY`]); if so, it counts as announced now.
-    fn due(&self, kind: Stream, coupon: u64) -> bool {
-        let now = Instant::now();
-        let mut last = self.last.lock();
-        if last
-            .get(&(kind.prefix, coupon))
-            .is_some_and(|at| now.duration_since(*at) < ANNOUNCE_EVERY)
-        {
-            return false;
-        }
-        if last.len() >= REMEMBERED {
-            last.retain(|_, at| now.duration_since(*at) < ANNOUNCE_EVERY);
-        }
-        last.insert((kind.prefix, coupon), now);
-        true
-    }
-
-    /// An announcement did not reach Redis: the next one is due at once.
-    fn failed(&self, kind: Stream, coupon: u64) {
-        self.last.lock().remove(&(kind.prefix, coupon));
-    }
-
-    /// Forgets what was announced: the lab's data was deleted, and coupon
-    /// ids start again from 1.
-    pub fn clear(&self) {
-        self.last.lock().clear();
-    }
-}
-
-/// `ZADD`s `coupon` to the announcements of `kind`, waiting
-/// [`ANNOUNCE_TIMEOUT`] at most.
-async fn add(lab: &Lab, kind: Stream, coupon: u64) -> RedisResult<()> {
-    let mut redis = lab.redis().clone();
-    let adding = redis.zadd::<_, _, _, ()>(announcements_key(kind), coupon, now_ms());
-    match tokio::time::timeout(ANNOUNCE_TIMEOUT, adding).await {
-        Ok(added) => added,
-        Err(_) => Err(RedisError::from((ErrorKind::Io, "no answer in time"))),
-    }
-}
-
-/// Announces `coupon`'s stream before a request of `strategy` runs, when
-/// the method has one and this process did not announce it lately. A
-/// failure is logged, and [`announce_after`] tries again.
-pub async fn announce(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64) {
-    let Some(kind) = stream_of(&strategy.world) else {
-        return;
-    };
-    if !lab.announcements.due(kind, coupon) {
-        return;
-    }
-    if let Err(err) = add(lab, kind, coupon).await {
-        lab.announcements.failed(kind, coupon);
-        tracing::warn!(coupon, streams = kind.prefix, error = %err, "could not announce a coupon's stream; trying again after the call");
-    }
-}
-
-/// Announces `coupon`'s stream again once a request of `strategy` has
-/// ended, when a second has passed since the last announcement or it
-/// failed: in the background, every second until Redis takes it, for as
-/// long as an announcement lasts. So an entry a slow call added late, or
-/// one added after a failed announcement, is read all the same.
-pub fn announce_after(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64) {
-    let Some(kind) = stream_of(&strategy.world) else {
-        return;
-    };
-    if !lab.announcements.due(kind, coupon) {
-        return;
-    }
-    let lab = lab.clone();
-    tokio::spawn(async move {
-        let give_up = Instant::now() + announced_for(&lab);
-        loop {
-            match add(&lab, kind, coupon).await {
-                Ok(()) => return,
-                Err(err) if Instant::now() >= give_up => {
-                    lab.announcements.failed(kind, coupon);
-                    tracing::error!(coupon, streams = kind.prefix, error = %err, "could not announce a coupon's stream; its entries are read once a role reconnects");
-                    return;
-                }
-                Err(_) => tokio::time::sleep(ANNOUNCE_EVERY).await,
-            }
-        }
-    });
-}
-
-/// The coupons announced for `kind` in the last `within`: those whose
-/// streams took entries lately.
-pub async fn announced_within(
-    redis: &mut RedisConn,
-    kind: Stream,
-    within: Duration,
-) -> RedisResult<Vec<u64>> {
-    let since = now_ms() - within.as_millis() as i64;
-    redis
-        .zrangebyscore(announcements_key(kind), since, "+inf")
-        .await
-}
 
 /// The active coupons' streams of one kind a role reads.
 pub(super) struct CouponStreams {
@@ -256,7 +99,9 @@ impl CouponStreams {
                     self.make_ready(conn, coupons, now).await?;
                     self.looked_at_all = true;
                 }
-                Err(err) => tracing::warn!(streams = self.kind.prefix, error = %err, "cannot list the coupons; looking again"),
+                Err(err) => {
+                    tracing::warn!(streams = self.kind.prefix, error = %err, "cannot list the coupons; looking again")
+                }
             }
         }
         let since = now_ms() - self.announced_for.as_millis() as i64;
@@ -274,7 +119,11 @@ impl CouponStreams {
             .collect();
         self.make_ready(conn, unseen, now).await?;
         self.leave_settled(conn, now).await?;
-        if self.trims && self.trimmed.is_none_or(|at| now.duration_since(at) >= SETTLED_CHECK_EVERY) {
+        if self.trims
+            && self
+                .trimmed
+                .is_none_or(|at| now.duration_since(at) >= SETTLED_CHECK_EVERY)
+        {
             self.trimmed = Some(now);
             for &coupon in self.ready.keys() {
                 trim_acknowledged(conn, &CouponStream::of(self.kind, coupon)).await?;

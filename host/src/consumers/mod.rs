@@ -8,7 +8,8 @@
 //! `couponlab serve` runs them all by default; `couponlab consume <role>`
 //! runs one alone.
 
-pub mod active;
+mod active;
+pub mod announce;
 mod group;
 pub mod jobs;
 #[cfg(test)]

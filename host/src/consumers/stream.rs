@@ -29,11 +29,11 @@ use redis::streams::StreamId;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::group::{
-    Claim, CouponStream, ack, copy_to_dead_letters, delivery_counts, field,
-    keep_claimed, keep_running, read_streams, to_wit,
-};
 use super::active::CouponStreams;
+use super::group::{
+    Claim, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, keep_claimed,
+    keep_running, read_streams, to_wit,
+};
 use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
 use crate::redis_target::RedisConn;

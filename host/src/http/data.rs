@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
 use super::schema::Success;
-use crate::consumers::active;
+use crate::consumers::announce;
 use crate::lab::Lab;
 use crate::recorder::shared;
 use crate::redis_target::RedisConn;
@@ -68,7 +68,7 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     // next look at the generation; then their snapshots.
     shared::start_new_generation(&lab).await?;
     unlink_matching(&mut redis, shared::SNAPSHOTS).await?;
-    unlink_matching(&mut redis, active::ANNOUNCEMENTS).await?;
+    unlink_matching(&mut redis, announce::ANNOUNCEMENTS).await?;
     // Coupon ids start again from 1: their streams are announced afresh.
     lab.announcements.clear();
     Ok(Answer(

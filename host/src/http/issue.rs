@@ -14,12 +14,12 @@ use utoipa::ToSchema;
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
 use super::schema::{ComponentFailed, CouponPath, Success};
 use crate::confirmations;
-use crate::consumers::active;
+use crate::consumers::announce;
 use crate::lab::Lab;
 use crate::outcome::Outcome;
 use crate::recorder::Ending;
-use crate::runtime::{IssueCall, Unanswered};
 use crate::runtime::bindings::types::IssueRequest;
+use crate::runtime::{IssueCall, Unanswered};
 use crate::settlements;
 
 /// Most coupons one request may ask for.
@@ -133,7 +133,7 @@ async fn issue(
         coupon = coupon_id,
         outcome = tracing::field::Empty
     );
-    active::announce(&lab, &strategy, coupon_id).await;
+    announce::announce(&lab, &strategy, coupon_id).await;
     let IssueCall {
         answer,
         scripts_killed,
@@ -142,7 +142,7 @@ async fn issue(
         .issue(&strategy, &request)
         .instrument(span.clone())
         .await;
-    active::announce_after(&lab, &strategy, coupon_id);
+    announce::announce_after(&lab, &strategy, coupon_id);
     let (ending, detail) = match answer {
         Ok(result) => {
             let detail = if result.settle_later {
@@ -172,10 +172,9 @@ async fn issue(
             tracing::error!(method = %strategy.method, %error, "strategy call failed");
             let outcome = Outcome::from(&error);
             // An undo that could not run now runs later.
-            if compensation
-                .as_ref()
-                .is_some_and(|done| done.as_ref().is_err() || done.as_ref().is_ok_and(|done| done.unfinished))
-            {
+            if compensation.as_ref().is_some_and(|done| {
+                done.as_ref().is_err() || done.as_ref().is_ok_and(|done| done.unfinished)
+            }) {
                 settlements::keep(&lab, &strategy, &request);
             }
             let (compensations, undone) = match compensation {

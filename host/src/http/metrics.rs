@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 
-use crate::consumers::active;
+use crate::consumers::announce;
 use crate::lab::Lab;
 use crate::results::stream_summary;
 
@@ -58,9 +58,10 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
     // its number of coupons. Redis being down leaves the stream figures
     // out, not the scrape.
     for kind in [ISSUE_STREAM, WRITE_BEHIND_STREAM] {
-        let coupons = active::announced_within(&mut lab.redis().clone(), kind, STREAMS_SUMMED_OVER)
-            .await
-            .unwrap_or_default();
+        let coupons =
+            announce::announced_within(&mut lab.redis().clone(), kind, STREAMS_SUMMED_OVER)
+                .await
+                .unwrap_or_default();
         let (mut pending, mut dead_letters) = (0, 0);
         for &coupon in &coupons {
             if let Ok(Some(summary)) = stream_summary(lab.redis(), kind, coupon).await {

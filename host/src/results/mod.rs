@@ -18,11 +18,11 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use crate::confirmations::{self, AsyncSummary};
-use crate::consumers::active;
+use crate::consumers::announce;
 use crate::lab::Lab;
 use crate::recorder::{self, RequestSummary};
-use crate::runtime::bindings::types::ResultLabel;
 use crate::runtime::Strategy;
+use crate::runtime::bindings::types::ResultLabel;
 
 mod reservations;
 mod shards;
@@ -153,7 +153,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     // The stream behind the coupon's asynchronous method, if it has one.
     let stream = serving
         .iter()
-        .find_map(|strategy| active::stream_of(&strategy.world));
+        .find_map(|strategy| announce::stream_of(&strategy.world));
     let stream = match stream {
         Some(kind) => noting_failure(
             lab,

@@ -185,11 +185,7 @@ impl Runtime {
     /// rolled back — and then the strategy's `compensate` runs with the same
     /// request in a fresh instance, so it can undo what the database does
     /// not hold.
-    pub async fn issue(
-        &self,
-        strategy: &Arc<Strategy>,
-        request: &IssueRequest,
-    ) -> IssueCall {
+    pub async fn issue(&self, strategy: &Arc<Strategy>, request: &IssueRequest) -> IssueCall {
         let export = Some(&strategy.strategy_export);
         let issued = self.call_export(strategy, export, async |guest, store| {
             guest.call_issue(store, request).await

@@ -61,8 +61,13 @@ impl Capabilities {
     ) -> anyhow::Result<Self> {
         let redis = redis::connect(&args.redis, &admin, metrics).await?;
         Ok(Self {
-            sql: sql::user::connect(&args.sql, admin.sql, call, metrics.sql_sessions_ended.clone())
-                .await?,
+            sql: sql::user::connect(
+                &args.sql,
+                admin.sql,
+                call,
+                metrics.sql_sessions_ended.clone(),
+            )
+            .await?,
             redis,
             jobs: JobQueue::new(&args.jobs),
             permits: Permits::new(args.permits.settings()),

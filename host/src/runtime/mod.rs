@@ -28,8 +28,8 @@ mod store;
 pub mod watcher;
 mod world;
 
-pub use self::ended::{CallError, IssueCall, Unanswered};
 pub use self::capabilities::{Admin, Capabilities, CapabilityArgs};
+pub use self::ended::{CallError, IssueCall, Unanswered};
 pub use self::engine::{Limits, Runtime};
 pub use self::registry::{Quarantine, Registry, Strategy};
 pub use self::world::World;

@@ -25,12 +25,7 @@ impl LocalCluster {
             crate::redis_server::node_port()
         ));
         let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                RedisServer::start_with(
-                    &["--cluster-enabled", "yes"],
-                    Some(dir.clone()),
-                )
-            })
+            .map(|_| RedisServer::start_with(&["--cluster-enabled", "yes"], Some(dir.clone())))
             .collect();
         for node in &nodes {
             node.until_answering();

@@ -35,8 +35,7 @@ async fn coupon_where(lab: &TestLab, cluster: &LocalCluster, port: u16, on: bool
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runaway_script_takes_only_its_own_master_and_that_one_serves_again_after_the_deadline()
-{
+async fn a_runaway_script_takes_only_its_own_master_and_that_one_serves_again_after_the_deadline() {
     let cluster = LocalCluster::start();
     let lab = cluster_lab(&cluster, &["test_hostile", "redis_lua"]).await;
     let members = lab.members(10).await;
@@ -108,7 +107,10 @@ async fn a_master_down_when_the_server_started_serves_every_method_once_it_is_ba
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        println!("{method}: served on the master that came back {:?} after it answered", back.elapsed());
+        println!(
+            "{method}: served on the master that came back {:?} after it answered",
+            back.elapsed()
+        );
     }
     lab.finish().await;
 }

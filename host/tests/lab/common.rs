@@ -386,7 +386,12 @@ impl TestLab {
     /// A route that answers plain text (`/metrics`).
     pub async fn get_text(&self, path: &str) -> String {
         let response = self.client.get(format!("{}{path}", self.base)).send();
-        response.await.expect("the server answers").text().await.unwrap()
+        response
+            .await
+            .expect("the server answers")
+            .text()
+            .await
+            .unwrap()
     }
 
     /// Creates `count` members; returns their ids.

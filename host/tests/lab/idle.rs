@@ -32,7 +32,14 @@ fn commands_run(ports: &[u16]) -> u64 {
             stats
                 .lines()
                 .filter(|line| !line.starts_with("cmdstat_info:"))
-                .filter_map(|line| line.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+                .filter_map(|line| {
+                    line.split("calls=")
+                        .nth(1)?
+                        .split(',')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
                 .sum::<u64>()
         })
         .sum()
@@ -50,8 +57,9 @@ async fn commands_per_second(ports: &[u16], span: Duration) -> f64 {
 async fn create_coupons(lab: &TestLab, count: usize) {
     for batch in (0..count).collect::<Vec<_>>().chunks(1_000) {
         let rows = vec!["('idle', 10, 0, 1)"; batch.len()].join(", ");
-        let insert =
-            format!("INSERT INTO coupons (name, total_count, issued_count, per_member_limit) VALUES {rows}");
+        let insert = format!(
+            "INSERT INTO coupons (name, total_count, issued_count, per_member_limit) VALUES {rows}"
+        );
         lab.execute(&insert, &[]).await;
     }
 }
@@ -87,7 +95,10 @@ async fn first_entries_confirmed_promptly(lab: &TestLab) {
             || async { lab.issue_rows(coupon).await == 1 },
         )
         .await;
-        eprintln!("{method}: first entry confirmed {:?} after its 202", accepted.elapsed());
+        eprintln!(
+            "{method}: first entry confirmed {:?} after its 202",
+            accepted.elapsed()
+        );
     }
 }
 
@@ -95,7 +106,10 @@ async fn first_entries_confirmed_promptly(lab: &TestLab) {
 async fn ten_thousand_coupons_cost_nothing_at_rest_and_a_new_coupons_stream_is_read_at_once() {
     let redis = RedisServer::start();
     let components = STREAM_METHODS.map(|(component, _)| component);
-    let lab = Setup::with(&components).redis_url(redis.url(0)).start().await;
+    let lab = Setup::with(&components)
+        .redis_url(redis.url(0))
+        .start()
+        .await;
     idle_cost_does_not_grow(&lab, &[redis.port], Duration::from_secs(10)).await;
     first_entries_confirmed_promptly(&lab).await;
     lab.finish().await;
@@ -103,7 +117,7 @@ async fn ten_thousand_coupons_cost_nothing_at_rest_and_a_new_coupons_stream_is_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_the_cluster_too_ten_thousand_coupons_cost_nothing_at_rest_and_a_new_stream_is_read_at_once()
-{
+ {
     let cluster = LocalCluster::start();
     let components = STREAM_METHODS.map(|(component, _)| component);
     let lab = Setup::with(&components)
@@ -136,7 +150,11 @@ async fn stream_lengths_after_accepting(lab: &TestLab, members: &[u64]) -> Vec<u
         lengths.push(lab.redis_query(&length).await);
         // The result counts the entries ever added, trimmed or not.
         let result = lab.result(coupon).await;
-        assert_eq!(result["stream"]["length"], members.len(), "{method}: {result}");
+        assert_eq!(
+            result["stream"]["length"],
+            members.len(),
+            "{method}: {result}"
+        );
         assert_eq!(result["stream"]["undelivered"], 0, "{method}: {result}");
     }
     lengths
@@ -147,7 +165,10 @@ async fn streams_keep_their_entries_by_default_and_lose_the_acknowledged_ones_wh
     let components = STREAM_METHODS.map(|(component, _)| component);
     let kept = Setup::with(&components).own_redis_db().await.start().await;
     let members = kept.members(20).await;
-    assert_eq!(stream_lengths_after_accepting(&kept, &members).await, [20, 20]);
+    assert_eq!(
+        stream_lengths_after_accepting(&kept, &members).await,
+        [20, 20]
+    );
     kept.finish().await;
 
     let trimmed = Setup::with(&components)
@@ -157,7 +178,10 @@ async fn streams_keep_their_entries_by_default_and_lose_the_acknowledged_ones_wh
         .start()
         .await;
     let members = trimmed.members(20).await;
-    assert_eq!(stream_lengths_after_accepting(&trimmed, &members).await, [0, 0]);
+    assert_eq!(
+        stream_lengths_after_accepting(&trimmed, &members).await,
+        [0, 0]
+    );
     trimmed.finish().await;
 }
 
@@ -170,12 +194,16 @@ async fn after_the_data_is_deleted_a_reused_coupon_ids_stream_is_read_at_once() 
     let components = STREAM_METHODS.map(|(component, _)| component);
     let lab = Setup::with(&components).own_redis_db().await.start().await;
     for (_, method) in STREAM_METHODS {
-        lab.request(reqwest::Method::DELETE, "/lab/data", None).await.ok();
+        lab.request(reqwest::Method::DELETE, "/lab/data", None)
+            .await
+            .ok();
         // Coupon 1 does not exist yet.
         let old = 1;
         lab.issue(old, 1, method).await.fails_with(404);
 
-        lab.request(reqwest::Method::DELETE, "/lab/data", None).await.ok();
+        lab.request(reqwest::Method::DELETE, "/lab/data", None)
+            .await
+            .ok();
         let (members, reused) = lab.members_and_coupon(1, 10).await;
         assert_eq!(reused, old, "TRUNCATE starts the ids again");
         let reply = lab.issue(reused, members[0], method).await;

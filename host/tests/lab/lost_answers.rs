@@ -45,7 +45,13 @@ async fn on_links<T: Send + 'static>(
 }
 
 /// Members ask for `coupon` `at_once` at a time until all have an answer.
-async fn burst(lab: &TestLab, coupon: u64, members: &[u64], method: &str, at_once: usize) -> Vec<Reply> {
+async fn burst(
+    lab: &TestLab,
+    coupon: u64,
+    members: &[u64],
+    method: &str,
+    at_once: usize,
+) -> Vec<Reply> {
     let mut replies = Vec::new();
     for wave in members.chunks(at_once) {
         replies.extend(lab.issue_all(coupon, wave, method).await);
@@ -56,12 +62,19 @@ async fn burst(lab: &TestLab, coupon: u64, members: &[u64], method: &str, at_onc
 /// Until the server holds nothing left to settle (its settlements and the
 /// sessions it must end), 15 s at most.
 async fn settled(lab: &TestLab) {
-    until("every request is settled", Duration::from_secs(15), || async {
-        let metrics = lab.get_text("/metrics").await;
-        ["couponlab_settlements_pending 0", "couponlab_sql_sessions_to_end 0"]
+    until(
+        "every request is settled",
+        Duration::from_secs(15),
+        || async {
+            let metrics = lab.get_text("/metrics").await;
+            [
+                "couponlab_settlements_pending 0",
+                "couponlab_sql_sessions_to_end 0",
+            ]
             .iter()
             .all(|line| metrics.lines().any(|l| l == *line))
-    })
+        },
+    )
     .await;
 }
 
@@ -114,7 +127,12 @@ async fn seeded(lab: &TestLab, method: &str, total: u64) -> u64 {
 }
 
 const METHODS: [&str; 3] = ["REDIS_LUA", "REDIS_LUA_GATE", "REDIS_STREAM_ATOMIC"];
-const COMPONENTS: [&str; 4] = ["redis_lua", "redis_lua_gate", "redis_stream_atomic", "redis_set_only"];
+const COMPONENTS: [&str; 4] = [
+    "redis_lua",
+    "redis_lua_gate",
+    "redis_stream_atomic",
+    "redis_set_only",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_cut_mid_burst_leaves_redis_equal_to_the_rows_and_no_lock_behind() {
@@ -125,7 +143,11 @@ async fn a_database_cut_mid_burst_leaves_redis_equal_to_the_rows_and_no_lock_beh
         let mut coupons = Vec::new();
         for method in METHODS {
             // The burst's coupon, and another one asked at the same time.
-            coupons.push((method, seeded(&lab, method, TOTAL).await, seeded(&lab, method, TOTAL).await));
+            coupons.push((
+                method,
+                seeded(&lab, method, TOTAL).await,
+                seeded(&lab, method, TOTAL).await,
+            ));
         }
         let members = lab.members(150).await;
         let bursts = join_all(coupons.iter().flat_map(|&(method, first, second)| {
@@ -144,19 +166,31 @@ async fn a_database_cut_mid_burst_leaves_redis_equal_to_the_rows_and_no_lock_beh
             .flatten()
             .filter(|reply| reply.status == 503)
             .count();
-        assert!(refused_by_the_cut > 0, "round {round}: the cut fell outside the burst");
+        assert!(
+            refused_by_the_cut > 0,
+            "round {round}: the cut fell outside the burst"
+        );
 
         // Serving again: a new member of a new coupon, within 2 s.
         let fresh = seeded(&lab, "REDIS_LUA", TOTAL).await;
         let member = lab.members(1).await[0];
-        until("REDIS_LUA serves again after the link came back", Duration::from_secs(2), || async {
-            lab.issue(fresh, member, "REDIS_LUA").await.status.is_success()
-        })
+        until(
+            "REDIS_LUA serves again after the link came back",
+            Duration::from_secs(2),
+            || async {
+                lab.issue(fresh, member, "REDIS_LUA")
+                    .await
+                    .status
+                    .is_success()
+            },
+        )
         .await;
         let serving_again = restored.elapsed();
-        until("no stale transaction of the components holds its locks", Duration::from_secs(2), || async {
-            stale_transactions(&lab).await == 0
-        })
+        until(
+            "no stale transaction of the components holds its locks",
+            Duration::from_secs(2),
+            || async { stale_transactions(&lab).await == 0 },
+        )
         .await;
 
         for &(method, first, second) in &coupons {
@@ -176,7 +210,10 @@ async fn a_database_cut_mid_burst_leaves_redis_equal_to_the_rows_and_no_lock_beh
             for coupon in [first, second] {
                 let held = redis_figure(&lab, coupon, method).await;
                 let rows = expected_figure(&lab, coupon, method, TOTAL).await;
-                assert_eq!(held, rows, "round {round}, {method}: Redis against the rows");
+                assert_eq!(
+                    held, rows,
+                    "round {round}, {method}: Redis against the rows"
+                );
                 figures.push(format!("{method} rows {}", lab.issue_rows(coupon).await));
             }
         }
@@ -215,11 +252,15 @@ async fn a_redis_cut_mid_burst_strands_no_stock_and_every_coupon_sells_out_exact
         settled(&lab).await;
         for &(method, coupon) in &coupons {
             // Sold out exactly: new members until the coupon refuses one.
-            until(&format!("{method} sells out"), Duration::from_secs(30), || async {
-                let member = lab.members(1).await[0];
-                let reply = lab.issue(coupon, member, method).await;
-                outcome(&reply) == "SOLD_OUT"
-            })
+            until(
+                &format!("{method} sells out"),
+                Duration::from_secs(30),
+                || async {
+                    let member = lab.members(1).await[0];
+                    let reply = lab.issue(coupon, member, method).await;
+                    outcome(&reply) == "SOLD_OUT"
+                },
+            )
             .await;
             settled(&lab).await;
             assert_eq!(
@@ -228,7 +269,11 @@ async fn a_redis_cut_mid_burst_strands_no_stock_and_every_coupon_sells_out_exact
                 "round {round}, {method}: the coupon sold out short: stock stranded"
             );
             let held = redis_figure(&lab, coupon, method).await;
-            assert_eq!(held, expected_figure(&lab, coupon, method, TOTAL).await, "round {round}, {method}");
+            assert_eq!(
+                held,
+                expected_figure(&lab, coupon, method, TOTAL).await,
+                "round {round}, {method}"
+            );
         }
         println!("redis cut, round {round}: every coupon sold out exactly");
     }
@@ -248,9 +293,11 @@ async fn a_commit_whose_answer_is_lost_is_settled_from_the_database_as_issued() 
     let asking = lab.issue(coupon, members[1], "REDIS_LUA");
     let cutting = async {
         // The row is committed on the server; its answer is on its way.
-        until("the COMMIT reached the server", Duration::from_secs(10), || async {
-            lab.issued_members(coupon).await.contains(&members[1])
-        })
+        until(
+            "the COMMIT reached the server",
+            Duration::from_secs(10),
+            || async { lab.issued_members(coupon).await.contains(&members[1]) },
+        )
         .await;
         on_links(&links, |links| links.cut(Link::Database)).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -261,8 +308,15 @@ async fn a_commit_whose_answer_is_lost_is_settled_from_the_database_as_issued() 
 
     let message = reply.fails_as(503, "UNAVAILABLE");
     assert!(message.contains("outcome unknown"), "{message}");
-    assert!(message.contains("the result shows what it became"), "{message}");
-    assert_eq!(lab.reserved_members(coupon).await, members, "the reservation stays");
+    assert!(
+        message.contains("the result shows what it became"),
+        "{message}"
+    );
+    assert_eq!(
+        lab.reserved_members(coupon).await,
+        members,
+        "the reservation stays"
+    );
     settled(&lab).await;
     let result = lab.result(coupon).await;
     assert_eq!(
@@ -270,6 +324,10 @@ async fn a_commit_whose_answer_is_lost_is_settled_from_the_database_as_issued() 
         json!({"asked": 1, "issued": 1, "notIssued": 0}),
         "{result}"
     );
-    assert_eq!(lab.reserved_members(coupon).await, members, "settled as issued, it stays");
+    assert_eq!(
+        lab.reserved_members(coupon).await,
+        members,
+        "settled as issued, it stays"
+    );
     lab.finish().await;
 }

@@ -91,7 +91,9 @@ async fn an_endless_script_is_killed_at_its_calls_deadline_and_redis_serves_ever
         serving_again < DEADLINE + Duration::from_secs(1),
         "Redis served again only {serving_again:?} after the call started"
     );
-    println!("a read-only endless script: Redis answered PONG {serving_again:?} after its call started (deadline {DEADLINE:?})");
+    println!(
+        "a read-only endless script: Redis answered PONG {serving_again:?} after its call started (deadline {DEADLINE:?})"
+    );
 
     lab.issue(other, members[1], "REDIS_LUA").await.ok();
     let result = lab.result(looped).await;
@@ -134,7 +136,10 @@ async fn a_script_that_wrote_and_never_ends_quarantines_its_component_until_redi
 
     // Redis answers everyone BUSY; what needs no Redis still answers.
     let busy = lab.issue(other, members[1], "REDIS_LUA").await;
-    assert!(busy.fails_as(503, "UNAVAILABLE").contains("busy running a script"));
+    assert!(
+        busy.fails_as(503, "UNAVAILABLE")
+            .contains("busy running a script")
+    );
     lab.members(5).await;
     lab.coupon(3).await;
     lab.get("/lab/coupons").await.ok();
@@ -144,7 +149,10 @@ async fn a_script_that_wrote_and_never_ends_quarantines_its_component_until_redi
     redis.shutdown_nosave();
     let back = redis.start_again();
     until_served(&lab, other, "REDIS_LUA", Duration::from_secs(10)).await;
-    println!("after SHUTDOWN NOSAVE: REDIS_LUA served {:?} after Redis answered", back.elapsed());
+    println!(
+        "after SHUTDOWN NOSAVE: REDIS_LUA served {:?} after Redis answered",
+        back.elapsed()
+    );
     // Still quarantined: only a new file serves it again.
     let refused = lab.issue_keyed(looped, members[2], HOSTILE, "keys").await;
     assert!(refused.fails_as(503, "UNAVAILABLE").contains("quarantined"));
@@ -199,7 +207,12 @@ async fn a_redis_restarted_empty_serves_every_kind_of_method_again_within_two_se
     let lab = lab_on(
         &redis,
         2,
-        &["redis_lua", "redis_multi_exec", "redis_stream_atomic", "redis_lua_gate"],
+        &[
+            "redis_lua",
+            "redis_multi_exec",
+            "redis_stream_atomic",
+            "redis_lua_gate",
+        ],
     )
     .await;
     let mut coupons = Vec::new();
@@ -208,7 +221,9 @@ async fn a_redis_restarted_empty_serves_every_kind_of_method_again_within_two_se
     }
 
     redis.shutdown_nosave();
-    let refused = lab.issue(coupons[0], lab.members(1).await[0], "REDIS_LUA").await;
+    let refused = lab
+        .issue(coupons[0], lab.members(1).await[0], "REDIS_LUA")
+        .await;
     assert_eq!(outcome(&refused), "UNAVAILABLE", "{}", refused.body);
     let back = redis.start_again();
 
@@ -224,7 +239,10 @@ async fn a_redis_restarted_empty_serves_every_kind_of_method_again_within_two_se
             seeded.ok();
         }
         until_served(&lab, *coupon, method, Duration::from_secs(2)).await;
-        println!("{method}: served again {:?} after Redis answered", back.elapsed());
+        println!(
+            "{method}: served again {:?} after Redis answered",
+            back.elapsed()
+        );
     }
     let since_back = back.elapsed();
     assert!(
@@ -236,6 +254,9 @@ async fn a_redis_restarted_empty_serves_every_kind_of_method_again_within_two_se
     let result = lab.drained(coupons[2], 1).await;
     assert_eq!(result["asyncResults"]["ISSUED"], json!(1), "{result}");
     let restarts = lab.result(coupons[0]).await;
-    assert!(restarts["redis"]["setUpAgain"].as_u64().unwrap() >= 1, "{restarts}");
+    assert!(
+        restarts["redis"]["setUpAgain"].as_u64().unwrap() >= 1,
+        "{restarts}"
+    );
     lab.finish().await;
 }

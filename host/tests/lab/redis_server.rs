@@ -71,7 +71,10 @@ impl RedisServer {
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             // Each node of a cluster sharing the directory keeps its own.
-            .args(["--cluster-config-file", &format!("nodes-{}.conf", self.port)])
+            .args([
+                "--cluster-config-file",
+                &format!("nodes-{}.conf", self.port),
+            ])
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra)

@@ -47,12 +47,7 @@ impl Verdict {
 
 /// Runs the reserve script; `None` when the drop is not seeded. A script
 /// whose answer was lost may have reserved: the request is settled later.
-pub fn reserve(
-    coupon_id: u64,
-    member_id: u64,
-    key: &str,
-    quantity: u32,
-) -> Step<Option<Verdict>> {
+pub fn reserve(coupon_id: u64, member_id: u64, key: &str, quantity: u32) -> Step<Option<Verdict>> {
     let keys = args![
         keys::gate_remaining(coupon_id),
         limit(coupon_id),

@@ -17,14 +17,15 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 
     // MULTI needs connection affinity; the connection goes back to the pool
     // before the database confirm.
-    let replies = Connection::open()?.pipeline(&[
-        ("MULTI", args![]),
-        ("SCARD", args![issued]),
-        ("SADD", args![issued, member_id]),
-        ("EXEC", args![]),
-    ])
-    // A transaction whose answer was lost may have reserved: settled later.
-    .map_err(unanswered_write)?;
+    let replies = Connection::open()?
+        .pipeline(&[
+            ("MULTI", args![]),
+            ("SCARD", args![issued]),
+            ("SADD", args![issued, member_id]),
+            ("EXEC", args![]),
+        ])
+        // A transaction whose answer was lost may have reserved: settled later.
+        .map_err(unanswered_write)?;
     let exec = replies.last().unwrap_or(&Reply::Nil);
     let (reserved_before, added) = match exec.as_array() {
         Some([scard, sadd]) => (scard.expect_int("SCARD")?, sadd.expect_int("SADD")?),

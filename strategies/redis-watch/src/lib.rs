@@ -45,13 +45,14 @@ fn reserve(coupon_id: u64, member_id: u64, total: u64, retries: &mut u32) -> Ste
             return Err(IssueResult::of(Outcome::SoldOut));
         }
 
-        let written = conn.pipeline(&[
-            ("MULTI", args![]),
-            ("SADD", args![issued, member_id]),
-            ("EXEC", args![]),
-        ])
-        // A transaction whose answer was lost may have reserved: settled later.
-        .map_err(unanswered_write)?;
+        let written = conn
+            .pipeline(&[
+                ("MULTI", args![]),
+                ("SADD", args![issued, member_id]),
+                ("EXEC", args![]),
+            ])
+            // A transaction whose answer was lost may have reserved: settled later.
+            .map_err(unanswered_write)?;
         match written.last() {
             Some(exec) if exec.as_array().is_some() => return Ok(()),
             Some(exec) if exec.is_nil() => {}

@@ -33,8 +33,8 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use super::own_redis::OwnRedis;
-use couponlab_links::{Link, Links};
 use super::server::Server;
+use couponlab_links::{Link, Links};
 
 /// The accepted forms, for error messages.
 const FORMS: &str = "redis-cut@START+DURATION, db-cut@START+DURATION, \

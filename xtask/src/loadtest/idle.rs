@@ -56,7 +56,11 @@ impl Options {
                 "--coupons" => {
                     options.coupons = value()?
                         .split(',')
-                        .map(|n| n.trim().parse::<u64>().context("--coupons: numbers, comma separated"))
+                        .map(|n| {
+                            n.trim()
+                                .parse::<u64>()
+                                .context("--coupons: numbers, comma separated")
+                        })
                         .collect::<anyhow::Result<_>>()?;
                 }
                 "--seconds" => options.seconds = value()?.parse().context("--seconds")?,
@@ -189,8 +193,9 @@ fn redis_commands(stats: &mut redis::Connection) -> anyhow::Result<u64> {
 }
 
 fn markdown(figures: &[AtRest], seconds: u64) -> String {
-    let mut out =
-        String::from("| coupons | Redis commands/s | server CPU (% of a core) |\n|---:|---:|---:|\n");
+    let mut out = String::from(
+        "| coupons | Redis commands/s | server CPU (% of a core) |\n|---:|---:|---:|\n",
+    );
     for f in figures {
         let _ = writeln!(
             out,

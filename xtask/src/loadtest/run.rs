@@ -12,12 +12,12 @@ use super::faults::{FaultPlan, Fired, Injector};
 use super::http::Api;
 use super::k6::{self, K6, Segment};
 use super::own_redis::OwnRedis;
-use couponlab_links::{Links, REDIS_UPSTREAM};
 use super::records;
 use super::report::Row;
 use super::server::{self, Serve, Server};
 use super::truth::Sources;
 use super::verification::{Verification, claims};
+use couponlab_links::{Links, REDIS_UPSTREAM};
 
 /// How long an asynchronous method may take to confirm what it accepted.
 const DRAIN_LIMIT: Duration = Duration::from_secs(300);
@@ -72,9 +72,13 @@ impl Runner {
         out: PathBuf,
     ) -> anyhow::Result<Runner> {
         let redis = faults.needs_own_redis().then(OwnRedis::start).transpose()?;
-        let redis_url = redis.as_ref().map_or(server::REDIS_URL.to_string(), |redis| redis.url(10));
+        let redis_url = redis
+            .as_ref()
+            .map_or(server::REDIS_URL.to_string(), |redis| redis.url(10));
         let links = if faults.needs_links() {
-            let upstream = redis.as_ref().map_or(REDIS_UPSTREAM.to_string(), OwnRedis::address);
+            let upstream = redis
+                .as_ref()
+                .map_or(REDIS_UPSTREAM.to_string(), OwnRedis::address);
             Some(Arc::new(Links::start_to(&upstream)?))
         } else {
             None
@@ -197,13 +201,12 @@ impl Run<'_> {
         let k6_runs = runner
             .k6
             .start_issue_script(&env, runner.k6_processes, files)?;
-        let injector =
-            Injector::start(
-                &runner.faults,
-                runner.links.clone(),
-                runner.server.clone(),
-                runner.redis.clone(),
-            )?;
+        let injector = Injector::start(
+            &runner.faults,
+            runner.links.clone(),
+            runner.server.clone(),
+            runner.redis.clone(),
+        )?;
         let records: Vec<PathBuf> = k6_runs.iter().map(|run| run.records.clone()).collect();
         let parts: Vec<anyhow::Result<Value>> = k6_runs.into_iter().map(k6::finish).collect();
         // The faults end (links restored, servers up) before any error is told.

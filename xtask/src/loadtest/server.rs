@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::http::Api;
-use couponlab_links::Links;
 use crate::{release_binary, root, services, strategies, strategy_dir};
+use couponlab_links::Links;
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
 
@@ -114,7 +114,12 @@ impl Server {
         ];
         let env: Vec<(&'static str, String)> = env
             .into_iter()
-            .chain(serve.env.iter().map(|&(key, value)| (key, value.to_string())))
+            .chain(
+                serve
+                    .env
+                    .iter()
+                    .map(|&(key, value)| (key, value.to_string())),
+            )
             .collect();
         let binary = serve
             .binary

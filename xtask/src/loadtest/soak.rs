@@ -42,8 +42,7 @@ use super::server::{Serve, Server, database_url};
 use super::soak_report::{FIGURES, Sample, Soak};
 use crate::{proc_stats, root};
 
-const USAGE: &str =
-    "usage: cargo xtask soak [--duration 30m] [--rate 100] [--every 10s] [--trim] [--coupons 0] [--out DIR]";
+const USAGE: &str = "usage: cargo xtask soak [--duration 30m] [--rate 100] [--every 10s] [--trim] [--coupons 0] [--out DIR]";
 
 /// The mix: a database method, a Redis script, both stream worlds, the gate.
 const METHODS: [&str; 5] = [
@@ -89,7 +88,10 @@ impl Options {
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
-            let mut value = || args.next().with_context(|| format!("{arg} needs a value; {USAGE}"));
+            let mut value = || {
+                args.next()
+                    .with_context(|| format!("{arg} needs a value; {USAGE}"))
+            };
             match arg.as_str() {
                 "--duration" => options.duration = duration(value()?)?,
                 "--rate" => options.rate = value()?.parse().context("--rate: requests a second")?,
@@ -158,15 +160,20 @@ pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
         ..Serve::default()
     })?;
     let api = Api::new(&server.base_url())?;
-    let members_per_coupon = (u64::from(options.rate) * COUPON_EVERY.as_secs()).div_ceil(METHODS.len() as u64);
+    let members_per_coupon =
+        (u64::from(options.rate) * COUPON_EVERY.as_secs()).div_ceil(METHODS.len() as u64);
     let members = api.post("/lab/members", &json!({ "count": members_per_coupon }))?;
     let first_member = members["firstId"].as_u64().context("no firstId")?;
     let load = Arc::new(Load::default());
     new_coupons(&api, &load, members_per_coupon / 2)?;
 
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let db = runtime.block_on(
-        sqlx::mysql::MySqlPoolOptions::new().max_connections(1).connect(&database_url()?),
+        sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&database_url()?),
     )?;
     runtime.block_on(create_coupons(&db, options.coupons))?;
     let mut redis_conn = redis::Client::open(redis_url.as_str())?.get_connection()?;
@@ -176,7 +183,16 @@ pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
     let workers: Vec<_> = (0..WORKERS)
         .map(|_| {
             let (api, load) = (api.clone(), load.clone());
-            std::thread::spawn(move || send(&api, &load, started, interval, first_member, members_per_coupon))
+            std::thread::spawn(move || {
+                send(
+                    &api,
+                    &load,
+                    started,
+                    interval,
+                    first_member,
+                    members_per_coupon,
+                )
+            })
         })
         .collect();
 
@@ -192,7 +208,15 @@ pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
         }
         if now >= next_sample {
             next_sample += options.every;
-            let sample = sample(&server, &api, &runtime, &db, &mut redis_conn, &load, started)?;
+            let sample = sample(
+                &server,
+                &api,
+                &runtime,
+                &db,
+                &mut redis_conn,
+                &load,
+                started,
+            )?;
             println!("{}", progress(&sample, options.duration));
             samples.push(sample);
         }
@@ -206,7 +230,11 @@ pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
         "Soak: {} s at {} requests/s, streams {}",
         options.duration.as_secs(),
         options.rate,
-        if options.trim { "trimmed" } else { "kept whole" }
+        if options.trim {
+            "trimmed"
+        } else {
+            "kept whole"
+        }
     );
     let soak = Soak {
         title,
@@ -223,7 +251,10 @@ pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
 fn new_coupons(api: &Api, load: &Load, total: u64) -> anyhow::Result<()> {
     let mut coupons = Vec::new();
     for method in METHODS {
-        let created = api.post("/lab/coupons", &json!({ "name": format!("soak {method}"), "totalCount": total.max(1) }))?;
+        let created = api.post(
+            "/lab/coupons",
+            &json!({ "name": format!("soak {method}"), "totalCount": total.max(1) }),
+        )?;
         coupons.push(created["id"].as_u64().context("no coupon id")?);
     }
     *load.coupons.lock().unwrap() = coupons;
@@ -231,7 +262,14 @@ fn new_coupons(api: &Api, load: &Load, total: u64) -> anyhow::Result<()> {
 }
 
 /// A worker: takes the next request's turn, waits for its time, sends it.
-fn send(api: &Api, load: &Load, started: Instant, interval: Duration, first_member: u64, members: u64) {
+fn send(
+    api: &Api,
+    load: &Load,
+    started: Instant,
+    interval: Duration,
+    first_member: u64,
+    members: u64,
+) {
     while !load.stop.load(Ordering::Relaxed) {
         let turn = load.sent.fetch_add(1, Ordering::Relaxed);
         let due = started + interval * turn as u32;
@@ -244,7 +282,10 @@ fn send(api: &Api, load: &Load, started: Instant, interval: Duration, first_memb
         let body = json!({ "memberId": member, "method": METHODS[method] });
         let asked = Instant::now();
         let status = api.post_status(&format!("/lab/coupons/{coupon}/issue"), &body);
-        load.latencies_us.lock().unwrap().push(asked.elapsed().as_micros() as u64);
+        load.latencies_us
+            .lock()
+            .unwrap()
+            .push(asked.elapsed().as_micros() as u64);
         if matches!(status, Ok(200 | 202)) {
             load.accepted.fetch_add(1, Ordering::Relaxed);
         }
@@ -267,9 +308,14 @@ fn sample(
     let result_ms = read.elapsed().as_secs_f64() * 1e3;
     let mut latencies = std::mem::take(&mut *load.latencies_us.lock().unwrap());
     latencies.sort_unstable();
-    let p99_ms = latencies.get(latencies.len() * 99 / 100).map_or(0.0, |&us| us as f64 / 1e3);
+    let p99_ms = latencies
+        .get(latencies.len() * 99 / 100)
+        .map_or(0.0, |&us| us as f64 / 1e3);
     let mysql: i64 = runtime.block_on(
-        sqlx::query_scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE()").fetch_one(db),
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE()",
+        )
+        .fetch_one(db),
     )?;
     let info: String = redis::cmd("INFO").arg("memory").query(redis)?;
     let used_memory: f64 = info
@@ -297,7 +343,8 @@ fn sample(
         result_ms,
         p99_ms,
     ];
-    let created: i64 = runtime.block_on(sqlx::query_scalar("SELECT COUNT(*) FROM coupons").fetch_one(db))?;
+    let created: i64 =
+        runtime.block_on(sqlx::query_scalar("SELECT COUNT(*) FROM coupons").fetch_one(db))?;
     Ok(Sample {
         at_s: started.elapsed().as_secs_f64(),
         accepted: load.accepted.load(Ordering::Relaxed),
@@ -314,7 +361,11 @@ fn stream_figures(redis: &mut redis::Connection) -> anyhow::Result<(u64, u64)> {
         let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(redis)?;
         for key in keys.iter().filter(|key| !key.ends_with(":dead")) {
             entries += redis::cmd("XLEN").arg(key).query::<u64>(redis)?;
-            let summary: redis::Value = redis::cmd("XPENDING").arg(key).arg(kind.group).query(redis).unwrap_or(redis::Value::Nil);
+            let summary: redis::Value = redis::cmd("XPENDING")
+                .arg(key)
+                .arg(kind.group)
+                .query(redis)
+                .unwrap_or(redis::Value::Nil);
             if let redis::Value::Array(fields) = summary
                 && let Some(redis::Value::Int(count)) = fields.first()
             {
@@ -326,10 +377,14 @@ fn stream_figures(redis: &mut redis::Connection) -> anyhow::Result<(u64, u64)> {
 }
 
 fn progress(sample: &Sample, duration: Duration) -> String {
-    let mut line = format!("[{:>5.0}/{} s] accepted {}", sample.at_s, duration.as_secs(), sample.accepted);
+    let mut line = format!(
+        "[{:>5.0}/{} s] accepted {}",
+        sample.at_s,
+        duration.as_secs(),
+        sample.accepted
+    );
     for ((name, unit, _), value) in FIGURES.iter().zip(&sample.values) {
         let _ = write!(line, " · {name} {value:.1}{unit}");
     }
     line
 }
-

@@ -78,7 +78,9 @@ impl Soak {
         // The least-squares line of the figure against `x`: its slope, and
         // the means it passes through.
         let line = |x: &dyn Fn(&Sample) -> f64| {
-            let (mx, my) = judged.iter().fold((0.0, 0.0), |(a, b), s| (a + x(s) / n, b + y(s) / n));
+            let (mx, my) = judged
+                .iter()
+                .fold((0.0, 0.0), |(a, b), s| (a + x(s) / n, b + y(s) / n));
             let (sxy, sxx) = judged.iter().fold((0.0, 0.0), |(a, b), s| {
                 let dx = x(s) - mx;
                 (a + dx * (y(s) - my), b + dx * dx)
@@ -155,7 +157,11 @@ impl Soak {
                     (true, true) => "GROWS",
                     (false, _) => "grows by design (per request or coupon)",
                 };
-                let name = if unit.is_empty() { name.to_string() } else { format!("{name} ({unit})") };
+                let name = if unit.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{name} ({unit})")
+                };
                 [
                     name,
                     format!("{:.2}", t.first),
@@ -190,7 +196,11 @@ impl Soak {
             last.at_s,
             last.accepted,
             last.coupons,
-            if self.trim { "trimmed (COUPONLAB_STREAM_TRIM)" } else { "kept whole" },
+            if self.trim {
+                "trimmed (COUPONLAB_STREAM_TRIM)"
+            } else {
+                "kept whole"
+            },
         )
     }
 
@@ -221,7 +231,10 @@ impl Soak {
             "title": self.title, "trim": self.trim, "provenance": self.provenance,
             "figures": figures, "samples": samples,
         });
-        std::fs::write(self.out.join("results.json"), serde_json::to_string_pretty(&results)?)?;
+        std::fs::write(
+            self.out.join("results.json"),
+            serde_json::to_string_pretty(&results)?,
+        )?;
         Ok(())
     }
 
@@ -255,7 +268,11 @@ impl Soak {
         for row in self.rows() {
             page.push_str("<tr>");
             for (i, cell) in row.iter().enumerate() {
-                let class = if (1..6).contains(&i) { " class=\"num\"" } else { "" };
+                let class = if (1..6).contains(&i) {
+                    " class=\"num\""
+                } else {
+                    ""
+                };
                 let _ = write!(page, "<td{class}>{}</td>", esc(cell));
             }
             page.push_str("</tr>\n");
@@ -326,7 +343,13 @@ mod tests {
 
     fn level(i: usize, grows: usize, by: f64) -> Vec<f64> {
         (0..FIGURES.len())
-            .map(|f| if f == grows { 100.0 + by * i as f64 } else { 50.0 + (i % 2) as f64 })
+            .map(|f| {
+                if f == grows {
+                    100.0 + by * i as f64
+                } else {
+                    50.0 + (i % 2) as f64
+                }
+            })
             .collect()
     }
 

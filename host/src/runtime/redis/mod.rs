@@ -42,8 +42,8 @@ use crate::metrics::Metrics;
 pub use self::dedicated::RedisConnection;
 pub use self::pools::{GuestRedis, RedisArgs, is_connection_error};
 use self::runaway::{Watch, script};
-pub use self::scripts::{ScriptEnd, is_busy};
 use self::scripts::SentOn;
+pub use self::scripts::{ScriptEnd, is_busy};
 use self::setup::NodeSetup;
 
 /// Commands that would change who a connection is, or which database it
@@ -57,7 +57,9 @@ const CONNECTION_STATE: [&str; 5] = ["MULTI", "EXEC", "DISCARD", "WATCH", "UNWAT
 /// own case.
 fn to_wit_error(err: RedisError) -> WitError {
     if is_busy(&err) {
-        WitError::Connection(format!("Redis is busy running a script and serves nobody until it ends: {err}"))
+        WitError::Connection(format!(
+            "Redis is busy running a script and serves nobody until it ends: {err}"
+        ))
     } else if is_connection_error(&err) {
         WitError::Connection(format!("Redis is unavailable: {err}"))
     } else if err.code() == Some("NOPERM")
@@ -65,9 +67,7 @@ fn to_wit_error(err: RedisError) -> WitError {
             .detail()
             .is_some_and(|detail| detail.starts_with("The user executing the script can't"))
     {
-        WitError::Refused(format!(
-            "the components' Redis user may not: {err}"
-        ))
+        WitError::Refused(format!("the components' Redis user may not: {err}"))
     } else {
         WitError::Server(err.to_string())
     }
@@ -270,7 +270,11 @@ impl wit::HostConnection for HostState {
             .find_map(|(name, command)| script(name, &command.args));
         let borrowed = self.table.get_mut(&conn)?;
         let values = match watch!(self)
-            .reply(first_script, |_| SentOn::Dedicated, borrowed.pipeline(&commands))
+            .reply(
+                first_script,
+                |_| SentOn::Dedicated,
+                borrowed.pipeline(&commands),
+            )
             .await
         {
             Ok(values) => values,

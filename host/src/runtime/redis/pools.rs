@@ -128,9 +128,7 @@ impl GuestRedis {
     pub(super) fn shared_for(&self, key: Option<&str>) -> SentOn {
         SentOn::Shared {
             id: self.shared_id(),
-            slot: key
-                .filter(|_| self.target.is_cluster())
-                .map(route_of),
+            slot: key.filter(|_| self.target.is_cluster()).map(route_of),
         }
     }
 
@@ -157,13 +155,8 @@ impl GuestRedis {
         })?;
         let current = self.shared.load();
         if current.id == id {
-            self.shared.compare_and_swap(
-                &current,
-                Arc::new(Shared {
-                    conn,
-                    id: id + 1,
-                }),
-            );
+            self.shared
+                .compare_and_swap(&current, Arc::new(Shared { conn, id: id + 1 }));
         }
         Ok(())
     }

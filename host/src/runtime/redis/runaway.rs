@@ -56,10 +56,9 @@ impl Watch<'_> {
         let on = on(key);
         let sent = redis.in_flight.send(on);
         let now = Instant::now();
-        let kill_at = self
-            .deadline
-            .min(now + RESPONSE_TIMEOUT - KILL_MARGIN);
-        let busy_at = kill_at.min(now + Duration::from_millis(redis.args.busy_script_ms) + BUSY_MARGIN);
+        let kill_at = self.deadline.min(now + RESPONSE_TIMEOUT - KILL_MARGIN);
+        let busy_at =
+            kill_at.min(now + Duration::from_millis(redis.args.busy_script_ms) + BUSY_MARGIN);
         tokio::pin!(reply);
         for until in [busy_at, kill_at] {
             tokio::select! {
@@ -107,7 +106,10 @@ async fn end_runaway(
     let end = caps.redis.end_script(key.as_deref()).await;
     match &end {
         ScriptEnd::Killed => {
-            caps.redis.scripts_killed.with_label_values(&[&*method]).inc();
+            caps.redis
+                .scripts_killed
+                .with_label_values(&[&*method])
+                .inc();
             tracing::warn!(%method, "a script outlived its call's deadline; SCRIPT KILL ended it");
         }
         ScriptEnd::Unkillable(refusal) => {

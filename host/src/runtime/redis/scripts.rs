@@ -144,9 +144,12 @@ impl Sent<'_> {
     /// unanswered: only then can this one be the script Redis runs.
     pub fn is_oldest(&self) -> bool {
         self.on == SentOn::Dedicated
-            || self.in_flight.sent.lock().get(&self.on).is_none_or(|sent| {
-                sent.first().is_none_or(|&first| first >= self.order)
-            })
+            || self
+                .in_flight
+                .sent
+                .lock()
+                .get(&self.on)
+                .is_none_or(|sent| sent.first().is_none_or(|&first| first >= self.order))
     }
 }
 

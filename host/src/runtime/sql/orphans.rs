@@ -89,7 +89,10 @@ impl Orphans {
             let gone = match tokio::time::timeout(KILL_LIMIT, kill).await {
                 Ok(Ok(_)) => {
                     self.ended.inc();
-                    tracing::warn!(session, "ended a database session whose connection was lost");
+                    tracing::warn!(
+                        session,
+                        "ended a database session whose connection was lost"
+                    );
                     true
                 }
                 Ok(Err(sqlx::Error::Database(err))) => err
