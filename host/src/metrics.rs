@@ -47,8 +47,9 @@ pub struct Metrics {
     pub settlements: IntCounterVec,
     /// Requests waiting to be settled now.
     pub settlements_pending: IntGauge,
-    /// Coupons this process keeps a record of requests for.
-    pub recorded_coupons: IntGauge,
+    /// Coupons this process keeps a record of requests for, live and
+    /// dormant.
+    pub recorded_coupons: IntGaugeVec,
     /// Database sessions of lost connections the host ended (KILL).
     pub sql_sessions_ended: IntCounter,
     /// Sessions of lost connections not ended yet.
@@ -159,9 +160,10 @@ impl Metrics {
                 "couponlab_settlements_pending",
                 "Requests waiting to be settled (pending compensations).",
             ),
-            recorded_coupons: gauge(
+            recorded_coupons: gauges(
                 "couponlab_recorded_coupons",
-                "Coupons this process keeps a record of requests for (the recorder's size).",
+                "Coupons this process keeps a record of requests for (the recorder's size), by state: live in memory, or dormant (idle, encoded).",
+                &["state"],
             ),
             sql_sessions_ended: plain_counter(
                 "couponlab_sql_sessions_ended_total",

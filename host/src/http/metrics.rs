@@ -42,7 +42,13 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
     metrics
         .settlements_pending
         .set(lab.settlements.pending() as i64);
-    metrics.recorded_coupons.set(lab.recorder.coupons() as i64);
+    let recorded = lab.recorder.coupons();
+    for (state, count) in [("live", recorded.live), ("dormant", recorded.dormant)] {
+        metrics
+            .recorded_coupons
+            .with_label_values(&[state])
+            .set(count as i64);
+    }
     metrics
         .redis_dedicated_in_use
         .set(caps.redis.dedicated_in_use() as i64);

@@ -7,6 +7,7 @@
 //! merges the other processes' snapshots with its own live record, so any
 //! host answers for every host's requests.
 
+mod dormant;
 pub mod shared;
 mod tally;
 
@@ -16,6 +17,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
+use self::dormant::CurrentTally;
+pub use self::dormant::RecordCount;
 use self::tally::Tally;
 pub use self::tally::{
     FairnessSummary, HostRecord, HostsSummary, LatencySummary, MethodSummary, RequestSummary,
@@ -37,6 +40,8 @@ pub struct Arrival {
 #[derive(Default)]
 pub struct Recorder {
     coupons: Mutex<HashMap<u64, Arc<Mutex<CouponRecord>>>>,
+    /// The records of coupons idle for a while, encoded ([`dormant`]).
+    dormant: Mutex<HashMap<u64, Vec<u8>>>,
     /// The lab's generation this record belongs to (see [`shared`]); `None`
     /// until Redis was first read.
     generation: Mutex<Option<u64>>,
@@ -52,6 +57,8 @@ struct CouponRecord {
     tally: Tally,
     /// Changed since its snapshot was last published.
     changed: bool,
+    /// When it last changed.
+    last_change: Instant,
 }
 
 impl Default for CouponRecord {
@@ -61,7 +68,15 @@ impl Default for CouponRecord {
             in_flight: HashMap::new(),
             tally: Tally::new(),
             changed: false,
+            last_change: Instant::now(),
         }
+    }
+}
+
+impl CouponRecord {
+    fn mark_changed(&mut self) {
+        self.changed = true;
+        self.last_change = Instant::now();
     }
 }
 
@@ -103,11 +118,11 @@ impl Recorder {
     }
 
     fn arrive_at(&self, coupon: u64, member: u64, arrived_us: u64) -> Arrival {
-        let record = self.coupons.lock().entry(coupon).or_default().clone();
+        let record = self.live_record(coupon);
         let sequence = {
             let mut record = record.lock();
             record.arrivals += 1;
-            record.changed = true;
+            record.mark_changed();
             *record.in_flight.entry(member).or_default() += 1;
             record.arrivals
         };
@@ -136,9 +151,9 @@ impl Recorder {
     /// Counts a request of `method` on `coupon` kept to be settled, or what
     /// it became once settled.
     pub fn settlement(&self, coupon: u64, method: &Arc<str>, what: Settlement) {
-        let record = self.coupons.lock().entry(coupon).or_default().clone();
+        let record = self.live_record(coupon);
         let mut record = record.lock();
-        record.changed = true;
+        record.mark_changed();
         record.tally.settlement(method, what);
     }
 
@@ -151,7 +166,7 @@ impl Recorder {
                 record.in_flight.remove(&arrival.member);
             }
         }
-        record.changed = true;
+        record.mark_changed();
         record
             .tally
             .record(arrival.arrived_us, method, ending, latency_us);
@@ -173,10 +188,14 @@ impl Recorder {
     ) -> RequestSummary {
         let mut merged = Tally::new();
         let mut in_flight = std::collections::BTreeSet::new();
-        if let Some(record) = self.coupons.lock().get(&coupon).cloned() {
-            let record = record.lock();
-            merged.add(&record.tally);
-            in_flight.extend(record.in_flight.keys());
+        match self.current_tally(coupon) {
+            Some(CurrentTally::Live(record)) => {
+                let record = record.lock();
+                merged.add(&record.tally);
+                in_flight.extend(record.in_flight.keys());
+            }
+            Some(CurrentTally::Dormant(tally)) => merged.add(&tally),
+            None => {}
         }
         for other in others {
             merged.add(&other.tally);
@@ -188,14 +207,11 @@ impl Recorder {
         }
     }
 
-    /// How many coupons have a record.
-    pub fn coupons(&self) -> usize {
-        self.coupons.lock().len()
-    }
-
     /// Forgets every coupon (DELETE /lab/data, or another host's).
     fn clear(&self) {
-        self.coupons.lock().clear();
+        let mut coupons = self.coupons.lock();
+        coupons.clear();
+        self.dormant.lock().clear();
     }
 }
 

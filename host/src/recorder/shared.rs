@@ -189,8 +189,10 @@ impl Publisher {
                     () = stopping.cancelled() => true,
                     () = tokio::time::sleep(every) => false,
                 };
-                if let Err(err) = publish(&lab).await {
-                    tracing::debug!(error = %err, "could not publish the request record");
+                match publish(&lab).await {
+                    // What is published may go dormant.
+                    Ok(_) => lab.recorder.put_idle_to_sleep(),
+                    Err(err) => tracing::debug!(error = %err, "could not publish the request record"),
                 }
                 if stopped {
                     return;

@@ -13,15 +13,16 @@
 //! sold out), as a lab used for a long time piles coupons up. Every
 //! `--every` the sampler reads: the server's RSS and open files, the MySQL
 //! connections to its database, Redis's memory and keys, the soak's
-//! streams' lengths and pending entries, the recorder's size, how long a
-//! result read takes, and the issue requests' p99 since the last sample.
+//! streams' lengths and pending entries, the recorder's live records, how
+//! long a result read takes, and the issue requests' p99 since the last
+//! sample.
 //!
 //! What must be flat (fails the run when it grows): RSS, open files, MySQL
-//! connections, the result read, the p99 — and with `--trim`
-//! (`COUPONLAB_STREAM_TRIM`) the streams' entries. What grows by design is
-//! reported per accepted request or per coupon: Redis's memory and keys
-//! (reservations; stream entries unless trimmed), the recorder (a record per
-//! coupon). The report, in the load runner's form ([`super::soak_report`]),
+//! connections, stream entries pending, the recorder's live records, the
+//! result read, the p99 — and with `--trim` (`COUPONLAB_STREAM_TRIM`) the
+//! streams' entries. What grows by design is reported per accepted request
+//! or per coupon: Redis's memory and keys (reservations, request snapshots;
+//! stream entries unless trimmed). The report, in the load runner's form ([`super::soak_report`]),
 //! goes under `--out` (default `loadtest/reports/<UTC time>-soak/`, where
 //! the console lists it).
 
@@ -328,7 +329,7 @@ fn sample(
     let metrics = api.get_text("/metrics")?;
     let recorded = metrics
         .lines()
-        .find_map(|line| line.strip_prefix("couponlab_recorded_coupons "))
+        .find_map(|line| line.strip_prefix("couponlab_recorded_coupons{state=\"live\"} "))
         .and_then(|n| n.trim().parse::<f64>().ok())
         .unwrap_or(0.0);
     let values = vec![

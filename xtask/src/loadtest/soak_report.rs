@@ -31,7 +31,7 @@ pub const FIGURES: [(&str, &str, bool); 10] = [
     ("Redis keys", "", false),
     ("stream entries", "", false),
     ("stream pending", "", true),
-    ("recorder coupons", "", false),
+    ("recorder: live coupons", "", true),
     ("result read", "ms", true),
     ("issue p99", "ms", true),
 ];
