@@ -45,6 +45,11 @@ pub async fn connect(config: &Config) -> anyhow::Result<Server> {
     let statement_limit = create_database_if_missing(&options).await?;
     let lock_wait = config.capabilities.sql.lock_wait_timeout_s;
     let pool = pool_options(config.admin_db_pool_size, lock_wait, None)
+        // Unlike the components' pool, which the measured requests use, the
+        // server's own work can afford a ping before each use: a link cut
+        // and back would otherwise fail one of its requests (a coupon
+        // created, a result read, a session to end) per dead connection.
+        .test_before_acquire(true)
         .connect_with(options.clone())
         .await
         .with_context(|| format!("cannot connect to MySQL at {}", redacted(url)))?;
