@@ -108,6 +108,11 @@ pub struct Config {
     #[arg(long, env = "COUPONLAB_SNAPSHOT_INTERVAL_MS", default_value_t = 200)]
     pub snapshot_interval_ms: u64,
 
+    /// How long a coupon's published record stays idle before it is kept
+    /// encoded (a live record holds two 168 KiB histograms).
+    #[arg(long, env = "COUPONLAB_RECORD_DORMANT_AFTER_S", default_value_t = 60)]
+    pub record_dormant_after_s: u64,
+
     /// Connections in the server's own MySQL pool (routes, results, reset).
     #[arg(long, env = "COUPONLAB_ADMIN_DB_POOL_SIZE", default_value_t = 8)]
     pub admin_db_pool_size: u32,

@@ -107,6 +107,7 @@ impl Lab {
             tracing::warn!(dir = %dir.display(), "no strategy loaded; run `cargo xtask strategies`");
         }
         let watch = config.watch;
+        let recorder = Recorder::sleeping_after(Duration::from_secs(config.record_dormant_after_s));
         let lab = Lab(Arc::new(LabState {
             config,
             db: database.pool,
@@ -114,7 +115,7 @@ impl Lab {
             redis_target,
             runtime,
             registry,
-            recorder: Recorder::default(),
+            recorder,
             settlements: Settlements::default(),
             announcements: Announcements::default(),
             identity: process_identity(),

@@ -16,8 +16,9 @@ use parking_lot::Mutex;
 use super::tally::Tally;
 use super::{CouponRecord, Recorder};
 
-/// How long after its last change a published record goes dormant.
-const DORMANT_AFTER: Duration = Duration::from_secs(60);
+/// How long after its last change a published record goes dormant, unless
+/// the server is told otherwise (`COUPONLAB_RECORD_DORMANT_AFTER_S`).
+pub(super) const DORMANT_AFTER: Duration = Duration::from_secs(60);
 
 /// How many records there are, live and dormant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,17 @@ pub struct RecordCount {
 }
 
 impl Recorder {
+    /// A recorder whose published records sleep once idle for `idle`.
+    pub fn sleeping_after(idle: Duration) -> Self {
+        Recorder {
+            coupons: Default::default(),
+            dormant: Default::default(),
+            generation: Default::default(),
+            publishing: Default::default(),
+            dormant_after: idle,
+        }
+    }
+
     /// The live record of `coupon`: the one in memory, the dormant one
     /// decoded, or a new one.
     pub(super) fn live_record(&self, coupon: u64) -> Arc<Mutex<CouponRecord>> {
@@ -56,7 +68,7 @@ impl Recorder {
         asleep.and_then(|encoded| decode(encoded).map(CurrentTally::Dormant))
     }
 
-    /// Encodes the records idle for [`DORMANT_AFTER`] that hold nothing
+    /// Encodes the records idle for `dormant_after` that hold nothing
     /// unpublished and no call. Encoded outside the map's lock, which every
     /// arrival takes; a record that changed meanwhile stays live.
     pub(super) fn put_idle_to_sleep(&self) {
@@ -64,7 +76,7 @@ impl Recorder {
             .coupons
             .lock()
             .iter()
-            .filter(|(_, record)| record.lock().is_idle())
+            .filter(|(_, record)| record.lock().is_idle(self.dormant_after))
             .map(|(coupon, record)| (*coupon, record.clone()))
             .collect();
         for (coupon, record) in idle {
@@ -78,7 +90,7 @@ impl Recorder {
             let unchanged = coupons.get(&coupon).is_some_and(|current| {
                 Arc::ptr_eq(current, &record)
                     && Arc::strong_count(&record) == 2
-                    && record.lock().is_idle()
+                    && record.lock().is_idle(self.dormant_after)
             });
             if unchanged {
                 coupons.remove(&coupon);
@@ -98,8 +110,8 @@ impl Recorder {
 }
 
 impl CouponRecord {
-    fn is_idle(&self) -> bool {
-        !self.changed && self.in_flight.is_empty() && self.last_change.elapsed() >= DORMANT_AFTER
+    fn is_idle(&self, dormant_after: Duration) -> bool {
+        !self.changed && self.in_flight.is_empty() && self.last_change.elapsed() >= dormant_after
     }
 }
 
@@ -111,7 +123,9 @@ pub(super) enum CurrentTally {
 
 fn decode(encoded: Vec<u8>) -> Option<Tally> {
     serde_json::from_slice(&encoded)
-        .inspect_err(|err| tracing::error!(error = %err, "a dormant request record could not be decoded"))
+        .inspect_err(
+            |err| tracing::error!(error = %err, "a dormant request record could not be decoded"),
+        )
         .ok()
 }
 
@@ -144,18 +158,37 @@ mod tests {
         served(&recorder, 1);
         served(&recorder, 2);
         recorder.put_idle_to_sleep();
-        assert_eq!(recorder.coupons(), RecordCount { live: 1, dormant: 0 }, "not idle yet");
+        assert_eq!(
+            recorder.coupons(),
+            RecordCount {
+                live: 1,
+                dormant: 0
+            },
+            "not idle yet"
+        );
 
         age(&recorder, COUPON);
         recorder.put_idle_to_sleep();
-        assert_eq!(recorder.coupons(), RecordCount { live: 0, dormant: 1 });
+        assert_eq!(
+            recorder.coupons(),
+            RecordCount {
+                live: 0,
+                dormant: 1
+            }
+        );
         // A result read decodes it, and leaves it asleep.
         assert_eq!(recorder.summary(COUPON).total, 2);
         assert_eq!(recorder.coupons().dormant, 1);
 
         // The next request wakes it, figures and all.
         served(&recorder, 3);
-        assert_eq!(recorder.coupons(), RecordCount { live: 1, dormant: 0 });
+        assert_eq!(
+            recorder.coupons(),
+            RecordCount {
+                live: 1,
+                dormant: 0
+            }
+        );
         let summary = recorder.summary(COUPON);
         assert_eq!(summary.total, 3);
         assert_eq!(summary.by_outcome["ISSUED"], 3);
@@ -168,7 +201,11 @@ mod tests {
         let method: Arc<str> = Arc::from("M");
         for member in 0..5_000u64 {
             let arrival = recorder.arrive(COUPON, member);
-            let outcome = if member < 100 { Outcome::Issued } else { Outcome::SoldOut };
+            let outcome = if member < 100 {
+                Outcome::Issued
+            } else {
+                Outcome::SoldOut
+            };
             // 100 µs to about a second, spread over the histogram's range.
             let latency = Duration::from_micros(100 + member * member / 25);
             Recorder::record(arrival, &method, Ending::of(outcome), latency);

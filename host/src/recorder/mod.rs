@@ -17,8 +17,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-use self::dormant::CurrentTally;
 pub use self::dormant::RecordCount;
+use self::dormant::{CurrentTally, DORMANT_AFTER};
 use self::tally::Tally;
 pub use self::tally::{
     FairnessSummary, HostRecord, HostsSummary, LatencySummary, MethodSummary, RequestSummary,
@@ -37,7 +37,6 @@ pub struct Arrival {
     record: Arc<Mutex<CouponRecord>>,
 }
 
-#[derive(Default)]
 pub struct Recorder {
     coupons: Mutex<HashMap<u64, Arc<Mutex<CouponRecord>>>>,
     /// The records of coupons idle for a while, encoded ([`dormant`]).
@@ -47,6 +46,14 @@ pub struct Recorder {
     generation: Mutex<Option<u64>>,
     /// Held while a snapshot is published (see [`shared`]).
     publishing: tokio::sync::Mutex<()>,
+    /// How long a published record stays idle before it sleeps.
+    dormant_after: Duration,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::sleeping_after(DORMANT_AFTER)
+    }
 }
 
 struct CouponRecord {

@@ -192,7 +192,9 @@ impl Publisher {
                 match publish(&lab).await {
                     // What is published may go dormant.
                     Ok(_) => lab.recorder.put_idle_to_sleep(),
-                    Err(err) => tracing::debug!(error = %err, "could not publish the request record"),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "could not publish the request record")
+                    }
                 }
                 if stopped {
                     return;

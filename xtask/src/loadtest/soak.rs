@@ -65,6 +65,8 @@ pub struct Options {
     pub trim: bool,
     /// Coupons created before the run, as earlier runs leave them.
     pub coupons: u64,
+    /// `COUPONLAB_RECORD_DORMANT_AFTER_S` for the server.
+    pub record_dormant_after_s: u64,
     pub out: PathBuf,
 }
 
@@ -82,6 +84,7 @@ impl Options {
             every: Duration::from_secs(10),
             trim: false,
             coupons: 0,
+            record_dormant_after_s: 60,
             out: root()
                 .join("loadtest")
                 .join("reports")
@@ -124,7 +127,9 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// The short soak `cargo xtask test` ends with: a minute, 300 coupons
-/// already there, the streams trimmed.
+/// already there, the streams trimmed, and a coupon's record put to sleep
+/// after 10 s idle instead of a minute, so that the recorder's live records
+/// can level off within the run (a method's coupon changes every 20 s).
 pub fn smoke() -> anyhow::Result<()> {
     let options = Options {
         duration: Duration::from_secs(60),
@@ -132,6 +137,7 @@ pub fn smoke() -> anyhow::Result<()> {
         every: Duration::from_secs(5),
         trim: true,
         coupons: 300,
+        record_dormant_after_s: 10,
         out: crate::target_dir().join("artifacts").join("soak"),
     };
     run(&options, false)?.verdict()
@@ -153,7 +159,11 @@ pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
     let redis = OwnRedis::start()?;
     let redis_url = redis.url(0);
     let trim = if options.trim { "true" } else { "false" };
-    let env = [("COUPONLAB_STREAM_TRIM", trim)];
+    let dormant_after = options.record_dormant_after_s.to_string();
+    let env = [
+        ("COUPONLAB_STREAM_TRIM", trim),
+        ("COUPONLAB_RECORD_DORMANT_AFTER_S", dormant_after.as_str()),
+    ];
     let server = Server::start_with(Serve {
         build,
         redis_url: Some(&redis_url),
