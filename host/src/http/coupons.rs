@@ -14,6 +14,7 @@ use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to, sized};
+use super::integer::{integer, optional_integer};
 use super::schema::Success;
 use crate::lab::Lab;
 
@@ -35,9 +36,11 @@ struct CreateCoupon {
     name: String,
     /// How many coupons there are, 1 to 100,000,000.
     #[schema(minimum = 1, maximum = 100_000_000)]
+    #[serde(deserialize_with = "integer")]
     total_count: i64,
     /// How many coupons one member may hold in a limited drop (default 1).
     #[schema(minimum = 1, maximum = 100_000_000)]
+    #[serde(default, deserialize_with = "optional_integer")]
     per_member_limit: Option<i64>,
 }
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
+use super::integer::{integer, optional_integer};
 use super::schema::{ComponentFailed, CouponPath, Success};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
@@ -33,9 +34,11 @@ pub fn router() -> Router<Lab> {
 struct SeedBody {
     /// The drop's stock, 1 to 100,000,000.
     #[schema(minimum = 1, maximum = 100_000_000)]
+    #[serde(deserialize_with = "integer")]
     quantity: i64,
     /// How long the stock key lives, at most 30 days (default 24 hours).
     #[schema(minimum = 1, maximum = 2_592_000)]
+    #[serde(default, deserialize_with = "optional_integer")]
     ttl_seconds: Option<i64>,
 }
 
@@ -96,6 +99,7 @@ async fn seed(
 struct CancelBody {
     /// The member whose reservation is given back.
     #[schema(minimum = 1)]
+    #[serde(deserialize_with = "integer")]
     member_id: i64,
     /// The key the reservation was issued with, 1 to 128 bytes.
     #[schema(min_length = 1, max_length = 128)]

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
+use super::integer::{integer, optional_integer};
 use super::schema::{ComponentFailed, CouponPath, Success};
 use crate::confirmations;
 use crate::consumers::announce;
@@ -35,8 +36,10 @@ pub fn router() -> Router<Lab> {
 struct IssueBody {
     /// The member asking, a positive id.
     #[schema(minimum = 1)]
+    #[serde(deserialize_with = "integer")]
     member_id: i64,
-    /// A loaded method (`GET /lab/strategies`), case-insensitive.
+    /// A loaded method (`GET /lab/strategies`; the document lists those
+    /// loaded when it was read), case-insensitive.
     #[schema(example = "REDIS_LUA")]
     method: String,
     /// Isolation-level methods: false skips the member check.
@@ -46,6 +49,7 @@ struct IssueBody {
     idempotency_key: Option<String>,
     /// How many coupons, 1 to 100 (default 1).
     #[schema(minimum = 1, maximum = 100)]
+    #[serde(default, deserialize_with = "optional_integer")]
     quantity: Option<i64>,
 }
 

@@ -9,6 +9,7 @@ use sqlx::{MySql, QueryBuilder};
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to};
+use super::integer::integer;
 use super::schema::Success;
 use crate::lab::Lab;
 
@@ -25,6 +26,7 @@ pub fn router() -> Router<Lab> {
 struct CreateMembers {
     /// How many members to create, 1 to 1,000,000.
     #[schema(minimum = 1, maximum = 1_000_000)]
+    #[serde(deserialize_with = "integer")]
     count: i64,
 }
 

@@ -7,6 +7,7 @@ mod coupons;
 mod data;
 mod drop;
 mod envelope;
+mod integer;
 mod issue;
 mod members;
 mod metrics;

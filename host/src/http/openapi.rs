@@ -10,8 +10,11 @@
 //! in `response`), and `ErrorEnvelope`, what every [`ApiError`] becomes.
 
 use axum::Router;
+use axum::extract::State;
 use axum::routing::get;
 use utoipa::OpenApi;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::{OpenApi as Document, RefOr};
 
 #[cfg(doc)]
 use super::envelope::Answer;
@@ -24,7 +27,8 @@ pub fn router() -> Router<Lab> {
 }
 
 /// This document. Plain JSON, not in the envelope: it is what describes the
-/// envelope.
+/// envelope. An issue request's `method` is one of the methods loaded when
+/// the document is read (they change as components are dropped in).
 #[utoipa::path(
     get,
     path = "/lab/openapi.json",
@@ -34,8 +38,30 @@ pub fn router() -> Router<Lab> {
         (status = 200, description = "This document, as plain JSON (not in the envelope)", body = Object),
     )
 )]
-async fn document() -> axum::Json<utoipa::openapi::OpenApi> {
-    axum::Json(ApiDoc::openapi())
+async fn document(State(lab): State<Lab>) -> axum::Json<Document> {
+    let mut document = ApiDoc::openapi();
+    let loaded: Vec<String> = lab.registry.strategies().keys().cloned().collect();
+    name_the_methods(&mut document, &loaded);
+    axum::Json(document)
+}
+
+/// Narrows the issue body's `method` to `methods` (the server also takes
+/// them in any case and with spaces around; the document lists each once).
+/// With none loaded, every method is refused and the property stays open.
+fn name_the_methods(document: &mut Document, methods: &[String]) {
+    if methods.is_empty() {
+        return;
+    }
+    let body = document
+        .components
+        .as_mut()
+        .and_then(|components| components.schemas.get_mut("IssueBody"));
+    let Some(RefOr::T(Schema::Object(body))) = body else {
+        return;
+    };
+    if let Some(RefOr::T(Schema::Object(method))) = body.properties.get_mut("method") {
+        method.enum_values = Some(methods.iter().map(|m| m.as_str().into()).collect());
+    }
 }
 
 #[derive(OpenApi)]

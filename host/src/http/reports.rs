@@ -142,8 +142,10 @@ fn runs(directory: &Path) -> std::io::Result<Vec<Report>> {
     operation_id = "reportFile",
     tag = "reports",
     params(
-        ("run" = String, Path, description = "A run's directory name, as the listing gives it"),
-        ("file" = String, Path, description = "A file of that run, as the listing gives it"),
+        ("run" = String, Path, pattern = r"^[^./\\\u0000][^/\\\u0000]*$",
+            description = "A run's directory name, as the listing gives it: one plain name"),
+        ("file" = String, Path, pattern = r"^[^./\\\u0000][^/\\\u0000]*$",
+            description = "A file of that run, as the listing gives it: one plain name"),
     ),
     responses(
         (status = 200, description = "The file as it was written, not in the envelope", content(

@@ -17,6 +17,7 @@ use super::envelope::{ApiError, ErrorBody};
 #[allow(dead_code)] // Only its description is used.
 pub struct CouponPath(
     /// The coupon's id, a positive integer (anything else is a 400).
+    #[param(minimum = 1)]
     i64,
 );
 

@@ -85,6 +85,68 @@ async fn the_document_is_openapi_3_1_and_lists_every_route_of_the_readme() {
     lab.finish().await;
 }
 
+/// What the document allows, the server accepts, and the reverse, where
+/// Schemathesis found them apart: ids of 0 and below, report names that
+/// are not one plain name, integers written as `4349.0`, methods not loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_says_exactly_what_the_server_accepts() {
+    let lab = Setup::with(&["redis_lua", "pessimistic"]).start().await;
+    let document = document(&lab).await;
+    let method = &document["components"]["schemas"]["IssueBody"]["properties"]["method"];
+    assert_eq!(
+        method["enum"],
+        json!(["PESSIMISTIC", "REDIS_LUA"]),
+        "{method}"
+    );
+    let coupon_id = &document["paths"]["/lab/coupons/{couponId}/result"]["get"]["parameters"][0];
+    assert_eq!(coupon_id["schema"]["minimum"], json!(1), "{coupon_id}");
+    let run = &document["paths"]["/lab/reports/{run}/{file}"]["get"]["parameters"][0];
+    let name = &run["schema"];
+    assert!(
+        name["pattern"].is_string(),
+        "a pattern for report names: {run}"
+    );
+    for plain in ["report.md", "2026-01-01T00-00-00Z-compare", "k6 run.json"] {
+        assert!(jsonschema::is_valid(name, &json!(plain)), "{plain}");
+    }
+    for not_plain in ["..", ".hidden", "a/b", "a\\b", "a\0b"] {
+        assert!(
+            !jsonschema::is_valid(name, &json!(not_plain)),
+            "{not_plain:?}"
+        );
+    }
+
+    // An integer is an integer however JSON spells it; a fraction is not.
+    let members = lab.post("/lab/members", json!({ "count": 3.0 })).await;
+    assert_eq!(members.status, 201, "{}", members.body);
+    let coupon = lab
+        .post(
+            "/lab/coupons",
+            json!({ "name": "exact", "totalCount": 2e0 }),
+        )
+        .await;
+    assert_eq!(coupon.status, 201, "{}", coupon.body);
+    let id = coupon.body["response"]["id"].as_u64().unwrap();
+    let first = members.body["response"]["firstId"].as_f64().unwrap();
+    let issued = lab
+        .post(
+            &format!("/lab/coupons/{id}/issue"),
+            json!({ "memberId": first, "method": " redis_lua ", "quantity": 1.0 }),
+        )
+        .await;
+    assert_eq!(issued.status, 200, "{}", issued.body);
+    let fraction = lab.post("/lab/members", json!({ "count": 1.5 })).await;
+    assert_eq!(fraction.status, 400, "{}", fraction.body);
+    let unloaded = lab
+        .post(
+            &format!("/lab/coupons/{id}/issue"),
+            json!({ "memberId": first, "method": "REDIS_WATCH" }),
+        )
+        .await;
+    assert_eq!(unloaded.status, 400, "{}", unloaded.body);
+    lab.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schemas_accept_what_every_route_answers() {
     let lab = Setup::with(&[
