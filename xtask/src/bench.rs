@@ -25,10 +25,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use couponlab_contract::keys;
 use serde_json::json;
 
+use crate::flags::Flags;
 use crate::loadtest::Api;
 use crate::{release_binary, root, services, strategies};
 
@@ -50,24 +51,14 @@ impl Options {
             connections: 50,
             out: root().join("docs").join("performance.md"),
         };
-        let mut args = args.iter();
-        while let Some(arg) = args.next() {
-            let mut value = || {
-                args.next()
-                    .with_context(|| format!("{arg} needs a value; {USAGE}"))
-            };
-            match arg.as_str() {
-                "--duration" => options.duration = value()?.clone(),
-                "--rounds" => options.rounds = value()?.parse().context("--rounds")?,
-                "--connections" => {
-                    options.connections = value()?.parse().context("--connections")?
-                }
-                "--out" => options.out = PathBuf::from(value()?),
-                "--help" | "-h" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
-                }
-                other => bail!("unknown option {other:?}; {USAGE}"),
+        let mut flags = Flags::new(args, USAGE);
+        while let Some(flag) = flags.next_flag() {
+            match flag {
+                "--duration" => options.duration = flags.value(flag)?.to_string(),
+                "--rounds" => options.rounds = flags.parsed(flag, "a count")?,
+                "--connections" => options.connections = flags.parsed(flag, "a count")?,
+                "--out" => options.out = PathBuf::from(flags.value(flag)?),
+                other => return Err(flags.unknown(other)),
             }
         }
         anyhow::ensure!(options.rounds > 0, "--rounds must be at least 1");

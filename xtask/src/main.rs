@@ -17,9 +17,13 @@
 //!   pile up (see `loadtest/idle.rs`).
 //! - `cargo xtask soak [options]`: a long run at a constant rate, judged on
 //!   whether what the lab holds stays flat (see `loadtest/soak.rs`).
+//! - `cargo xtask api-check [options]`: Schemathesis against a served lab's
+//!   OpenAPI document (see `api_check.rs`).
 
+mod api_check;
 mod bench;
 mod cluster;
+mod flags;
 mod loadtest;
 mod proc_stats;
 mod services;
@@ -73,7 +77,8 @@ fn main() -> anyhow::Result<()> {
             // few tests.
             if rest.is_empty() {
                 loadtest::smoke()?;
-                loadtest::soak::smoke()
+                loadtest::soak::smoke()?;
+                api_check::check(&api_check::Options::default(), false)
             } else {
                 Ok(())
             }
@@ -83,9 +88,10 @@ fn main() -> anyhow::Result<()> {
         "idle" => loadtest::idle::main(&rest),
         "soak" => loadtest::soak::main(&rest),
         "cluster" => cluster::main(&rest),
+        "api-check" => api_check::main(&rest),
         "help" | "--help" | "-h" => {
             println!(
-                "usage: cargo xtask <strategies | run | test | services | loadtest | bench | idle | soak | cluster> [-- args]"
+                "usage: cargo xtask <strategies | run | test | services | loadtest | bench | idle | soak | cluster | api-check> [-- args]"
             );
             Ok(())
         }

@@ -122,13 +122,20 @@ fn answers(address: &str) -> bool {
 pub fn ensure_debian(binary: &str, package: &str) -> anyhow::Result<std::path::PathBuf> {
     let path = std::path::Path::new("/usr/bin").join(binary);
     if !path.exists() {
-        println!("installing {binary} (apt-get install {package})");
-        let install = || run(Command::new("apt-get").args(["install", "-y", "-q", package]));
-        if install().is_err() {
-            // Package lists older than the archive name files it no longer has.
-            run(Command::new("apt-get").args(["update", "-q"]))?;
-            install()?;
-        }
+        println!("installing {binary}");
+        install_debian(package)?;
     }
     Ok(path)
+}
+
+/// `apt-get install package`.
+pub fn install_debian(package: &str) -> anyhow::Result<()> {
+    println!("apt-get install {package}");
+    let install = || run(Command::new("apt-get").args(["install", "-y", "-q", package]));
+    if install().is_err() {
+        // Package lists older than the archive name files it no longer has.
+        run(Command::new("apt-get").args(["update", "-q"]))?;
+        install()?;
+    }
+    Ok(())
 }

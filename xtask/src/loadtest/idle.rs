@@ -18,10 +18,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
 use super::own_redis::OwnRedis;
 use super::server::{Serve, Server, database_url};
+use crate::flags::Flags;
 use crate::root;
 
 const USAGE: &str = "usage: cargo xtask idle [--coupons 1,200,2000,10000] [--seconds 10] \
@@ -46,15 +47,12 @@ impl Options {
             out: Some(root().join("docs").join("performance.md")),
             server: None,
         };
-        let mut args = args.iter();
-        while let Some(arg) = args.next() {
-            let mut value = || {
-                args.next()
-                    .with_context(|| format!("{arg} needs a value; {USAGE}"))
-            };
-            match arg.as_str() {
+        let mut flags = Flags::new(args, USAGE);
+        while let Some(flag) = flags.next_flag() {
+            match flag {
                 "--coupons" => {
-                    options.coupons = value()?
+                    options.coupons = flags
+                        .value(flag)?
                         .split(',')
                         .map(|n| {
                             n.trim()
@@ -63,15 +61,11 @@ impl Options {
                         })
                         .collect::<anyhow::Result<_>>()?;
                 }
-                "--seconds" => options.seconds = value()?.parse().context("--seconds")?,
-                "--out" => options.out = Some(PathBuf::from(value()?)),
+                "--seconds" => options.seconds = flags.parsed(flag, "whole seconds")?,
+                "--out" => options.out = Some(PathBuf::from(flags.value(flag)?)),
                 "--no-out" => options.out = None,
-                "--server" => options.server = Some(PathBuf::from(value()?)),
-                "--help" | "-h" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
-                }
-                other => bail!("unknown option {other:?}; {USAGE}"),
+                "--server" => options.server = Some(PathBuf::from(flags.value(flag)?)),
+                other => return Err(flags.unknown(other)),
             }
         }
         anyhow::ensure!(options.seconds > 0, "--seconds must be at least 1");

@@ -28,7 +28,7 @@
 
 mod faults;
 mod html;
-mod http;
+pub mod http;
 pub mod idle;
 mod k6;
 mod own_redis;
@@ -36,7 +36,7 @@ mod provenance;
 mod records;
 mod report;
 mod run;
-mod server;
+pub mod server;
 mod smoke;
 pub mod soak;
 mod soak_report;

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 use serde_json::json;
 
@@ -41,6 +41,7 @@ use super::idle::create_coupons;
 use super::own_redis::OwnRedis;
 use super::server::{Serve, Server, database_url};
 use super::soak_report::{FIGURES, Sample, Soak};
+use crate::flags::Flags;
 use crate::{proc_stats, root};
 
 const USAGE: &str = "usage: cargo xtask soak [--duration 30m] [--rate 100] [--every 10s] [--trim] [--coupons 0] [--out DIR]";
@@ -90,24 +91,16 @@ impl Options {
                 .join("reports")
                 .join(format!("{}-soak", super::timestamp())),
         };
-        let mut args = args.iter();
-        while let Some(arg) = args.next() {
-            let mut value = || {
-                args.next()
-                    .with_context(|| format!("{arg} needs a value; {USAGE}"))
-            };
-            match arg.as_str() {
-                "--duration" => options.duration = duration(value()?)?,
-                "--rate" => options.rate = value()?.parse().context("--rate: requests a second")?,
-                "--every" => options.every = duration(value()?)?,
+        let mut flags = Flags::new(args, USAGE);
+        while let Some(flag) = flags.next_flag() {
+            match flag {
+                "--duration" => options.duration = duration(flags.value(flag)?)?,
+                "--rate" => options.rate = flags.parsed(flag, "requests a second")?,
+                "--every" => options.every = duration(flags.value(flag)?)?,
                 "--trim" => options.trim = true,
-                "--coupons" => options.coupons = value()?.parse().context("--coupons: how many")?,
-                "--out" => options.out = PathBuf::from(value()?),
-                "--help" | "-h" => {
-                    println!("{USAGE}");
-                    std::process::exit(0);
-                }
-                other => bail!("unknown option {other:?}; {USAGE}"),
+                "--coupons" => options.coupons = flags.parsed(flag, "how many")?,
+                "--out" => options.out = PathBuf::from(flags.value(flag)?),
+                other => return Err(flags.unknown(other)),
             }
         }
         anyhow::ensure!(options.rate > 0, "--rate must be at least 1");

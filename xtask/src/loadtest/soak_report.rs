@@ -49,6 +49,7 @@ pub struct Soak {
 }
 
 /// How a figure moved over the samples past the warm-up.
+#[derive(Clone)]
 struct Trend {
     first: f64,
     last: f64,
@@ -72,7 +73,12 @@ impl Soak {
     }
 
     fn trend(&self, figure: usize) -> Trend {
-        let judged = self.judged();
+        Self::trend_of(self.judged(), figure)
+    }
+
+    /// The figure's trend over `judged`, its growth extrapolated to the
+    /// whole judged span.
+    fn trend_of(judged: &[Sample], figure: usize) -> Trend {
         let n = judged.len() as f64;
         let y = |s: &Sample| s.values[figure];
         // The least-squares line of the figure against `x`: its slope, and
@@ -105,19 +111,35 @@ impl Soak {
         }
     }
 
-    /// Whether a figure grew: its line rose by more than a quarter of its
-    /// level, a small absolute margin and three times the samples' noise
-    /// around it (a shared machine's latencies, a figure that saws between
-    /// bounds). A figure growing without bound outgrows all three as the
-    /// run goes on.
+    /// Whether a figure kept growing: its line rose by more than a quarter
+    /// of its level, a small absolute margin and three times the samples'
+    /// noise around it (a shared machine's latencies, a figure that saws
+    /// between bounds) — and the later half of the samples, on its own,
+    /// still rises at a rate that would do the same over the whole span. A
+    /// figure growing without bound does both as the run goes on; one that
+    /// stepped up once and stayed (a pool that opened the connections a
+    /// burst asked for) does not.
     fn grew(&self, figure: usize) -> bool {
-        let trend = self.trend(figure);
+        let judged = self.judged();
+        let span = judged.last().map_or(0.0, |s| s.at_s) - judged.first().map_or(0.0, |s| s.at_s);
         let margin = match FIGURES[figure].1 {
             "MiB" => 32.0,
             "ms" => 5.0,
             _ => 4.0,
         };
-        trend.growth > margin + 0.25 * trend.start.abs() + 3.0 * trend.noise
+        let rises = |trend: Trend, growth: f64| {
+            growth > margin + 0.25 * trend.start.abs() + 3.0 * trend.noise
+        };
+        let whole = self.trend(figure);
+        let later_half = &judged[judged.len() / 2..];
+        let later = Self::trend_of(later_half, figure);
+        let later_span = later_half.last().map_or(0.0, |s| s.at_s) - later_half[0].at_s;
+        let later_growth = if later_span > 0.0 {
+            later.growth * span / later_span
+        } else {
+            0.0
+        };
+        rises(whole.clone(), whole.growth) && rises(later, later_growth)
     }
 
     fn must_be_flat(&self, figure: usize) -> bool {
@@ -371,6 +393,29 @@ mod tests {
             values
         };
         assert!(soak(sawing, true).verdict().is_ok());
+    }
+
+    #[test]
+    fn a_figure_that_stepped_up_once_and_stayed_is_flat() {
+        // A pool that opened ten more connections for a burst, halfway.
+        let step = |i: usize| {
+            let mut values = level(i, usize::MAX, 0.0);
+            values[2] = if i < 12 { 9.0 } else { 19.0 };
+            values
+        };
+        assert!(
+            soak(step, false).verdict().is_ok(),
+            "{}",
+            soak(step, false).table()
+        );
+        // The same figure still rising at the end keeps growing.
+        let climbing = |i: usize| {
+            let mut values = level(i, usize::MAX, 0.0);
+            values[2] = 9.0 + 2.0 * i as f64;
+            values
+        };
+        let err = soak(climbing, false).verdict().unwrap_err().to_string();
+        assert!(err.contains("MySQL connections"), "{err}");
     }
 
     #[test]
