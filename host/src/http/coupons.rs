@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to, sized};
 use super::integer::{integer, optional_integer};
-use super::schema::Success;
+use super::schema::{DatabaseFailed, Success};
 use crate::lab::Lab;
 
 const MAX_TOTAL: u64 = 100_000_000;
@@ -68,8 +68,7 @@ struct Created {
     responses(
         (status = 201, description = "The coupon was created", body = Success<Created>),
         (status = 400, description = "A malformed body, an empty or long name, or a count out of range", body = ApiError),
-        (status = 503, description = "The database is unavailable", body = ApiError),
-        (status = 500, description = "The server failed while answering", body = ApiError),
+        DatabaseFailed,
     )
 )]
 async fn create(
@@ -141,8 +140,7 @@ struct Listed {
     tag = "coupons",
     responses(
         (status = 200, description = "The newest 100 coupons and how many there are", body = Success<Coupons>),
-        (status = 503, description = "The database is unavailable", body = ApiError),
-        (status = 500, description = "The server failed while answering", body = ApiError),
+        DatabaseFailed,
     )
 )]
 async fn list(State(lab): State<Lab>) -> Result<Answer<Coupons>, ApiError> {

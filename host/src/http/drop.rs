@@ -11,7 +11,7 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
+use super::envelope::{Answer, ApiError, AppJson, positive, positive_up_to, sized};
 use super::integer::{integer, optional_integer};
 use super::schema::{ComponentFailed, CouponPath, Success};
 use super::{coupon_exists, serving};
@@ -70,10 +70,9 @@ struct Seeded {
 )]
 async fn seed(
     State(lab): State<Lab>,
-    AppPath(coupon_id): AppPath<i64>,
+    CouponPath(coupon_id): CouponPath,
     AppJson(body): AppJson<SeedBody>,
 ) -> Result<Answer<Seeded>, ApiError> {
-    let coupon_id = positive("couponId", coupon_id)?;
     let quantity = positive_up_to("quantity", body.quantity, MAX_QUANTITY)?;
     let ttl = body.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS as i64);
     let ttl = positive_up_to("ttlSeconds", ttl, MAX_TTL_SECONDS)?;
@@ -134,10 +133,9 @@ struct Cancelled {
 )]
 async fn cancel(
     State(lab): State<Lab>,
-    AppPath(coupon_id): AppPath<i64>,
+    CouponPath(coupon_id): CouponPath,
     AppJson(body): AppJson<CancelBody>,
 ) -> Result<Answer<Cancelled>, ApiError> {
-    let coupon_id = positive("couponId", coupon_id)?;
     let member_id = positive("memberId", body.member_id)?;
     let key = &body.idempotency_key;
     sized(

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 use utoipa::ToSchema;
 
-use super::envelope::{Answer, ApiError, AppJson, AppPath, positive, positive_up_to, sized};
+use super::envelope::{Answer, ApiError, AppJson, positive, positive_up_to, sized};
 use super::integer::{integer, optional_integer};
 use super::schema::{ComponentFailed, CouponPath, Success};
 use crate::confirmations;
@@ -93,10 +93,9 @@ struct Issued {
 )]
 async fn issue(
     State(lab): State<Lab>,
-    AppPath(coupon_id): AppPath<i64>,
+    CouponPath(coupon_id): CouponPath,
     AppJson(body): AppJson<IssueBody>,
 ) -> Result<Answer<Issued>, ApiError> {
-    let coupon_id = positive("couponId", coupon_id)?;
     let member_id = positive("memberId", body.member_id)?;
     let quantity = positive_up_to("quantity", body.quantity.unwrap_or(1), MAX_QUANTITY)?;
     if let Some(key) = &body.idempotency_key {

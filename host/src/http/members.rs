@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to};
 use super::integer::integer;
-use super::schema::Success;
+use super::schema::{DatabaseFailed, Success};
 use crate::lab::Lab;
 
 /// Most members one request may create.
@@ -53,8 +53,7 @@ struct Created {
     responses(
         (status = 201, description = "The members were created", body = Success<Created>),
         (status = 400, description = "A malformed body, or a count out of range", body = ApiError),
-        (status = 503, description = "The database is unavailable", body = ApiError),
-        (status = 500, description = "The server failed while answering", body = ApiError),
+        DatabaseFailed,
     )
 )]
 async fn create(

@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
-use super::envelope::{Answer, ApiError, AppPath, positive};
+use super::envelope::{Answer, ApiError};
 use super::schema::{CouponPath, Success};
 use crate::lab::Lab;
 use crate::results::{self, CouponResult};
@@ -31,9 +31,8 @@ pub fn router() -> Router<Lab> {
 )]
 async fn result(
     State(lab): State<Lab>,
-    AppPath(coupon_id): AppPath<i64>,
+    CouponPath(coupon_id): CouponPath,
 ) -> Result<Answer<CouponResult>, ApiError> {
-    let coupon_id = positive("couponId", coupon_id)?;
     match results::read(&lab, coupon_id).await? {
         Some(result) => Ok(Answer(StatusCode::OK, result)),
         None => Err(ApiError::not_found(format!(

@@ -9,17 +9,30 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 
-use super::envelope::{ApiError, ErrorBody};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 
-/// The path parameter of every `/coupons/{couponId}/...` route.
+use super::envelope::{ApiError, AppPath, ErrorBody, positive};
+
+/// The path parameter of every `/coupons/{couponId}/...` route, as the
+/// document describes it and as the handlers take it: a positive id, or a
+/// 400 in the envelope.
 #[derive(IntoParams)]
 #[into_params(names("couponId"), parameter_in = Path)]
-#[allow(dead_code)] // Only its description is used.
 pub struct CouponPath(
     /// The coupon's id, a positive integer (anything else is a 400).
-    #[param(minimum = 1)]
-    i64,
+    #[param(value_type = i64, minimum = 1)]
+    pub u64,
 );
+
+impl<S: Send + Sync> FromRequestParts<S> for CouponPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let AppPath(id) = AppPath::<i64>::from_request_parts(parts, state).await?;
+        positive("couponId", id).map(CouponPath)
+    }
+}
 
 /// The envelope of a successful answer (what `Answer` writes): the route's
 /// answer in `response`.
@@ -83,6 +96,22 @@ pub enum ComponentFailed {
     /// TIMED_OUT).
     #[response(status = 504)]
     TimedOut(ApiError),
+}
+
+/// What a route of the lab's own tables answers when it cannot: the
+/// database unavailable, or the server failing while answering.
+#[derive(utoipa::IntoResponses)]
+#[expect(
+    dead_code,
+    reason = "it describes responses in the document; handlers answer ApiError"
+)]
+pub enum DatabaseFailed {
+    /// The database is unavailable.
+    #[response(status = 503)]
+    Unavailable(ApiError),
+    /// The server failed while answering.
+    #[response(status = 500)]
+    Failed(ApiError),
 }
 
 fn boolean(value: bool) -> ObjectBuilder {

@@ -9,7 +9,7 @@ use axum::routing::post;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::envelope::{Answer, ApiError, AppPath, positive};
+use super::envelope::{Answer, ApiError};
 use super::schema::{ComponentFailed, CouponPath, Success};
 use super::{coupon_exists, serving};
 use crate::lab::Lab;
@@ -57,9 +57,8 @@ struct Reconciled {
 )]
 async fn reconcile(
     State(lab): State<Lab>,
-    AppPath(coupon_id): AppPath<i64>,
+    CouponPath(coupon_id): CouponPath,
 ) -> Result<Answer<Reconciled>, ApiError> {
-    let coupon_id = positive("couponId", coupon_id)?;
     coupon_exists(&lab, coupon_id).await?;
     let strategy = serving(&lab, World::WRITE_BEHIND_ISSUER)?;
     let report = lab

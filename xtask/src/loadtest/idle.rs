@@ -121,14 +121,7 @@ fn measure(
         binary: server,
         ..Serve::default()
     })?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let db = runtime.block_on(
-        sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(1)
-            .connect(&database_url()?),
-    )?;
+    let (runtime, db) = scratch_database()?;
     let mut stats = redis::Client::open(redis_url.as_str())?.get_connection()?;
     let mut created = 0;
     let mut figures = Vec::new();
@@ -153,6 +146,20 @@ fn measure(
         figures.push(at_rest);
     }
     Ok(figures)
+}
+
+/// A runtime to block on and one connection to the served lab's database,
+/// to create coupons behind its back and count what it holds.
+pub(super) fn scratch_database() -> anyhow::Result<(tokio::runtime::Runtime, sqlx::MySqlPool)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let db = runtime.block_on(
+        sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&database_url()?),
+    )?;
+    Ok((runtime, db))
 }
 
 /// `count` more coupons, in batches of a thousand rows.

@@ -37,9 +37,9 @@ use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 use serde_json::json;
 
 use super::http::Api;
-use super::idle::create_coupons;
+use super::idle::{create_coupons, scratch_database};
 use super::own_redis::OwnRedis;
-use super::server::{Serve, Server, database_url};
+use super::server::{Serve, Server};
 use super::soak_report::{FIGURES, Sample, Soak};
 use crate::flags::Flags;
 use crate::{proc_stats, root};
@@ -171,14 +171,7 @@ pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
     let load = Arc::new(Load::default());
     new_coupons(&api, &load, members_per_coupon / 2)?;
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let db = runtime.block_on(
-        sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(1)
-            .connect(&database_url()?),
-    )?;
+    let (runtime, db) = scratch_database()?;
     runtime.block_on(create_coupons(&db, options.coupons))?;
     let mut redis_conn = redis::Client::open(redis_url.as_str())?.get_connection()?;
 
