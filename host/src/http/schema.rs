@@ -1,7 +1,8 @@
 //! The pieces of the OpenAPI document the handlers' own annotations use:
 //! the envelope's two variants ([`Success`], and the schema of every
-//! [`ApiError`]), the coupon path parameter, the failures of a component
-//! call, and the schema of a flattened optional field.
+//! [`ApiError`]), the coupon path parameter (also the handlers' extractor
+//! of it), the failures of a component call or of the database, and the
+//! schema of a flattened optional field.
 
 use std::borrow::Cow;
 
