@@ -47,8 +47,13 @@ impl Recorder {
             .entry(coupon)
             .or_insert_with(|| {
                 let tally = self.dormant.lock().remove(&coupon).and_then(decode);
+                let tally = tally.unwrap_or_else(Tally::new);
                 Arc::new(Mutex::new(CouponRecord {
-                    tally: tally.unwrap_or_else(Tally::new),
+                    // A record sleeps with no call running, so every arrival
+                    // it counted is a request its tally holds: the sequence
+                    // goes on from there rather than starting again at 1.
+                    arrivals: tally.requests(),
+                    tally,
                     ..CouponRecord::default()
                 }))
             })
@@ -180,8 +185,10 @@ mod tests {
         assert_eq!(recorder.summary(COUPON).total, 2);
         assert_eq!(recorder.coupons().dormant, 1);
 
-        // The next request wakes it, figures and all.
-        served(&recorder, 3);
+        // The next request wakes it, figures, arrival order and all.
+        let third = recorder.arrive(COUPON, 3);
+        assert_eq!(third.sequence, 3, "the sequence goes on");
+        recorder.finish(third, &Arc::from("M"), Ending::of(Outcome::Issued));
         assert_eq!(
             recorder.coupons(),
             RecordCount {
