@@ -153,12 +153,21 @@ fn config_text() -> String {
     )
 }
 
-/// The pinned Schemathesis in its virtual environment, installed when
-/// missing or another version.
+/// The pinned Schemathesis in its virtual environment, installed again
+/// when missing or when the pins changed since (the venv keeps a copy of
+/// the requirements it was made from).
 fn ensure_schemathesis() -> anyhow::Result<PathBuf> {
     let venv = target_dir().join("schemathesis-venv");
     let binary = venv.join("bin").join("schemathesis");
-    if installed_version(&binary).as_deref() == Some(SCHEMATHESIS) {
+    let requirements = root()
+        .join("xtask")
+        .join("api-check")
+        .join("requirements.txt");
+    let pins = std::fs::read(&requirements)
+        .with_context(|| format!("cannot read {}", requirements.display()))?;
+    let installed_from = venv.join("requirements.txt");
+    let same_pins = std::fs::read(&installed_from).is_ok_and(|installed| installed == pins);
+    if same_pins && installed_version(&binary).as_deref() == Some(SCHEMATHESIS) {
         return Ok(binary);
     }
     let python = services::ensure_debian("python3", "python3")?;
@@ -179,14 +188,12 @@ fn ensure_schemathesis() -> anyhow::Result<PathBuf> {
     // Every package pinned, Schemathesis's own dependencies too.
     run(Command::new(venv.join("bin").join("pip"))
         .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-        .arg(
-            root()
-                .join("xtask")
-                .join("api-check")
-                .join("requirements.txt"),
-        ))?;
+        .arg(&requirements))?;
     match installed_version(&binary) {
-        Some(version) if version == SCHEMATHESIS => Ok(binary),
+        Some(version) if version == SCHEMATHESIS => {
+            std::fs::write(&installed_from, pins)?;
+            Ok(binary)
+        }
         other => bail!("Schemathesis {SCHEMATHESIS} did not install (found {other:?})"),
     }
 }

@@ -49,7 +49,6 @@ pub struct Soak {
 }
 
 /// How a figure moved over the samples past the warm-up.
-#[derive(Clone)]
 struct Trend {
     first: f64,
     last: f64,
@@ -127,7 +126,7 @@ impl Soak {
             "ms" => 5.0,
             _ => 4.0,
         };
-        let rises = |trend: Trend, growth: f64| {
+        let rises = |trend: &Trend, growth: f64| {
             growth > margin + 0.25 * trend.start.abs() + 3.0 * trend.noise
         };
         let whole = self.trend(figure);
@@ -139,7 +138,7 @@ impl Soak {
         } else {
             0.0
         };
-        rises(whole.clone(), whole.growth) && rises(later, later_growth)
+        rises(&whole, whole.growth) && rises(&later, later_growth)
     }
 
     fn must_be_flat(&self, figure: usize) -> bool {
