@@ -140,9 +140,29 @@ pub mod shards {
     }
 }
 
-/// The pub/sub channel of stage 5: `memberId:couponId` messages, published
-/// by a component and handed back to it by the host's subscriber.
+/// The pub/sub channel of stage 5: `memberId:couponId` messages
+/// ([`message`]), published by a component and handed back to it by the
+/// host's subscriber.
 pub const REQUESTS_CHANNEL: &str = "coupon:issue:requests";
+
+pub mod message {
+    //! The payload of a queued job or a pub/sub message: `memberId:couponId`,
+    //! as in the seed. The host reads its coupon to find a canary's
+    //! component on trial.
+
+    use alloc::format;
+    use alloc::string::String;
+
+    pub fn format(coupon_id: u64, member_id: u64) -> String {
+        format!("{member_id}:{coupon_id}")
+    }
+
+    /// `(coupon_id, member_id)`, or `None` for a payload of another shape.
+    pub fn parse(payload: &str) -> Option<(u64, u64)> {
+        let (member, coupon) = payload.split_once(':')?;
+        Some((coupon.trim().parse().ok()?, member.trim().parse().ok()?))
+    }
+}
 
 /// A kind of Redis stream: one stream per coupon, so a script can reserve
 /// and enqueue in one slot of a Redis Cluster; the consumer group the host

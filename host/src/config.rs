@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::canary::CanaryMode;
 use crate::runtime::CapabilityArgs;
 
 #[derive(Debug, Parser)]
@@ -27,6 +28,16 @@ pub enum Command {
     Consume {
         #[arg(value_enum)]
         consumer: Consumer,
+        #[command(flatten)]
+        config: Config,
+    },
+    /// Run the canary of each component file against the configured
+    /// servers, as a server would before serving it, and print its report;
+    /// exits 1 unless every one passed. The strategy directory serves
+    /// meanwhile as on another host sharing the lab.
+    Check {
+        #[arg(required = true, value_name = "FILE.wasm")]
+        files: Vec<PathBuf>,
         #[command(flatten)]
         config: Config,
     },
@@ -94,6 +105,12 @@ pub struct Config {
     /// Wall-clock budget of one strategy call, host calls included.
     #[arg(long, env = "COUPONLAB_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     pub request_timeout_ms: u64,
+
+    /// When a component proves its claims on a scratch coupon before it
+    /// serves: `changed` (a file whose sha256 has not passed here before),
+    /// `always` (at every load) or `off`.
+    #[arg(long, env = "COUPONLAB_CANARY", value_enum, default_value_t = CanaryMode::Changed)]
+    pub canary: CanaryMode,
 
     /// Linear memory one strategy instance may grow to.
     #[arg(long, env = "COUPONLAB_STRATEGY_MEMORY_MIB", default_value_t = 32)]

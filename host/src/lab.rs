@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::MySqlPool;
 
+use crate::canary;
 use crate::config::Config;
 use crate::consumers::announce::Announcements;
 use crate::db;
@@ -98,14 +99,6 @@ impl Lab {
         let dir = config.strategy_dir.clone();
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the strategy directory {}", dir.display()))?;
-        let registry = Registry::default();
-        registry
-            .load_dir(&runtime, &dir)
-            .await
-            .with_context(|| format!("cannot read {}", dir.display()))?;
-        if registry.strategies().is_empty() {
-            tracing::warn!(dir = %dir.display(), "no strategy loaded; run `cargo xtask strategies`");
-        }
         let watch = config.watch;
         let recorder = Recorder::sleeping_after(Duration::from_secs(config.record_dormant_after_s));
         let lab = Lab(Arc::new(LabState {
@@ -114,20 +107,38 @@ impl Lab {
             redis,
             redis_target,
             runtime,
-            registry,
+            registry: Registry::default(),
             recorder,
             settlements: Settlements::default(),
             announcements: Announcements::default(),
             identity: process_identity(),
             watcher: OnceLock::new(),
         }));
+        let unproven = canary::load_dir(&lab)
+            .await
+            .with_context(|| format!("cannot read {}", dir.display()))?;
+        if lab.registry.strategies().is_empty() && unproven.is_empty() {
+            tracing::warn!(dir = %dir.display(), "no strategy loaded; run `cargo xtask strategies`");
+        }
+        if !unproven.is_empty() {
+            // Each serves once its canary passed; the server answers meanwhile.
+            let owner = Arc::downgrade(&lab.0);
+            tokio::spawn(async move {
+                for file in unproven {
+                    let Some(lab) = owner.upgrade().map(Lab) else {
+                        return;
+                    };
+                    canary::reload(&lab, &file).await;
+                }
+            });
+        }
         if watch {
             let owner = Arc::downgrade(&lab.0);
             let watching = watcher::watch(&dir, move |files| {
-                let lab = owner.upgrade()?;
+                let lab = Lab(owner.upgrade()?);
                 Some(async move {
                     for file in files {
-                        lab.registry.reload_file(&lab.runtime, &file).await;
+                        canary::reload(&lab, &file).await;
                     }
                 })
             })?;

@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //!
+//! - [`canary`]: a new or changed component proves its claims on a scratch
+//!   coupon before it serves.
 //! - [`config`]: command line and environment configuration; each
 //!   capability's settings come from its own module.
 //! - [`lab`]: the shared state of one server: its own pools, the runtime,
@@ -30,6 +32,7 @@
 //!   process sees it.
 //! - [`telemetry`]: tracing set-up.
 
+pub mod canary;
 pub mod config;
 pub mod confirmations;
 pub mod consumers;
@@ -63,11 +66,42 @@ pub async fn run(cli: config::Cli) -> anyhow::Result<()> {
             tracing::info!(address = %listener.local_addr()?, "couponlab is serving /lab");
             serve(listener, lab, shutdown_signal()).await
         }
-        config::Command::Consume { consumer, config } => {
+        config::Command::Consume {
+            consumer,
+            mut config,
+        } => {
+            // The serving processes decide what is proved; a consumer takes
+            // the directory as it is.
+            config.canary = canary::CanaryMode::Off;
             let lab = Lab::start(config).await?;
             consume(lab, consumer, shutdown_signal()).await
         }
+        config::Command::Check { files, config } => check(files, config).await,
     }
+}
+
+/// Runs the canary of each of `files` in a lab of its own that serves the
+/// strategy directory as it is (no canary of its own, no watcher), with
+/// every consumer role, and prints each report.
+async fn check(files: Vec<std::path::PathBuf>, mut config: config::Config) -> anyhow::Result<()> {
+    config.canary = canary::CanaryMode::Off;
+    config.watch = false;
+    let lab = Lab::start(config).await?;
+    let consumers = consumers::start(&lab, consumers::Selection::all());
+    let mut refused = 0;
+    for file in &files {
+        let (verdict, answer) = canary::check(&lab, file).await;
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        eprintln!("{}: {verdict}", file.display());
+        refused += usize::from(verdict != "passed");
+    }
+    consumers.stop().await;
+    anyhow::ensure!(
+        refused == 0,
+        "{refused} of {} components failed their canary",
+        files.len()
+    );
+    Ok(())
 }
 
 /// Serves the `/lab` API on `listener` until `shutdown` completes, with the
@@ -85,9 +119,7 @@ pub async fn serve(
         &lab,
         consumers::Selection {
             jobs: true,
-            pubsub: in_process,
-            stream: in_process,
-            write_behind: in_process,
+            ..consumers::Selection::all_if(in_process)
         },
     );
     let publisher = recorder::shared::Publisher::start(&lab);

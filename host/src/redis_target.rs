@@ -14,7 +14,7 @@ use redis::aio::{
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{AsyncCommands, AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -184,19 +184,15 @@ impl RedisConn {
         Ok(answers)
     }
 
-    /// The keys matching `pattern` on every node (SCAN, node by node on a
-    /// cluster: a SCAN cursor is one node's).
+    /// The keys matching `pattern` on every node (SCAN, 500 keys a page,
+    /// node by node on a cluster: a SCAN cursor is one node's).
     pub async fn keys_matching(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
-        let Self::Cluster(conn) = self else {
-            let mut keys = Vec::new();
-            let mut iter = self.scan_match::<_, String>(pattern).await?;
-            while let Some(key) = iter.next_item().await {
-                keys.push(key?);
-            }
-            return Ok(keys);
+        let nodes = match self {
+            Self::Cluster(conn) => masters(conn).await?.into_iter().map(Some).collect(),
+            _ => vec![None],
         };
         let mut keys = Vec::new();
-        for (host, port) in masters(conn).await? {
+        for node in nodes {
             let mut cursor = 0u64;
             loop {
                 let mut scan = redis::cmd("SCAN");
@@ -205,9 +201,13 @@ impl RedisConn {
                     .arg(pattern)
                     .arg("COUNT")
                     .arg(500);
-                let reply = conn
-                    .route_command(scan, at_address(host.clone(), port))
-                    .await?;
+                let reply = match (&mut *self, &node) {
+                    (Self::Cluster(conn), Some((host, port))) => {
+                        conn.route_command(scan, at_address(host.clone(), *port))
+                            .await?
+                    }
+                    (conn, _) => scan.query_async(conn).await?,
+                };
                 let (next, page): (u64, Vec<String>) = redis::from_redis_value(reply)?;
                 keys.extend(page);
                 if next == 0 {

@@ -47,7 +47,7 @@ fn main() -> anyhow::Result<()> {
         _ => rest.to_vec(),
     };
     match task {
-        "strategies" => strategies::build_and_install(&strategy_dir()),
+        "strategies" => strategies::main(&rest),
         "services" => services::ensure(),
         "run" => {
             services::ensure()?;

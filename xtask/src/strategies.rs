@@ -20,7 +20,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::{root, run};
+use crate::{root, run, strategy_dir};
 
 const TARGET: &str = "wasm32-wasip2";
 /// Crates under this folder of the workspace are test fixtures: built for
@@ -29,6 +29,36 @@ const FIXTURES: &str = "testing";
 /// The strategy directory's record of what this task installed: one line per
 /// file, `<hash> <file name>` (the server only loads `*.wasm`).
 const RECORD: &str = ".xtask-installed";
+
+/// `cargo xtask strategies [--check]`.
+pub fn main(args: &[String]) -> anyhow::Result<()> {
+    let check = match args {
+        [] => false,
+        [flag] if flag == "--check" => true,
+        _ => bail!("usage: cargo xtask strategies [--check]"),
+    };
+    let dir = strategy_dir();
+    build_and_install(&dir)?;
+    if check {
+        check_installed(&dir)?;
+    }
+    Ok(())
+}
+
+/// Runs `couponlab check` on every installed component: each one's canary
+/// against the lab's servers (`DATABASE_URL`, `REDIS_URL` as `couponlab`
+/// reads them, the local ones by default).
+fn check_installed(dir: &Path) -> anyhow::Result<()> {
+    crate::services::ensure()?;
+    crate::build_release()?;
+    let files = read_record(dir)?.into_keys().map(|file| dir.join(file));
+    println!("proving every installed component (couponlab check)");
+    run(Command::new(crate::release_binary("couponlab"))
+        .arg("check")
+        .args(files)
+        .env("COUPONLAB_STRATEGY_DIR", dir)
+        .current_dir(root()))
+}
 
 pub fn build_and_install(dir: &Path) -> anyhow::Result<()> {
     ensure_target()?;

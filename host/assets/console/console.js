@@ -99,6 +99,13 @@ async function refreshCoupons() {
   }).join('') || '<tr><td colspan="10">No coupon yet: <code>POST /lab/coupons</code>, or run <code>cargo xtask loadtest</code>.</td></tr>';
 }
 
+// A served component's canary: passed when, in how long, its calls' p50.
+function canary(report) {
+  if (!report) return 'off';
+  const when = report.remembered ? `passed before (${esc(time(report.ranAt))})` : `passed ${esc(time(report.ranAt))}`;
+  return `${when}, ${report.tookMs} ms, p50 ${report.p50Ms.toFixed(2)} ms`;
+}
+
 async function refreshStrategies() {
   const reply = await api('/lab/strategies');
   if (!reply.ok) {
@@ -106,17 +113,22 @@ async function refreshStrategies() {
     return;
   }
   const listing = reply.response;
+  const trials = listing.onTrial.map((t) => `${esc(t.method)} (${esc(basename(t.file))})`).join(', ');
+  const proving = listing.awaiting.length
+    ? ` Proving before they serve (their canary): ${trials || 'next'}; ${listing.awaiting.length} waiting.`
+    : '';
   document.getElementById('strategies-note').innerHTML =
-    `${listing.strategies.length} loaded from <code>${esc(listing.directory)}</code>; drop, replace or remove a <code>.wasm</code> there and this list follows.`;
+    `${listing.strategies.length} loaded from <code>${esc(listing.directory)}</code>; drop, replace or remove a <code>.wasm</code> there and this list follows.${proving}`;
   document.querySelector('#strategies tbody').innerHTML = listing.strategies.map((s) => {
     const refused = s.lastError ? `<br><span class="bad">replacement refused: ${esc(s.lastError)}</span>` : '';
     const quarantined = s.quarantined
       ? `<br><span class="bad quarantined">quarantined since ${esc(time(s.quarantined.since))}: ${esc(s.quarantined.reason)}</span>`
       : '';
     return `<tr data-method="${esc(s.method)}"><th scope="row" title="${esc(s.summary)}">${esc(s.method)}${refused}${quarantined}</th>`
+      + `<td>${esc(s.claims.join(' ')) || 'none'}</td><td data-field="canary">${canary(s.canary)}</td>`
       + `<td>${esc(s.world)}</td><td class="mono" title="${esc(s.file)}">${esc(basename(s.file))}</td>`
       + `<td class="mono" title="${esc(s.sha256)}">${esc(s.sha256.slice(0, 12))}</td><td>${esc(time(s.loadedAt))}</td></tr>`;
-  }).join('') || '<tr><td colspan="5">None: run <code>cargo xtask strategies</code>.</td></tr>';
+  }).join('') || '<tr><td colspan="7">None: run <code>cargo xtask strategies</code>.</td></tr>';
   document.querySelector('#rejected tbody').innerHTML = listing.rejected.map((r) =>
     `<tr data-file="${esc(basename(r.file))}"><th scope="row" class="mono" title="${esc(r.file)}">${esc(basename(r.file))}</th>`
     + `<td class="reason">${esc(r.reason)}</td><td>${esc(time(r.at))}</td></tr>`).join('')

@@ -93,8 +93,8 @@ impl Announcements {
         self.last.lock().remove(&(kind.prefix, coupon));
     }
 
-    /// Forgets what was announced: the lab's data was deleted, and coupon
-    /// ids start again from 1.
+    /// Forgets what was announced: the lab's data was deleted, the
+    /// announcements with it.
     pub fn clear(&self) {
         self.last.lock().clear();
     }
@@ -167,4 +167,15 @@ pub async fn announced_within(
     redis
         .zrangebyscore(announcements_key(kind), since, "+inf")
         .await
+}
+
+/// Removes `coupon` from the announcements of every kind: a canary's
+/// scratch coupon, gone.
+pub async fn forget(redis: &mut RedisConn, coupon: u64) -> RedisResult<()> {
+    for kind in [ISSUE_STREAM, WRITE_BEHIND_STREAM] {
+        redis
+            .zrem::<_, _, ()>(announcements_key(kind), coupon)
+            .await?;
+    }
+    Ok(())
 }

@@ -44,6 +44,21 @@ pub struct Selection {
 }
 
 impl Selection {
+    /// Every role when `all`; none otherwise.
+    pub fn all_if(all: bool) -> Self {
+        Self {
+            jobs: all,
+            pubsub: all,
+            stream: all,
+            write_behind: all,
+        }
+    }
+
+    /// Every role, as `couponlab check` runs them for a canary.
+    pub fn all() -> Self {
+        Self::all_if(true)
+    }
+
     /// `consumer` alone, as `couponlab consume` runs it.
     pub fn only(consumer: Consumer) -> Self {
         Self {
@@ -131,13 +146,13 @@ async fn record(lab: &Lab, strategy: &Arc<Strategy>, confirmation: &Confirmation
         settlements::keep(lab, strategy, &request);
     }
     match confirmations::record_confirmed(lab.redis(), confirmation).await {
-        Ok(Some(lag)) => lab
+        Ok(Some(lag)) if strategy.serving() => lab
             .runtime
             .metrics()
             .confirmation_lag
             .with_label_values(&[method])
             .observe(lag.as_secs_f64()),
-        Ok(None) => {}
+        Ok(_) => {}
         Err(err) => tracing::warn!(method, error = %err, "could not record a confirmation"),
     }
 }

@@ -1,6 +1,7 @@
 //! The pub/sub subscriber (stage 5): SUBSCRIBE `coupon:issue:requests` and
-//! hand each message to the component of the pub/sub role. It listens only
-//! while such a component is loaded: a subscriber that could only drop
+//! hand each message to the component of the pub/sub role (on a canary's
+//! scratch coupon, the one on trial). It listens only while such a
+//! component is loaded or on trial: a subscriber that could only drop
 //! messages would count as a receiver and hide their loss. A message
 //! published while no subscriber listens is gone — that is the lesson of the
 //! stage, and the result shows those members as reserved in Redis only.
@@ -8,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use couponlab_contract::REQUESTS_CHANNEL;
+use couponlab_contract::{REQUESTS_CHANNEL, message};
 use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
@@ -25,7 +26,7 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
     let lab = lab.clone();
     tokio::spawn(async move {
         loop {
-            if handler(&lab).is_some() {
+            if listening(&lab) {
                 match subscribe(&lab, &cancel).await {
                     Ok(()) if cancel.is_cancelled() => return,
                     Ok(()) => tracing::info!("no pubsub-issuer component is loaded; unsubscribed"),
@@ -58,7 +59,7 @@ async fn subscribe(lab: &Lab, cancel: &CancellationToken) -> anyhow::Result<()> 
     let result = loop {
         tokio::select! {
             () = cancel.cancelled() => break Ok(()),
-            _ = check.tick() => if handler(lab).is_none() { break Ok(()) },
+            _ = check.tick() => if !listening(lab) { break Ok(()) },
             message = messages.next() => {
                 let Some(message) = message else { break Err(anyhow::anyhow!("the subscription closed")) };
                 let payload: String = match message.get_payload() {
@@ -80,7 +81,11 @@ async fn subscribe(lab: &Lab, cancel: &CancellationToken) -> anyhow::Result<()> 
 }
 
 async fn handle(lab: &Lab, payload: &str) {
-    let Some(strategy) = handler(lab) else {
+    // A canary's scratch coupon goes to the component on trial there.
+    let on_trial = message::parse(payload)
+        .and_then(|(coupon, _)| lab.registry.trials.on(coupon))
+        .filter(|s| s.world.message_handler().is_some());
+    let Some(strategy) = on_trial.or_else(|| handler(lab)) else {
         tracing::warn!(
             payload,
             "no component of the pubsub-issuer world is loaded; message dropped"
@@ -107,4 +112,16 @@ fn handler(lab: &Lab) -> Option<Arc<Strategy>> {
         .values()
         .find(|s| s.world.message_handler().is_some())
         .cloned()
+}
+
+/// Whether a component of the pub/sub role is loaded or on trial: then
+/// the subscriber listens.
+fn listening(lab: &Lab) -> bool {
+    handler(lab).is_some()
+        || lab
+            .registry
+            .trials
+            .all()
+            .values()
+            .any(|s| s.world.message_handler().is_some())
 }

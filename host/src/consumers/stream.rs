@@ -211,9 +211,11 @@ fn owned(
     purpose: &str,
 ) -> Option<(StreamEntry, Arc<Strategy>)> {
     let entry = to_wit(entry, deliveries);
+    // A canary's scratch coupon goes to the component on trial there.
+    let coupon = field(&entry, fields::COUPON_ID).and_then(|id| id.parse().ok());
     let owner = field(&entry, fields::METHOD).and_then(|method| {
         lab.registry
-            .get(method)
+            .owner(coupon.unwrap_or(0), method)
             .filter(|s| s.world.stream_consumer().is_some())
     });
     match owner {

@@ -167,7 +167,7 @@ async fn load_round(
     for (method, entries) in by_method {
         let Some(strategy) = lab
             .registry
-            .get(&method)
+            .owner(stream.coupon, &method)
             .filter(|s| s.world.write_behind().is_some())
         else {
             tracing::warn!(%method, entries = entries.len(), "no write-behind component for these entries; left pending");

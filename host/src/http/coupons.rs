@@ -115,7 +115,7 @@ async fn create(
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Coupons {
-    /// Every coupon in the database.
+    /// Every coupon in the database (a canary's scratch coupon is none).
     count: u64,
     /// The newest 100, newest first; each one's figures are its result's.
     coupons: Vec<Listed>,
@@ -144,13 +144,13 @@ struct Listed {
     )
 )]
 async fn list(State(lab): State<Lab>) -> Result<Answer<Coupons>, ApiError> {
-    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM coupons")
+    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM coupons WHERE NOT scratch")
         .fetch_one(lab.db())
         .await?;
     let rows = sqlx::query(
         "SELECT id, name, total_count, per_member_limit, \
                 CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED) AS created_ms \
-         FROM coupons ORDER BY id DESC LIMIT ?",
+         FROM coupons WHERE NOT scratch ORDER BY id DESC LIMIT ?",
     )
     .bind(LISTED)
     .fetch_all(lab.db())

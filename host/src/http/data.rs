@@ -1,5 +1,9 @@
-//! `DELETE /lab/data`: truncate the lab tables, delete Redis `coupon:*` keys,
+//! `DELETE /lab/data`: empty the lab tables, delete Redis `coupon:*` keys,
 //! and make every host forget its record of requests.
+//!
+//! Coupons are deleted, not truncated: their ids keep growing, so no new
+//! coupon takes the id of an old one whose Redis state a host may still
+//! hold, or of a canary's scratch coupon on another host mid-canary.
 
 use axum::Router;
 use axum::extract::State;
@@ -24,12 +28,20 @@ pub fn router() -> Router<Lab> {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Reset {
-    truncated_tables: Vec<&'static str>,
+    emptied_tables: Vec<&'static str>,
     /// `coupon:*` keys deleted.
     deleted_redis_keys: u64,
 }
 
 const TABLES: [&str; 3] = ["coupon_issues", "coupons", "members"];
+
+/// How each table is emptied.
+fn emptying(table: &str) -> String {
+    match table {
+        "coupons" => format!("DELETE FROM {table}"),
+        _ => format!("TRUNCATE TABLE {table}"),
+    }
+}
 
 /// Truncate members, coupons and issues; delete Redis `coupon:*` keys.
 #[utoipa::path(
@@ -50,10 +62,7 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     conn.execute("SET FOREIGN_KEY_CHECKS = 0").await?;
     let mut truncated = Ok(());
     for table in TABLES {
-        if let Err(err) = conn
-            .execute(format!("TRUNCATE TABLE {table}").as_str())
-            .await
-        {
+        if let Err(err) = conn.execute(emptying(table).as_str()).await {
             truncated = Err(err);
             break;
         }
@@ -69,12 +78,13 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     shared::start_new_generation(&lab).await?;
     unlink_matching(&mut redis, shared::SNAPSHOTS).await?;
     unlink_matching(&mut redis, announce::ANNOUNCEMENTS).await?;
-    // Coupon ids start again from 1: their streams are announced afresh.
+    // The announcements were deleted: the next request of a coupon
+    // announces it afresh.
     lab.announcements.clear();
     Ok(Answer(
         StatusCode::OK,
         Reset {
-            truncated_tables: TABLES.to_vec(),
+            emptied_tables: TABLES.to_vec(),
             deleted_redis_keys: deleted,
         },
     ))

@@ -70,12 +70,13 @@ async fn run_to_end(request: Request, next: Next) -> Response {
     }
 }
 
-/// 404 unless the coupon exists.
+/// 404 unless the coupon exists (a canary's scratch coupon does not).
 async fn coupon_exists(lab: &Lab, coupon_id: u64) -> Result<(), ApiError> {
-    let found: Option<i64> = sqlx::query_scalar("SELECT id FROM coupons WHERE id = ?")
-        .bind(coupon_id)
-        .fetch_optional(lab.db())
-        .await?;
+    let found: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM coupons WHERE id = ? AND NOT scratch")
+            .bind(coupon_id)
+            .fetch_optional(lab.db())
+            .await?;
     found
         .map(drop)
         .ok_or_else(|| ApiError::not_found(format!("coupon {coupon_id} does not exist")))

@@ -1,4 +1,5 @@
-//! `GET /lab/strategies`: what this server can run, and what it refused.
+//! `GET /lab/strategies`: what this server can run, what it is proving,
+//! and what it refused.
 
 use axum::Router;
 use axum::extract::State;
@@ -10,7 +11,9 @@ use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
 use super::schema::Success;
+use crate::canary::CanaryReport;
 use crate::lab::Lab;
+use crate::runtime::registry::components_in;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/strategies", get(list))
@@ -24,6 +27,23 @@ struct Strategies {
     strategies: Vec<Loaded>,
     /// Files that failed a check, each with why.
     rejected: Vec<Rejected>,
+    /// Components whose canary runs now (`--canary`): they serve once it
+    /// passed.
+    on_trial: Vec<OnTrial>,
+    /// Files of the directory neither served nor refused yet: their canary
+    /// is running or waits its turn.
+    awaiting: Vec<String>,
+}
+
+/// A component proving its claims before it serves.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct OnTrial {
+    method: String,
+    file: String,
+    sha256: String,
+    /// The scratch coupon its canary runs on (shown nowhere else).
+    scratch_coupon: u64,
 }
 
 /// A loaded component.
@@ -33,6 +53,9 @@ struct Loaded {
     /// The method it serves (`describe`).
     method: String,
     summary: String,
+    /// What the method promises (`total`, `member`, `acked`), as its
+    /// descriptor says; the canary and the load runner check each.
+    claims: Vec<&'static str>,
     file: String,
     /// Of the file's bytes, in hex.
     sha256: String,
@@ -44,6 +67,9 @@ struct Loaded {
     /// Set when it stopped serving (its method answers 503 with the
     /// reason) until its file changes.
     quarantined: Option<Quarantined>,
+    /// What its canary found (`remembered` when this file passed here
+    /// before); absent with the canary off.
+    canary: Option<CanaryReport>,
 }
 
 /// Why a loaded component stopped serving, and since when.
@@ -62,9 +88,13 @@ struct Rejected {
     sha256: Option<String>,
     reason: String,
     at: DateTime<Utc>,
+    /// The canary that refused it, when one did: the first failing check,
+    /// its figure and one request that shows it.
+    canary: Option<CanaryReport>,
 }
 
-/// Loaded components (method, file, sha256, world, loaded at) and rejected files.
+/// Loaded components (method, claims, file, sha256, world, loaded at, canary
+/// report), components on trial, and rejected files.
 #[utoipa::path(
     get,
     path = "/lab/strategies",
@@ -84,6 +114,7 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
         .map(|s| Loaded {
             method: s.method.to_string(),
             summary: s.summary.clone(),
+            claims: s.claim_words(),
             file: s.file.display().to_string(),
             sha256: s.sha256.clone(),
             world: s.world.name(),
@@ -95,6 +126,7 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
                 reason: q.reason.clone(),
                 since: q.at,
             }),
+            canary: s.canary.get().cloned(),
         })
         .collect();
     let rejected = rejections
@@ -104,7 +136,30 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
             sha256: r.sha256.clone(),
             reason: r.reason.clone(),
             at: r.at,
+            canary: r.canary.clone(),
         })
+        .collect();
+    let mut on_trial: Vec<OnTrial> = lab
+        .registry
+        .trials
+        .all()
+        .iter()
+        .map(|(coupon, s)| OnTrial {
+            method: s.method.to_string(),
+            file: s.file.display().to_string(),
+            sha256: s.sha256.clone(),
+            scratch_coupon: *coupon,
+        })
+        .collect();
+    // A trial holds its scratch coupon and, next, the unknown coupon its
+    // canary asks for.
+    on_trial.dedup_by(|later, first| later.sha256 == first.sha256);
+    let served = lab.registry.strategies();
+    let awaiting = components_in(&lab.config.strategy_dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|file| !served.values().any(|s| &s.file == file) && !rejections.contains_key(file))
+        .map(|file| file.display().to_string())
         .collect();
     Ok(Answer(
         StatusCode::OK,
@@ -112,6 +167,8 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
             directory: lab.config.strategy_dir.display().to_string(),
             strategies,
             rejected,
+            on_trial,
+            awaiting,
         },
     ))
 }

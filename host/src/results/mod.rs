@@ -100,7 +100,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
         "SELECT c.name, c.total_count, c.issued_count, \
                 (SELECT COUNT(*) FROM coupon_issues i WHERE i.coupon_id = c.id) AS issue_rows, \
                 (SELECT COUNT(DISTINCT i.member_id) FROM coupon_issues i WHERE i.coupon_id = c.id) AS distinct_members \
-         FROM coupons c WHERE c.id = ?",
+         FROM coupons c WHERE c.id = ? AND NOT c.scratch",
     )
     .bind(coupon_id)
     .fetch_optional(lab.db())

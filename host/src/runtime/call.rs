@@ -307,7 +307,9 @@ impl Runtime {
         {
             tracing::warn!(method = %strategy.method, "a lost session of a failed call was not ended in {CLEANUP_LIMIT:?}");
         }
-        if let Err(error) = &result {
+        if let Err(error) = &result
+            && strategy.serving()
+        {
             self.metrics
                 .call_failures
                 .with_label_values(&[&*strategy.method, error.reason()])

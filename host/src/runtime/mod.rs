@@ -25,6 +25,7 @@ pub mod redis;
 pub mod registry;
 pub mod sql;
 mod store;
+pub mod trials;
 pub mod watcher;
 mod world;
 

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use couponlab::Lab;
+use couponlab::canary::CanaryMode;
 use couponlab::config::Config;
 use futures::future::join_all;
 use reqwest::StatusCode;
@@ -179,6 +180,9 @@ impl Setup {
         config.strategy_dir = strategy_dir.clone();
         config.capabilities.sql.db_pool_size = 20;
         config.max_instances = 600;
+        // The many servers of the tests serve their components at once;
+        // the canary's own tests turn it on.
+        config.canary = CanaryMode::Off;
         (self.tune)(&mut config);
 
         let (base, stop, server) = serve(&config).await;
@@ -578,6 +582,23 @@ impl TestLab {
             .kill_on_drop(true)
             .spawn()
             .expect("the couponlab binary starts")
+    }
+
+    /// `GET /lab/strategies` once every component of the directory serves
+    /// or was refused (its canary done).
+    pub async fn proved(&self) -> Value {
+        let started = std::time::Instant::now();
+        loop {
+            let loaded = self.get("/lab/strategies").await.ok().clone();
+            if loaded["awaiting"].as_array().is_some_and(Vec::is_empty) {
+                return loaded;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(180),
+                "components still unproved: {loaded}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     /// Stops the server (SIGTERM-like: consumers finish what they hold).

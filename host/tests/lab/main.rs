@@ -6,6 +6,7 @@ mod common;
 mod api_contract;
 mod async_methods;
 mod call_endings;
+mod canary;
 mod cluster;
 mod cluster_faults;
 mod console;

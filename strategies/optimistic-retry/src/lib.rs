@@ -27,7 +27,7 @@ const POLICY: RetryPolicy = RetryPolicy {
 };
 
 couponlab_sdk::strategy! {
-    struct OptimisticRetry { method: "OPTIMISTIC_RETRY", summary: "version-checked update, retried on conflict at most 10 times with jittered backoff" }
+    struct OptimisticRetry { method: "OPTIMISTIC_RETRY", claims: [Total, Member, Acked], summary: "version-checked update, retried on conflict at most 10 times with jittered backoff" }
     fn issue(request) { optimistic::issue_with_retries(&request, &POLICY) }
     fn compensate(_request) { compensate::nothing() }
 }

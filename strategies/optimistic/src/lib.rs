@@ -9,7 +9,7 @@
 use couponlab_sdk::{compensate, optimistic};
 
 couponlab_sdk::strategy! {
-    struct Optimistic { method: "OPTIMISTIC", summary: "version-checked update, no lock to read; a conflict is a 503" }
+    struct Optimistic { method: "OPTIMISTIC", claims: [Total, Member, Acked], summary: "version-checked update, no lock to read; a conflict is a 503" }
     fn issue(request) { optimistic::issue_once(&request) }
     fn compensate(_request) { compensate::nothing() }
 }

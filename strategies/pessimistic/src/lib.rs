@@ -33,7 +33,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 }
 
 couponlab_sdk::strategy! {
-    struct Pessimistic { method: "PESSIMISTIC", summary: "SELECT ... FOR UPDATE on the coupon row, then check and write under the lock" }
+    struct Pessimistic { method: "PESSIMISTIC", claims: [Total, Member, Acked], summary: "SELECT ... FOR UPDATE on the coupon row, then check and write under the lock" }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(_request) { compensate::nothing() }
 }

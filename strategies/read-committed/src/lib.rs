@@ -9,7 +9,7 @@ use couponlab_sdk::sql::IsolationLevel;
 use couponlab_sdk::{compensate, plain_reads};
 
 couponlab_sdk::strategy! {
-    struct ReadCommitted { method: "READ_COMMITTED", summary: "plain reads in a READ COMMITTED transaction, unguarded update: over-issues under concurrency" }
+    struct ReadCommitted { method: "READ_COMMITTED", claims: [Member, Acked], summary: "plain reads in a READ COMMITTED transaction, unguarded update: over-issues under concurrency" }
     fn issue(request) { plain_reads::issue(IsolationLevel::ReadCommitted, &request) }
     fn compensate(_request) { compensate::nothing() }
 }

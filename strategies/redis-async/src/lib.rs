@@ -42,7 +42,7 @@ impl job_runner::Guest for RedisAsync {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisAsync: strategy::Guest { method: "REDIS_ASYNC", summary: "Lua reservation, 202, then the DB confirm step on the host's job workers", reservation_set: true }
+    struct RedisAsync: strategy::Guest { method: "REDIS_ASYNC", claims: [Total, Member], summary: "Lua reservation, 202, then the DB confirm step on the host's job workers", reservation_set: true }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 }

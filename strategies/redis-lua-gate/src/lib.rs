@@ -292,7 +292,7 @@ fn revoke_issue(coupon_id: u64, member_id: u64) -> Result<(), SqlError> {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisLuaGate: strategy::Guest { method: METHOD, summary: "limited drop: one Lua gate (idempotency, per-member limit, stock), then a permit, then the DB confirm step" }
+    struct RedisLuaGate: strategy::Guest { method: METHOD, claims: [Total, Member, Acked], summary: "limited drop: one Lua gate (idempotency, per-member limit, stock), then a permit, then the DB confirm step" }
     fn issue(request) { settle(issue(&request)) }
     fn compensate(request) { undo_failed_call(&request) }
 }

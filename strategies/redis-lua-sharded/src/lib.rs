@@ -20,7 +20,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisLuaSharded { method: "REDIS_LUA_SHARDED", summary: "the stock split over shards: one Lua script reserves on the member's shard, then the DB confirm step (SREM on failure)" }
+    struct RedisLuaSharded { method: "REDIS_LUA_SHARDED", claims: [Total, Member, Acked], summary: "the stock split over shards: one Lua script reserves on the member's shard, then the DB confirm step (SREM on failure)" }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(request) {
         let set = keys::shard_issued(request.coupon_id, shards::of(request.member_id));

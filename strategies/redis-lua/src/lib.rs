@@ -11,7 +11,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisLua { method: "REDIS_LUA", summary: "one Lua script reserves atomically in Redis, then the DB confirm step (SREM on failure)", reservation_set: true }
+    struct RedisLua { method: "REDIS_LUA", claims: [Total, Member, Acked], summary: "one Lua script reserves atomically in Redis, then the DB confirm step (SREM on failure)", reservation_set: true }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 }

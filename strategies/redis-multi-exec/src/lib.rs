@@ -49,7 +49,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisMultiExec { method: "REDIS_MULTI_EXEC", summary: "MULTI SCARD SADD EXEC, decide from the replies (SREM when over stock), then the DB confirm step", reservation_set: true }
+    struct RedisMultiExec { method: "REDIS_MULTI_EXEC", claims: [Total, Member, Acked], summary: "MULTI SCARD SADD EXEC, decide from the replies (SREM when over stock), then the DB confirm step", reservation_set: true }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 }

@@ -46,6 +46,7 @@ impl message_handler::Guest for RedisPubsub {
 couponlab_sdk::strategy! {
     struct RedisPubsub: strategy::Guest {
         method: "REDIS_PUBSUB",
+        claims: [Total, Member],
         summary: "Lua reservation, PUBLISH, 202; the subscriber runs the DB confirm step",
         reservation_set: true,
         // The result shows the requests by how many subscribers received

@@ -37,7 +37,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisSetOnly { method: "REDIS_SET_ONLY", summary: "SISMEMBER, SCARD, SADD as separate commands (not atomic), then the DB confirm step (SREM on failure)", reservation_set: true }
+    struct RedisSetOnly { method: "REDIS_SET_ONLY", claims: [Total, Member, Acked], summary: "SISMEMBER, SCARD, SADD as separate commands (not atomic), then the DB confirm step (SREM on failure)", reservation_set: true }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 }

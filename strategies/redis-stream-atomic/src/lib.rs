@@ -19,7 +19,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisStreamAtomic: strategy::Guest { method: METHOD, summary: "one Lua script reserves and XADDs atomically, 202; stream consumers confirm", reservation_set: true }
+    struct RedisStreamAtomic: strategy::Guest { method: METHOD, claims: [Total, Member, Acked], summary: "one Lua script reserves and XADDs atomically, 202; stream consumers confirm", reservation_set: true }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(_request) { compensate::carried_by_entry() }
 }

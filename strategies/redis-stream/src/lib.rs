@@ -42,7 +42,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisStream: strategy::Guest { method: METHOD, summary: "Lua reservation, then XADD, 202; stream consumers run the DB confirm step", reservation_set: true }
+    struct RedisStream: strategy::Guest { method: METHOD, claims: [Total, Member, Acked], summary: "Lua reservation, then XADD, 202; stream consumers run the DB confirm step", reservation_set: true }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 }

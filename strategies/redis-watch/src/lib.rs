@@ -74,7 +74,7 @@ fn reserve(coupon_id: u64, member_id: u64, total: u64, retries: &mut u32) -> Ste
 }
 
 couponlab_sdk::strategy! {
-    struct RedisWatch { method: "REDIS_WATCH", summary: "WATCH, SISMEMBER + SCARD, MULTI SADD EXEC; retry on a nil EXEC (at most 10), then the DB confirm step", reservation_set: true }
+    struct RedisWatch { method: "REDIS_WATCH", claims: [Total, Member, Acked], summary: "WATCH, SISMEMBER + SCARD, MULTI SADD EXEC; retry on a nil EXEC (at most 10), then the DB confirm step", reservation_set: true }
     fn issue(request) {
         let mut retries = 0;
         settle(issue(request.coupon_id, request.member_id, &mut retries)).retries(retries)

@@ -20,7 +20,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 }
 
 couponlab_sdk::strategy! {
-    struct RedisWriteBehindNoTx: strategy::Guest { method: METHOD, summary: "member check as one autocommit SELECT, one Lua script reserves and XADDs, 202; the loader writes the DB in batches", reservation_set: true }
+    struct RedisWriteBehindNoTx: strategy::Guest { method: METHOD, claims: [Total, Member, Acked], summary: "member check as one autocommit SELECT, one Lua script reserves and XADDs, 202; the loader writes the DB in batches", reservation_set: true }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
     fn compensate(_request) { compensate::carried_by_entry() }
 }

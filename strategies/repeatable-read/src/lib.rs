@@ -9,7 +9,7 @@ use couponlab_sdk::sql::IsolationLevel;
 use couponlab_sdk::{compensate, plain_reads};
 
 couponlab_sdk::strategy! {
-    struct RepeatableRead { method: "REPEATABLE_READ", summary: "plain reads in a REPEATABLE READ transaction, unguarded update: over-issues under concurrency" }
+    struct RepeatableRead { method: "REPEATABLE_READ", claims: [Member, Acked], summary: "plain reads in a REPEATABLE READ transaction, unguarded update: over-issues under concurrency" }
     fn issue(request) { plain_reads::issue(IsolationLevel::RepeatableRead, &request) }
     fn compensate(_request) { compensate::nothing() }
 }

@@ -24,7 +24,7 @@
 //! - [`compensate`]: what a strategy undoes when its call ended without an
 //!   answer (a trap, the deadline);
 //! - [`message`]: the `memberId:couponId` payload of jobs and pub/sub
-//!   messages;
+//!   messages (the contract's, which the host reads too);
 //! - [`stream`]: what a stream consumer does with one entry.
 //! - [`write_behind`]: the write-behind accept, batch load and reconcile.
 //!
@@ -52,7 +52,6 @@ pub mod confirm;
 pub mod coupon;
 pub mod keys;
 pub mod log;
-pub mod message;
 pub mod optimistic;
 pub mod outcome;
 pub mod plain_reads;
@@ -63,8 +62,10 @@ pub mod sql;
 pub mod stream;
 pub mod write_behind;
 
+pub use couponlab_contract::message;
+
 pub use bindings::couponlab::strategy::types::{
-    Compensation, Confirmation, Descriptor, Disposition, Handled, IssueRequest, IssueResult,
+    Claim, Compensation, Confirmation, Descriptor, Disposition, Handled, IssueRequest, IssueResult,
     Outcome, ResultLabel, StreamEntry,
 };
 pub use bindings::export_issuer;
@@ -113,13 +114,17 @@ macro_rules! world {
 ///
 /// ```ignore
 /// couponlab_sdk::strategy! {
-///     struct RedisLua { method: "REDIS_LUA", summary: "one Lua script reserves, then the DB confirm step", reservation_set: true }
+///     struct RedisLua { method: "REDIS_LUA", claims: [Total, Member, Acked], summary: "one Lua script reserves, then the DB confirm step", reservation_set: true }
 ///     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
 ///     fn compensate(request) { compensate::release_unless_issued(request.coupon_id, request.member_id) }
 /// }
 /// ```
 ///
-/// After `method` and `summary`, the descriptor's other facts are optional:
+/// `claims` follows the method: what it promises, of [`Claim`]'s `Total`,
+/// `Member` and `Acked` (`[]` promises nothing). The host's canary checks
+/// each claim before the component serves, the load runner after every run.
+///
+/// After `method`, `claims` and `summary`, the descriptor's other facts are optional:
 /// `reservation_set: true` for a method that reserves in
 /// `coupon:issued:{id}` (false when left out), and `result_labels: ["label"
 /// => "resultField", ..]` for labels the result totals (none when left out).
@@ -155,7 +160,7 @@ macro_rules! strategy {
     (
         @impl $guest:path, $ty:ident,
         {
-            method: $method:expr, summary: $summary:expr
+            method: $method:expr, claims: [$($claim:ident),* $(,)?], summary: $summary:expr
             $(, reservation_set: $reservation_set:expr)?
             $(, result_labels: [$($label:expr => $field:expr),* $(,)?])?
             $(,)?
@@ -169,6 +174,7 @@ macro_rules! strategy {
             fn describe() -> $crate::Descriptor {
                 $crate::Descriptor {
                     method: ::std::convert::Into::into($method),
+                    claims: ::std::vec![$($crate::Claim::$claim),*],
                     summary: ::std::convert::Into::into($summary),
                     reservation_set: $crate::strategy!(@or_false $($reservation_set)?),
                     result_labels: ::std::vec![$($($crate::ResultLabel {

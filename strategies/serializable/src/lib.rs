@@ -9,7 +9,7 @@ use couponlab_sdk::sql::IsolationLevel;
 use couponlab_sdk::{compensate, plain_reads};
 
 couponlab_sdk::strategy! {
-    struct Serializable { method: "SERIALIZABLE", summary: "plain reads in a SERIALIZABLE transaction (shared locks): never over-issues, deadlocks under concurrency" }
+    struct Serializable { method: "SERIALIZABLE", claims: [Total, Member, Acked], summary: "plain reads in a SERIALIZABLE transaction (shared locks): never over-issues, deadlocks under concurrency" }
     fn issue(request) { plain_reads::issue(IsolationLevel::Serializable, &request) }
     fn compensate(_request) { compensate::nothing() }
 }

@@ -241,7 +241,7 @@ impl Report {
 /// Records what each measured run broke of the claims of its method.
 fn broken_claims(method: &str, measured: &Measured, into: &mut Vec<(String, &'static str, u64)>) {
     if let Some(verification) = &measured.row.verification {
-        for claim in verification.broken_claims(method) {
+        for claim in verification.broken_claims(&measured.claims) {
             into.push((
                 method.to_string(),
                 claim.word(),

@@ -16,7 +16,7 @@ use super::records;
 use super::report::Row;
 use super::server::{self, Serve, Server};
 use super::truth::Sources;
-use super::verification::{Verification, claims};
+use super::verification::{Claim, Verification};
 use couponlab_links::{Links, REDIS_UPSTREAM};
 
 /// How long an asynchronous method may take to confirm what it accepted.
@@ -151,6 +151,29 @@ pub struct Run<'a> {
 pub struct Measured {
     pub row: Row,
     pub raw: Value,
+    /// What the method's component claims.
+    pub claims: Vec<Claim>,
+}
+
+/// What the component serving `method` claims, as the server says.
+fn claims_of(api: &Api, method: &str) -> anyhow::Result<Vec<Claim>> {
+    let loaded = api.get("/lab/strategies")?;
+    let served = loaded["strategies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|strategy| strategy["method"] == method)
+        .with_context(|| format!("the server does not serve {method}"))?;
+    served["claims"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|word| {
+            let word = word.as_str().unwrap_or_default();
+            Claim::from_word(word)
+                .with_context(|| format!("{method} claims {word:?}, which the runner cannot check"))
+        })
+        .collect()
 }
 
 impl Run<'_> {
@@ -238,12 +261,13 @@ impl Run<'_> {
             .as_u64()
             .unwrap_or(0);
         let verification = Verification::join(&told, &truth, out_of_turn);
+        let claims = claims_of(api, self.method)?;
         let broken: Vec<&str> = verification
-            .broken_claims(self.method)
+            .broken_claims(&claims)
             .iter()
             .map(|claim| claim.word())
             .collect();
-        let claimed: Vec<&str> = claims(self.method).iter().map(|c| c.word()).collect();
+        let claimed: Vec<&str> = claims.iter().map(|c| c.word()).collect();
         let raw = json!({
             "couponId": coupon_id,
             "firstMember": first_member,
@@ -259,6 +283,7 @@ impl Run<'_> {
         Ok(Measured {
             row: Row::from(self.method, &figures, &result, drain_ms, Some(verification)),
             raw,
+            claims,
         })
     }
 }

@@ -133,6 +133,7 @@ impl Server {
             roles_apart: serve.roles_apart,
         };
         server.wait_answering()?;
+        server.wait_proved()?;
         Api::new(&server.base_url())?.delete_data()?;
         if serve.roles_apart {
             for role in CONSUMERS {
@@ -239,6 +240,54 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(())
+    }
+}
+
+/// How long the canaries of a server's first start may take (about two
+/// seconds a component; a passed one is remembered by the database).
+const PROVING_LIMIT: Duration = Duration::from_secs(300);
+
+impl Server {
+    /// Waits until every component of the directory serves or was refused:
+    /// a component new to the database proves its claims first (its
+    /// canary). Refusals are printed, not fatal: the run of a refused
+    /// method fails by itself.
+    fn wait_proved(&mut self) -> anyhow::Result<()> {
+        let api = Api::new(&self.base_url())?;
+        let started = Instant::now();
+        let mut said = false;
+        loop {
+            let loaded = api.get("/lab/strategies")?;
+            let awaiting = loaded["awaiting"].as_array().map_or(0, Vec::len);
+            if awaiting == 0 {
+                for rejected in loaded["rejected"].as_array().into_iter().flatten() {
+                    println!(
+                        "note: the server refused {}: {}",
+                        rejected["file"], rejected["reason"]
+                    );
+                }
+                if said {
+                    println!(
+                        "every component is proved ({:.1} s)",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                return Ok(());
+            }
+            if !said {
+                println!(
+                    "the server is proving {awaiting} components new to its database (their canaries)…"
+                );
+                said = true;
+            }
+            if let Some(status) = self.child.try_wait()? {
+                bail!("the server exited while proving its components, with {status}");
+            }
+            if started.elapsed() > PROVING_LIMIT {
+                bail!("{awaiting} components were still unproved after {PROVING_LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 }
 

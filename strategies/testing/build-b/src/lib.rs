@@ -4,7 +4,7 @@
 use couponlab_sdk::{IssueResult, compensate};
 
 couponlab_sdk::strategy! {
-    struct Build { method: "TEST_BUILD", summary: "reports its build (test fixture)" }
+    struct Build { method: "TEST_BUILD", claims: [], summary: "reports its build (test fixture)" }
     fn issue(_request) { IssueResult::issued().detail("build b") }
     fn compensate(_request) { compensate::nothing() }
 }

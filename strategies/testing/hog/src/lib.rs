@@ -4,7 +4,7 @@
 use couponlab_sdk::compensate;
 
 couponlab_sdk::strategy! {
-    struct Hog { method: "TEST_HOG", summary: "allocates until it fails (test fixture)" }
+    struct Hog { method: "TEST_HOG", claims: [], summary: "allocates until it fails (test fixture)" }
     fn issue(_request) {
         let mut hoard: Vec<Vec<u8>> = Vec::new();
         loop {

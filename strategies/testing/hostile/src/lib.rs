@@ -13,7 +13,7 @@ use couponlab::strategy::jobs;
 use exports::couponlab::strategy::{job_runner, strategy};
 
 couponlab_sdk::strategy! {
-    struct Hostile: strategy::Guest { method: "TEST_HOSTILE", summary: "tries what a component must not do (test fixture)" }
+    struct Hostile: strategy::Guest { method: "TEST_HOSTILE", claims: [], summary: "tries what a component must not do (test fixture)" }
     fn issue(request) {
         let attack = request.idempotency_key.clone().unwrap_or_default();
         match attack_with(&attack, request.coupon_id) {

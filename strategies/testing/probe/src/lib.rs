@@ -13,7 +13,7 @@ use couponlab_sdk::{IssueRequest, IssueResult, Outcome, args, clock, compensate,
 static LEFT_BEHIND: AtomicU64 = AtomicU64::new(0);
 
 couponlab_sdk::strategy! {
-    struct Probe { method: "TEST_PROBE", summary: "WIT round trips (test fixture)" }
+    struct Probe { method: "TEST_PROBE", claims: [], summary: "WIT round trips (test fixture)" }
     fn issue(request) {
         let scenario = request.idempotency_key.clone().unwrap_or_default();
         match run(&scenario, &request) {

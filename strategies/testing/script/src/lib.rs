@@ -6,7 +6,7 @@
 use couponlab_sdk::{IssueResult, Outcome, clock, compensate};
 
 couponlab_sdk::strategy! {
-    struct Script { method: "TEST_SCRIPT", summary: "answers as scripted (test fixture)" }
+    struct Script { method: "TEST_SCRIPT", claims: [], summary: "answers as scripted (test fixture)" }
     fn issue(request) {
         clock::sleep(request.quantity);
         let outcome = match request.idempotency_key.as_deref() {

@@ -3,7 +3,7 @@
 use couponlab_sdk::compensate;
 
 couponlab_sdk::strategy! {
-    struct Spin { method: "TEST_SPIN", summary: "loops forever (test fixture)" }
+    struct Spin { method: "TEST_SPIN", claims: [], summary: "loops forever (test fixture)" }
     fn issue(_request) {
         let mut turns: u64 = 0;
         loop {

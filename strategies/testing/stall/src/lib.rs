@@ -12,7 +12,7 @@ use couponlab_sdk::sql::{self, IsolationLevel};
 use couponlab_sdk::{IssueResult, Outcome, compensate, params, reserve};
 
 couponlab_sdk::strategy! {
-    struct Stall { method: "TEST_STALL", summary: "stalls halfway through an issue (test fixture)", reservation_set: true }
+    struct Stall { method: "TEST_STALL", claims: [], summary: "stalls halfway through an issue (test fixture)", reservation_set: true }
     fn issue(request) {
         let (coupon_id, member_id) = (request.coupon_id, request.member_id);
         match request.idempotency_key.as_deref() {

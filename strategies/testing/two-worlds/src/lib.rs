@@ -12,7 +12,7 @@ use exports::couponlab::strategy::{
 };
 
 couponlab_sdk::strategy! {
-    struct TwoWorlds: strategy::Guest { method: "TEST_TWO_WORLDS", summary: "exports the interfaces of every world (must be refused)" }
+    struct TwoWorlds: strategy::Guest { method: "TEST_TWO_WORLDS", claims: [], summary: "exports the interfaces of every world (must be refused)" }
     fn issue(_request) { IssueResult::issued() }
     fn compensate(_request) { compensate::nothing() }
 }

@@ -1,0 +1,240 @@
+//! The canary: a component that is new or changed proves what it claims
+//! before it serves.
+//!
+//! When a file is loaded ([`reload`]) and passes the registry's checks, its
+//! component is put on trial on a scratch coupon of its own
+//! ([`scratch`]): an unknown member, an unknown coupon, a burst of
+//! [`MEMBERS`] members on a total of [`TOTAL`] (the first [`TOTAL`] asking
+//! twice), then members one at a time until it says sold out; a method
+//! that answers 202 is waited for until its own consumers confirmed what
+//! it accepted ([`requests`]). The answers and the rows are judged
+//! ([`judge`]): every claim of its descriptor, each outcome against what
+//! the database holds, no trap and no deadline. One that passes serves,
+//! with its report; one that fails is refused with the first failing check
+//! and a request that shows it, and whatever its method served before
+//! keeps serving. The whole runs off the request path, and nothing of it
+//! reaches a listing, a result, the recorder or `/metrics`.
+//!
+//! A passed file is remembered by its sha256 in the database ([`passes`]),
+//! so `--canary changed` (the default) runs it once per file; `always`
+//! runs it at every load, `off` never.
+
+pub mod judge;
+mod passes;
+mod report;
+mod requests;
+mod scratch;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use self::judge::Verdict;
+use self::scratch::Scratch;
+use crate::lab::Lab;
+use crate::runtime::Strategy;
+use crate::runtime::registry::{self, Candidate, components_in};
+pub use report::{CanaryReport, Failure};
+
+/// The scratch coupon's total.
+pub const TOTAL: u64 = 16;
+/// The members of the burst: three for each coupon.
+pub const MEMBERS: usize = 48;
+/// Tries of a canary that a failing dependency, or `DELETE /lab/data`,
+/// left without a verdict; and the pause between two.
+const TRIES: u32 = 3;
+const RETRY_PAUSE: Duration = Duration::from_secs(2);
+
+/// When a component proves its claims before it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum CanaryMode {
+    /// Never: every component that passes the registry's checks serves.
+    Off,
+    /// A file whose sha256 has not passed a canary on this database.
+    #[default]
+    Changed,
+    /// At every load, passed before or not.
+    Always,
+}
+
+/// Loads the strategy directory at start. What needs no canary serves at
+/// once; answers the files left to prove, which [`reload`] then takes one
+/// at a time.
+pub async fn load_dir(lab: &Lab) -> anyhow::Result<Vec<PathBuf>> {
+    let mut unproven = Vec::new();
+    for file in components_in(&lab.config.strategy_dir)? {
+        let _one_at_a_time = lab.registry.one_at_a_time().await;
+        let Some(candidate) = lab.registry.examine(&lab.runtime, &file).await else {
+            continue;
+        };
+        match known(lab, &candidate).await {
+            Some(report) => lab.registry.publish(&lab.runtime, candidate, report),
+            None => unproven.push(file),
+        }
+    }
+    Ok(unproven)
+}
+
+/// Brings the registry in line with `file` as it is on disk; a new or
+/// changed component serves only once its canary passed.
+pub async fn reload(lab: &Lab, file: &Path) {
+    let _one_at_a_time = lab.registry.one_at_a_time().await;
+    let Some(candidate) = lab.registry.examine(&lab.runtime, file).await else {
+        return;
+    };
+    if let Some(report) = known(lab, &candidate).await {
+        return lab.registry.publish(&lab.runtime, candidate, report);
+    }
+    let strategy = candidate.0.clone();
+    tracing::info!(method = %strategy.method, file = %file.display(), "canary: proving a new component before it serves");
+    let (report, verdict) = prove(lab, &strategy).await;
+    match verdict {
+        Verdict::Passed => {
+            tracing::info!(method = %strategy.method, took_ms = report.took_ms, p50_ms = report.p50_ms, "canary passed");
+            if let Err(err) =
+                passes::remember(lab.db(), &strategy.sha256, &strategy.method, &report).await
+            {
+                tracing::warn!(method = %strategy.method, error = %err, "could not remember a passed canary; it runs again at the next start");
+            }
+            lab.registry.publish(&lab.runtime, candidate, Some(report));
+        }
+        Verdict::Failed(failure) => {
+            lab.registry
+                .refuse(&lab.runtime, candidate, failure.to_string(), report);
+        }
+        Verdict::Inconclusive(reason) => {
+            let reason = format!("the canary could not reach a verdict in {TRIES} tries: {reason}");
+            lab.registry.refuse(&lab.runtime, candidate, reason, report);
+        }
+    }
+}
+
+/// `couponlab check`: the canary of `file`, whatever the directory serves.
+/// Answers the verdict in words and the report to print.
+pub async fn check(lab: &Lab, file: &Path) -> (String, serde_json::Value) {
+    let strategy = match registry::candidate(&lab.runtime, file).await {
+        Ok(Candidate(strategy)) => strategy,
+        Err(reason) => {
+            let verdict = format!("refused: {reason}");
+            let answer = serde_json::json!({ "file": file, "verdict": verdict });
+            return (verdict, answer);
+        }
+    };
+    let (report, verdict) = prove(lab, &strategy).await;
+    let verdict = match verdict {
+        Verdict::Passed => "passed".to_string(),
+        Verdict::Failed(failure) => format!("refused: {failure}"),
+        Verdict::Inconclusive(reason) => format!("no verdict: {reason}"),
+    };
+    let answer = serde_json::json!({
+        "method": &*strategy.method,
+        "claims": strategy.claim_words(),
+        "file": file,
+        "sha256": strategy.sha256,
+        "verdict": verdict,
+        "canary": report,
+    });
+    (verdict, answer)
+}
+
+/// What is known of `candidate` without running its canary: `Some(None)`
+/// with the canary off, `Some(report)` for a file that passed before
+/// (under `changed`); `None` when it is to be proved.
+async fn known(lab: &Lab, candidate: &Candidate) -> Option<Option<CanaryReport>> {
+    match lab.config.canary {
+        CanaryMode::Off => Some(None),
+        CanaryMode::Always => None,
+        CanaryMode::Changed => match passes::remembered(lab.db(), &candidate.0.sha256).await {
+            Ok(report) => report.map(Some),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the passed canaries; proving the component again");
+                None
+            }
+        },
+    }
+}
+
+/// Runs the canary of `strategy`, again after a pause when it reached no
+/// verdict, [`TRIES`] times at most.
+pub async fn prove(lab: &Lab, strategy: &Arc<Strategy>) -> (CanaryReport, Verdict) {
+    let mut tried = 0;
+    loop {
+        tried += 1;
+        let (report, verdict) = match once(lab, strategy).await {
+            Ok(judged) => judged,
+            Err(err) => (unfinished(), Verdict::Inconclusive(format!("{err:#}"))),
+        };
+        match verdict {
+            Verdict::Inconclusive(reason) if tried < TRIES => {
+                tracing::warn!(method = %strategy.method, %reason, "canary reached no verdict; trying again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            verdict => return (report, verdict),
+        }
+    }
+}
+
+/// One canary: a scratch coupon made, the requests, the verdict, the
+/// scratch coupon removed whatever happened.
+async fn once(lab: &Lab, strategy: &Arc<Strategy>) -> anyhow::Result<(CanaryReport, Verdict)> {
+    if let Err(err) = scratch::sweep_abandoned(lab).await {
+        tracing::warn!(error = %err, "could not remove the scratch coupons of canaries that did not finish");
+    }
+    let ran_at = Utc::now();
+    let started = Instant::now();
+    let scratch = Scratch::create(lab.db(), TOTAL, MEMBERS).await?;
+    lab.registry.trials.begin(&scratch.coupons(), strategy);
+    let ran = requests::run(lab, strategy, &scratch).await;
+    let intact = scratch.intact(lab.db()).await;
+    lab.registry.trials.end(&scratch.coupons());
+    if let Err(err) = scratch.remove(lab).await {
+        tracing::warn!(coupon = scratch.coupon, error = %err, "could not remove a canary's scratch coupon; a later canary will");
+    }
+    let (asked, truth) = ran?;
+    let (figures, mut verdict) = judge::judge(&strategy.claims, &asked, &truth);
+    if let Some(quarantine) = strategy.quarantined() {
+        verdict = Verdict::Failed(Failure {
+            check: "no script is left running, unkillable, past its call".into(),
+            figure: 1,
+            example: Some(quarantine.reason.clone()),
+        });
+    }
+    if !intact? {
+        verdict = Verdict::Inconclusive(
+            "its scratch coupon was deleted while it ran (DELETE /lab/data)".into(),
+        );
+    }
+    let mut took: Vec<f64> = asked
+        .iter()
+        .map(|a| a.took.as_secs_f64() * 1000.0)
+        .collect();
+    took.sort_by(f64::total_cmp);
+    let report = CanaryReport {
+        passed: matches!(verdict, Verdict::Passed),
+        ran_at,
+        took_ms: started.elapsed().as_millis() as u64,
+        figures,
+        p50_ms: took.get(took.len() / 2).copied().unwrap_or(0.0),
+        failure: match &verdict {
+            Verdict::Failed(failure) => Some(failure.clone()),
+            _ => None,
+        },
+        remembered: false,
+    };
+    Ok((report, verdict))
+}
+
+/// The report of a canary that could not run its requests.
+fn unfinished() -> CanaryReport {
+    CanaryReport {
+        passed: false,
+        ran_at: Utc::now(),
+        took_ms: 0,
+        figures: Default::default(),
+        p50_ms: 0.0,
+        failure: None,
+        remembered: false,
+    }
+}

@@ -1,0 +1,250 @@
+//! The canary's requests, made the way `POST …/issue` makes them but
+//! recorded nowhere a user looks: an unknown member, an unknown coupon, a
+//! burst of members (some asking twice), then members one at a time until
+//! the coupon answers that it is sold out, each followed, for a method that
+//! answers 202, by the wait until its consumers confirmed what it accepted.
+//! Then what the database holds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use couponlab_contract::REQUESTS_CHANNEL;
+use tokio::task::JoinSet;
+
+use super::judge::Truth;
+use super::scratch::Scratch;
+use crate::confirmations;
+use crate::consumers::announce;
+use crate::lab::Lab;
+use crate::outcome::Outcome;
+use crate::runtime::bindings::types::IssueRequest;
+use crate::runtime::{IssueCall, Strategy, Unanswered};
+
+/// How often the wait for confirmations looks.
+const DRAIN_LOOK: Duration = Duration::from_millis(25);
+
+/// Which request of the canary this was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    UnknownMember,
+    UnknownCoupon,
+    Burst,
+    UntilSoldOut,
+}
+
+/// One request of the canary and what it was told.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    pub part: Part,
+    pub coupon: u64,
+    pub member: u64,
+    pub outcome: Outcome,
+    pub detail: Option<String>,
+    pub settle_later: bool,
+    pub took: Duration,
+}
+
+impl Asked {
+    pub(super) fn told_success(&self) -> bool {
+        matches!(self.outcome, Outcome::Issued | Outcome::Accepted)
+    }
+
+    /// The request as a report shows it.
+    pub(super) fn example(&self) -> String {
+        let detail = self
+            .detail
+            .as_deref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default();
+        format!(
+            "member {} on coupon {}: {}{detail}",
+            self.member,
+            self.coupon,
+            self.outcome.name()
+        )
+    }
+}
+
+/// Runs every request of the canary on `scratch` and reads what they left.
+pub async fn run(
+    lab: &Lab,
+    strategy: &Arc<Strategy>,
+    scratch: &Scratch,
+) -> anyhow::Result<(Vec<Asked>, Truth)> {
+    if strategy.world.message_handler().is_some() {
+        subscribed(lab).await?;
+    }
+    let mut asked = vec![
+        ask(
+            lab,
+            strategy,
+            scratch.coupon,
+            scratch.unknown_member,
+            Part::UnknownMember,
+        )
+        .await,
+        ask(
+            lab,
+            strategy,
+            scratch.unknown_coupon,
+            scratch.members[0],
+            Part::UnknownCoupon,
+        )
+        .await,
+    ];
+
+    // Every member once, and the first `total` of them again, interleaved.
+    let twice = scratch.members.iter().take(scratch.total as usize);
+    let burst: Vec<u64> = scratch
+        .members
+        .iter()
+        .zip(twice.chain(std::iter::repeat(&0)))
+        .flat_map(|(once, again)| [*once, *again])
+        .filter(|member| *member != 0)
+        .collect();
+    let mut in_flight = JoinSet::new();
+    for member in burst {
+        let (lab, strategy, coupon) = (lab.clone(), strategy.clone(), scratch.coupon);
+        in_flight.spawn(async move { ask(&lab, &strategy, coupon, member, Part::Burst).await });
+    }
+    while let Some(told) = in_flight.join_next().await {
+        asked.push(told?);
+    }
+    let mut pending = drain(lab, scratch.coupon).await?;
+
+    // Members without a coupon, one at a time, until one is told the coupon
+    // is sold out.
+    let holding = rows(lab, scratch.coupon).await?;
+    for &member in scratch.members.iter().filter(|m| !holding.contains_key(m)) {
+        let told = ask(lab, strategy, scratch.coupon, member, Part::UntilSoldOut).await;
+        let sold_out = matches!(told.outcome, Outcome::SoldOut | Outcome::SoldOutAtDb);
+        asked.push(told);
+        pending = drain(lab, scratch.coupon).await?;
+        if sold_out {
+            break;
+        }
+    }
+
+    let confirmed = confirmations::summary(lab.redis(), scratch.coupon)
+        .await?
+        .map(|summary| summary.async_results)
+        .unwrap_or_default();
+    let count = |query: &'static str, id: u64| async move {
+        sqlx::query_scalar::<_, i64>(query)
+            .bind(id)
+            .fetch_one(lab.db())
+            .await
+    };
+    let truth = Truth {
+        total: scratch.total,
+        rows: rows(lab, scratch.coupon).await?,
+        unknown_coupon_rows: count(
+            "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ?",
+            scratch.unknown_coupon,
+        )
+        .await? as u64,
+        unknown_member_rows: count(
+            "SELECT COUNT(*) FROM coupon_issues WHERE member_id = ?",
+            scratch.unknown_member,
+        )
+        .await? as u64,
+        pending,
+        confirmed,
+    };
+    Ok((asked, truth))
+}
+
+/// One request of `member` for `coupon`, on `strategy`.
+async fn ask(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64, member: u64, part: Part) -> Asked {
+    let request = IssueRequest {
+        coupon_id: coupon,
+        member_id: member,
+        duplicate_check: true,
+        idempotency_key: None,
+        quantity: 1,
+    };
+    announce::announce(lab, strategy, coupon).await;
+    let started = Instant::now();
+    let IssueCall { answer, .. } = lab.runtime.issue(strategy, &request).await;
+    let took = started.elapsed();
+    announce::announce_after(lab, strategy, coupon);
+    let (outcome, detail, settle_later) = match answer {
+        Ok(result) => (result.outcome.into(), result.detail, result.settle_later),
+        Err(Unanswered { error, .. }) => (Outcome::from(&error), Some(error.to_string()), false),
+    };
+    let mut recorded = None;
+    if outcome == Outcome::Accepted {
+        recorded = confirmations::record_accepted(lab.redis(), coupon, member, &strategy.method)
+            .await
+            .err()
+            .map(|err| format!("the canary could not record its 202: {err}"));
+    }
+    Asked {
+        part,
+        coupon,
+        member,
+        outcome,
+        // What the component said, or why the canary cannot judge the answer.
+        detail: recorded.or(detail),
+        settle_later,
+        took,
+    }
+}
+
+/// Waits until every 202 on `coupon` is confirmed, for as long as a
+/// consumer takes to claim an entry a dead consumer held and confirm it;
+/// answers how many were still pending then.
+async fn drain(lab: &Lab, coupon: u64) -> anyhow::Result<u64> {
+    let consumers = &lab.config.consumers;
+    let limit = lab.config.request_timeout() * 2 + Duration::from_millis(consumers.claim_idle_ms);
+    let give_up = Instant::now() + limit;
+    loop {
+        let pending = confirmations::summary(lab.redis(), coupon)
+            .await?
+            .map_or(0, |summary| summary.pending);
+        if pending == 0 || Instant::now() >= give_up {
+            return Ok(pending);
+        }
+        tokio::time::sleep(DRAIN_LOOK).await;
+    }
+}
+
+/// Member → issue rows of `coupon`.
+async fn rows(lab: &Lab, coupon: u64) -> sqlx::Result<BTreeMap<u64, u64>> {
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT member_id, COUNT(*) FROM coupon_issues WHERE coupon_id = ? GROUP BY member_id",
+    )
+    .bind(coupon)
+    .fetch_all(lab.db())
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(member, n)| (member as u64, n as u64))
+        .collect())
+}
+
+/// How long a canary of the pub/sub role waits for a subscriber: the
+/// subscriber looks for a component to serve every second.
+const SUBSCRIBER_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits until the pub/sub channel has a subscriber: a message published
+/// before is lost, which is the method's lesson, not the component's fault.
+async fn subscribed(lab: &Lab) -> anyhow::Result<()> {
+    let give_up = Instant::now() + SUBSCRIBER_WAIT;
+    loop {
+        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(REQUESTS_CHANNEL)
+            .query_async(&mut lab.redis().clone())
+            .await?;
+        if subscribers > 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < give_up,
+            "no subscriber listened on {REQUESTS_CHANNEL} within {SUBSCRIBER_WAIT:?}"
+        );
+        tokio::time::sleep(DRAIN_LOOK).await;
+    }
+}
