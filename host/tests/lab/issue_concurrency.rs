@@ -10,7 +10,9 @@ use crate::common::Setup;
 
 /// 500 distinct members race for a coupon of 100.
 async fn exactly_the_total_is_issued(method: &str) {
-    let lab = Setup::with(&["pessimistic", "redis_lua"]).start().await;
+    let lab = Setup::with(&["pessimistic", "redis_lua", "atomic_update", "redis_incr"])
+        .start()
+        .await;
     let members = lab.members(500).await;
     let coupon = lab.coupon(100).await;
 
@@ -61,6 +63,14 @@ async fn exactly_the_total_is_issued(method: &str) {
         json!({ "ISSUED": 100, "SOLD_OUT": 400 })
     );
     assert_eq!(result["requests"]["byMethod"][method]["total"], json!(500));
+    if method == "REDIS_INCR" {
+        let tag = format!("{{{coupon}}}");
+        let counted: u64 = lab
+            .redis_query(redis::cmd("GET").arg(format!("coupon:count:{tag}")))
+            .await;
+        assert_eq!(counted, 100, "the counter after the spike");
+        assert_eq!(lab.reserved_members(coupon).await, answered_issued);
+    }
     lab.finish().await;
 }
 
@@ -72,6 +82,18 @@ async fn pessimistic_issues_exactly_the_total_under_500_concurrent_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_lua_issues_exactly_the_total_under_500_concurrent_requests() {
     exactly_the_total_is_issued("REDIS_LUA").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn atomic_update_issues_exactly_the_total_under_500_concurrent_requests() {
+    exactly_the_total_is_issued("ATOMIC_UPDATE").await;
+}
+
+/// And once the spike is over, every refused request gave its unit back:
+/// the counter equals the reservations, which equal the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_incr_issues_exactly_the_total_under_500_concurrent_requests() {
+    exactly_the_total_is_issued("REDIS_INCR").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

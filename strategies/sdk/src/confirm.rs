@@ -68,6 +68,17 @@ pub fn confirm_later(coupon_id: u64, member_id: u64) -> Confirmation {
 /// [`confirm_or_release`] for a reservation kept in the set `set` rather
 /// than the coupon's (REDIS_LUA_SHARDED's shard sets).
 pub fn confirm_or_release_from(set: &str, coupon_id: u64, member_id: u64) -> IssueResult {
+    confirm_or_undo(coupon_id, member_id, |failed| release_from(set, member_id, failed))
+}
+
+/// Confirms; when the confirm fails (not on a duplicate key, not when the
+/// outcome is unknown), answers what `undo` makes of the failure: the
+/// method gives back what it reserved its own way.
+pub fn confirm_or_undo(
+    coupon_id: u64,
+    member_id: u64,
+    undo: impl FnOnce(IssueResult) -> IssueResult,
+) -> IssueResult {
     let result = match confirm(coupon_id, member_id) {
         Confirmed::Issued => return IssueResult::issued(),
         Confirmed::Duplicate => return IssueResult::of(Outcome::Duplicate),
@@ -76,7 +87,7 @@ pub fn confirm_or_release_from(set: &str, coupon_id: u64, member_id: u64) -> Iss
         Confirmed::Failed(err @ SqlError::Indeterminate(_)) => return IssueResult::from(err),
         Confirmed::Failed(err) => IssueResult::from(err),
     };
-    release_from(set, member_id, result)
+    undo(result)
 }
 
 /// Removes the member's reservation and counts the compensation. If Redis
