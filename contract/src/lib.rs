@@ -30,6 +30,10 @@ pub mod keys {
 
     pub const TOTAL_PREFIX: &str = "coupon:total:";
     pub const ISSUED_PREFIX: &str = "coupon:issued:";
+    /// Locks: the components' Redis user may DEL and PEXPIRE these (a
+    /// holder releases and renews its lock), and no other key but the drop
+    /// gate's.
+    pub const LOCK_PREFIX: &str = "coupon:lock:";
 
     /// `{couponId}`: the hash tag of the coupon's keys.
     pub fn tag(coupon_id: u64) -> String {
@@ -48,6 +52,18 @@ pub mod keys {
     /// issue rows.
     pub fn issued(coupon_id: u64) -> String {
         format!("{ISSUED_PREFIX}{{{coupon_id}}}")
+    }
+
+    /// String: the coupon's lock (REDIS_SPIN_LOCK), its value its
+    /// holder's token, with a lease.
+    pub fn lock(coupon_id: u64) -> String {
+        format!("{LOCK_PREFIX}{{{coupon_id}}}")
+    }
+
+    /// String: REDIS_INCR's counter of the units taken, given back by the
+    /// requests refused above the total.
+    pub fn count(coupon_id: u64) -> String {
+        format!("coupon:count:{{{coupon_id}}}")
     }
 
     /// The prefix of REDIS_LUA_GATE's keys of one coupon (its stock, limit,

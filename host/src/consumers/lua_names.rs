@@ -82,6 +82,8 @@ fn every_name_a_script_uses_is_the_contracts() {
         keys::issued(SOME_COUPON),
         keys::total(SOME_COUPON),
         keys::gate_remaining(SOME_COUPON),
+        keys::lock(SOME_COUPON),
+        keys::count(SOME_COUPON),
     ]
     .into_iter()
     .map(as_commented)

@@ -17,6 +17,7 @@ mod hot_reload;
 mod idle;
 mod issue_concurrency;
 mod least_privilege;
+mod locks_and_counters;
 mod lost_answers;
 mod metrics;
 mod migrations;

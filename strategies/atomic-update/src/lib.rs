@@ -20,7 +20,10 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     )?;
     if updated.rows_affected == 0 {
         // Sold out, or no such coupon: the row says which.
-        let found = tx.query("SELECT total_count FROM coupons WHERE id = ?", &params![coupon_id])?;
+        let found = tx.query(
+            "SELECT total_count FROM coupons WHERE id = ?",
+            &params![coupon_id],
+        )?;
         coupon::row(&found)?;
         return Err(IssueResult::of(Outcome::SoldOut));
     }

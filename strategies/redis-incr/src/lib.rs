@@ -18,13 +18,9 @@ use couponlab_sdk::{
 
 const GIVE_BACK: &str = include_str!("../../../lua/give_back.lua");
 
-fn count_key(coupon_id: u64) -> String {
-    format!("coupon:count:{}", keys::tag(coupon_id))
-}
-
 /// Gives back the member's reservation and unit: 1 when there was one.
 fn give_back(coupon_id: u64, member_id: u64) -> Result<u32, couponlab_sdk::redis::RedisError> {
-    let keys = [keys::issued(coupon_id), count_key(coupon_id)];
+    let keys = [keys::issued(coupon_id), keys::count(coupon_id)];
     let given = redis::eval(GIVE_BACK, &keys, &args![member_id])?;
     Ok(u32::from(given.as_int() == Some(1)))
 }
@@ -36,7 +32,7 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     if added.as_int() == Some(0) {
         return Err(IssueResult::of(Outcome::Duplicate));
     }
-    let count = redis::execute("INCR", &args![count_key(coupon_id)]).map_err(unanswered_write)?;
+    let count = redis::execute("INCR", &args![keys::count(coupon_id)]).map_err(unanswered_write)?;
     if count.as_int().unwrap_or(i64::MAX) > total as i64 {
         let refused = IssueResult::of(Outcome::SoldOut);
         return Err(match give_back(coupon_id, member_id) {
@@ -44,15 +40,17 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
             Err(err) => unanswered_write(err),
         });
     }
-    Ok(confirm::confirm_or_undo(coupon_id, member_id, |failed| {
-        match give_back(coupon_id, member_id) {
+    Ok(confirm::confirm_or_undo(
+        coupon_id,
+        member_id,
+        |failed| match give_back(coupon_id, member_id) {
             Ok(given) => failed.compensated(given),
             Err(err) => {
                 let detail = format!("the unit could not be given back: {}", err.message());
                 failed.detail(detail).settle_later()
             }
-        }
-    }))
+        },
+    ))
 }
 
 /// Gives back the reservation and its unit unless the member has a row.
@@ -62,9 +60,14 @@ fn undo(coupon_id: u64, member_id: u64) -> Compensation {
         Ok(false) => match give_back(coupon_id, member_id) {
             Ok(1) => Compensation::of(1, "the reservation and its unit were given back"),
             Ok(_) => Compensation::of(0, "there was nothing to give back"),
-            Err(err) => Compensation::unfinished(0, format!("could not give back: {}", err.message())),
+            Err(err) => {
+                Compensation::unfinished(0, format!("could not give back: {}", err.message()))
+            }
         },
-        Err(err) => Compensation::unfinished(0, format!("the database could not be read: {}", err.message())),
+        Err(err) => Compensation::unfinished(
+            0,
+            format!("the database could not be read: {}", err.message()),
+        ),
     }
 }
 

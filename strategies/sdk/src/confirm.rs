@@ -68,7 +68,9 @@ pub fn confirm_later(coupon_id: u64, member_id: u64) -> Confirmation {
 /// [`confirm_or_release`] for a reservation kept in the set `set` rather
 /// than the coupon's (REDIS_LUA_SHARDED's shard sets).
 pub fn confirm_or_release_from(set: &str, coupon_id: u64, member_id: u64) -> IssueResult {
-    confirm_or_undo(coupon_id, member_id, |failed| release_from(set, member_id, failed))
+    confirm_or_undo(coupon_id, member_id, |failed| {
+        release_from(set, member_id, failed)
+    })
 }
 
 /// Confirms; when the confirm fails (not on a duplicate key, not when the

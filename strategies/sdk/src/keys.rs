@@ -6,7 +6,7 @@
 pub use couponlab_contract::REQUESTS_CHANNEL;
 pub use couponlab_contract::fields;
 pub use couponlab_contract::keys::{
-    gate, gate_remaining, issued, shard_issued, shard_stock, tag, total,
+    count, gate, gate_remaining, issued, lock, shard_issued, shard_stock, tag, total,
 };
 pub use couponlab_contract::shards;
 

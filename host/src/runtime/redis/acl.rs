@@ -16,7 +16,9 @@
 //!   (`couponlab-strategy-db9`), since labs on different databases of one
 //!   server would otherwise overwrite each other's rule;
 //! - DEL and PEXPIRE on the drop gate's keys (`coupon:gate:*`) only, which
-//!   its cancel and reserve scripts need; no other key can be deleted;
+//!   its cancel and reserve scripts need, and on locks (`coupon:lock:*`),
+//!   which a lock's holder releases and renews; no other key can be
+//!   deleted;
 //! - nothing else: no FLUSHDB, KEYS, SCAN, SCRIPT FLUSH/KILL, CLIENT,
 //!   CONFIG, DEBUG, ACL, no blocking reads, no SUBSCRIBE.
 //!
@@ -66,6 +68,8 @@ const RULES: &[&str] = &[
     "+ping",
     "+cluster|slots",
     "(~coupon:gate:* +del +pexpire)",
+    // The locks (`couponlab_contract::keys::lock`): released and renewed by their holder.
+    "(~coupon:lock:* +del +pexpire)",
 ];
 
 /// The components' user of the lab at `admin_url`: [`USER`] on database 0,
