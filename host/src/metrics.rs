@@ -60,6 +60,8 @@ pub struct Metrics {
     pub job_queue_depth: IntGauge,
     /// Permits held now, by gate.
     pub permits_in_use: IntGaugeVec,
+    /// Process locks held now by calls.
+    pub process_locks_held: IntGauge,
     /// Entries delivered and not acked, by stream.
     pub stream_pending: IntGaugeVec,
     /// Entries in each stream's dead-letter stream.
@@ -185,6 +187,10 @@ impl Metrics {
                 "couponlab_permits_in_use",
                 "Permits held now, by gate.",
                 &["gate"],
+            ),
+            process_locks_held: gauge(
+                "couponlab_process_locks_held",
+                "Process locks (IN_PROCESS_LOCK's) held now by calls.",
             ),
             stream_pending: gauges(
                 "couponlab_stream_pending",

@@ -20,7 +20,7 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub use self::couponlab::strategy::{clock, jobs, log, permits, redis, sql, types};
+pub use self::couponlab::strategy::{clock, jobs, log, permits, process_lock, redis, sql, types};
 pub use self::exports::couponlab::strategy::{
     drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
 };

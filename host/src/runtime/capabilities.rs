@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use super::jobs::{JobQueue, JobsArgs};
 use super::log::LogArgs;
 use super::permits::{Permits, PermitsArgs};
+use super::process_lock::{ProcessLockArgs, ProcessLocks};
 use super::redis::{self, GuestRedis, RedisArgs};
 use super::sql::{self, GuestSql, SqlArgs};
 use crate::metrics::Metrics;
@@ -26,6 +27,8 @@ pub struct CapabilityArgs {
     #[command(flatten)]
     pub permits: PermitsArgs,
     #[command(flatten)]
+    pub process_lock: ProcessLockArgs,
+    #[command(flatten)]
     pub log: LogArgs,
 }
 
@@ -35,6 +38,7 @@ pub struct Capabilities {
     pub redis: GuestRedis,
     pub jobs: JobQueue,
     pub permits: Permits,
+    pub process_locks: ProcessLocks,
     pub log: LogArgs,
 }
 
@@ -51,7 +55,8 @@ pub struct Admin<'a> {
 
 impl Capabilities {
     /// Builds every capability: the components' SQL pool and Redis
-    /// connections as their restricted users, the job queue, the gates.
+    /// connections as their restricted users, the job queue, the gates,
+    /// the process locks.
     /// `call` is one call's budget, which statements are cut within.
     pub async fn build(
         args: &CapabilityArgs,
@@ -71,6 +76,10 @@ impl Capabilities {
             redis,
             jobs: JobQueue::new(&args.jobs),
             permits: Permits::new(args.permits.settings()),
+            process_locks: ProcessLocks::new(
+                &args.process_lock,
+                metrics.process_locks_held.clone(),
+            ),
             log: args.log,
         })
     }

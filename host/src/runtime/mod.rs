@@ -8,7 +8,7 @@
 //! own call and nothing else ([`call`]).
 //!
 //! Capabilities, one module each: [`redis`], [`sql`], [`jobs`], [`permits`],
-//! `clock`, `log`; [`store`] is the state a call's imports work on.
+//! [`process_lock`], `clock`, `log`; [`store`] is the state a call's imports work on.
 //! [`registry`] maps method names to loaded components; [`watcher`] reloads
 //! them when the strategy directory changes.
 
@@ -21,6 +21,7 @@ mod engine;
 pub mod jobs;
 mod log;
 pub mod permits;
+pub mod process_lock;
 pub mod redis;
 pub mod registry;
 pub mod sql;

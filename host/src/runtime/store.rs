@@ -11,6 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::jobs::SubmitError;
 use super::capabilities::Capabilities;
+use super::process_lock::HeldLocks;
 use super::registry::Strategy;
 
 /// Bytes of a guest's stderr kept for the error message of a trap (a Rust
@@ -47,6 +48,8 @@ pub struct HostState {
     pub(super) open_connections: u32,
     pub(super) open_transactions: u32,
     pub(super) log_lines: u32,
+    /// Process locks this call holds, released when the store goes.
+    pub(super) process_locks: HeldLocks,
     /// WASI as std needs it to link, with nothing granted: no preopened
     /// directories, no environment, no sockets, stdin closed.
     wasi: WasiCtx,
@@ -83,6 +86,7 @@ impl HostState {
             open_connections: 0,
             open_transactions: 0,
             log_lines: 0,
+            process_locks: HeldLocks::default(),
             wasi,
             stderr,
             limits: StoreLimitsBuilder::new()

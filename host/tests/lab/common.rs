@@ -575,6 +575,8 @@ impl TestLab {
             )
             .env("COUPONLAB_STRATEGY_DIR", &self.config.strategy_dir)
             .env("COUPONLAB_MAX_INSTANCES", "100")
+            // As the harness's own servers: the canary's tests turn it on.
+            .env("COUPONLAB_CANARY", "off")
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
             .stdout(stdout)

@@ -86,6 +86,8 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
         ("big-result", "COUPONLAB_MAX_RESULT_BYTES"),
         ("many-transactions", "COUPONLAB_MAX_TRANSACTIONS_PER_CALL"),
         ("big-payload", "too-large"),
+        ("lock-outside", "starts with coupon:lock:"),
+        ("many-locks", "at most 4 locks"),
     ];
     let mut wrong = Vec::new();
     for (name, word) in refusals {

@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::{Setup, outcome};
+use std::process::Stdio;
+
+use reqwest::Method;
+
+use crate::common::{Setup, TestLab, free_port, outcome, until};
 
 /// What each method may answer a member besides 200: 409 for a second ask
 /// or no stock, 503 LOCK_WAIT_TIMEOUT for a lock not free in time.
@@ -17,11 +21,21 @@ const REFUSALS: [&str; 3] = ["SOLD_OUT", "DUPLICATE", "LOCK_WAIT_TIMEOUT"];
 /// issued, one per member, and every member told 200 holds its row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_issues_exactly_the_total_to_members_asking_twice() {
-    let lab = Setup::with(&["atomic_update", "redis_incr", "redis_spin_lock"])
-        .tune(|c| c.max_instances = 1_000)
-        .start()
-        .await;
-    for method in ["ATOMIC_UPDATE", "REDIS_INCR", "REDIS_SPIN_LOCK"] {
+    let lab = Setup::with(&[
+        "atomic_update",
+        "redis_incr",
+        "redis_spin_lock",
+        "in_process_lock",
+    ])
+    .tune(|c| c.max_instances = 1_000)
+    .start()
+    .await;
+    for method in [
+        "ATOMIC_UPDATE",
+        "REDIS_INCR",
+        "REDIS_SPIN_LOCK",
+        "IN_PROCESS_LOCK",
+    ] {
         let members = lab.members(400).await;
         let coupon = lab.coupon(80).await;
         let twice: Vec<u64> = members.iter().flat_map(|m| [*m, *m]).collect();
@@ -98,6 +112,125 @@ async fn a_spin_lock_whose_lease_runs_out_mid_work_has_two_holders_and_over_issu
         result["requests"]["byMethod"]["REDIS_SPIN_LOCK"]["labels"]["leaseExpired"],
         json!({ "1": 1 }),
         "{result}"
+    );
+    lab.finish().await;
+}
+
+/// Holds the coupon row from a session of the test's own, so a request's
+/// unguarded `issued_count + 1` waits: its critical section lasts until
+/// the row is let go.
+async fn hold_row(lab: &TestLab, coupon: u64) -> sqlx::Transaction<'static, sqlx::MySql> {
+    let mut holding = lab.db.begin().await.unwrap();
+    sqlx::query("SELECT id FROM coupons WHERE id = ? FOR UPDATE")
+        .bind(coupon)
+        .execute(&mut *holding)
+        .await
+        .unwrap();
+    holding
+}
+
+/// IN_PROCESS_LOCK on one host: the second request waits for the first,
+/// then finds the coupon sold out. On two hosts, each with its own lock,
+/// both run the check-and-insert at once and a coupon of 1 is issued twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_lock_holds_on_one_host_and_over_issues_on_two() {
+    let lab = Setup::with(&["in_process_lock"]).start().await;
+    let bind = format!("127.0.0.1:{}", free_port());
+    let _other = lab.process(&["serve"], &[("COUPONLAB_BIND", &bind)], Stdio::null());
+    let other = format!("http://{bind}");
+    until(
+        "the second host serves",
+        Duration::from_secs(60),
+        || async {
+            lab.client
+                .get(format!("{other}/lab/strategies"))
+                .send()
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    let members = lab.members(4).await;
+    let body =
+        |member: u64| Some(json!({ "memberId": member, "method": "IN_PROCESS_LOCK" }).to_string());
+
+    for (hosts, issued) in [([&lab.base, &lab.base], 1), ([&lab.base, &other], 2)] {
+        let coupon = lab.coupon(1).await;
+        let path = format!("/lab/coupons/{coupon}/issue");
+        let pair = if issued == 1 {
+            &members[..2]
+        } else {
+            &members[2..]
+        };
+        let holding = hold_row(&lab, coupon).await;
+        let first_body = body(pair[0]);
+        let first = lab.request_at(hosts[0], Method::POST, &path, first_body.as_deref());
+        let second = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            lab.request_at(hosts[1], Method::POST, &path, body(pair[1]).as_deref())
+                .await
+        };
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            holding.rollback().await.unwrap();
+        };
+        let (first, second, ()) = tokio::join!(first, second, release);
+        assert_eq!(first.status.as_u16(), 200, "{}", first.body);
+        let rows = lab.issued_members(coupon).await;
+        assert_eq!(
+            rows.len(),
+            issued,
+            "{} host(s): {}; rows {rows:?}",
+            if issued == 1 { "one" } else { "two" },
+            second.body
+        );
+        if issued == 1 {
+            assert_eq!(outcome(&second), "SOLD_OUT", "{}", second.body);
+        }
+    }
+    lab.finish().await;
+}
+
+/// A holder whose call ends at its deadline, the lock still taken (its
+/// statement waits on a row the test holds), lets the lock go with the
+/// call: the next request takes it and issues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_lock_is_free_again_when_its_holders_call_ends_at_the_deadline() {
+    let lab = Setup::with(&["in_process_lock"])
+        .tune(|c| c.request_timeout_ms = 2_000)
+        .start()
+        .await;
+    let members = lab.members(2).await;
+    let coupon = lab.coupon(1).await;
+    let holding = hold_row(&lab, coupon).await;
+    let started = std::time::Instant::now();
+    let first = lab.issue(coupon, members[0], "IN_PROCESS_LOCK");
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let reply = lab.issue(coupon, members[1], "IN_PROCESS_LOCK").await;
+        (reply, started.elapsed())
+    };
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(2_600)).await;
+        holding.rollback().await.unwrap();
+    };
+    let (first, (second, answered), ()) = tokio::join!(first, second, release);
+    assert_ne!(
+        first.status.as_u16(),
+        200,
+        "the first ended at its deadline: {}",
+        first.body
+    );
+    assert_eq!(second.status.as_u16(), 200, "{}", second.body);
+    assert!(
+        answered < Duration::from_millis(3_000),
+        "answered after {answered:?}"
+    );
+    assert_eq!(lab.issued_members(coupon).await, [members[1]]);
+    let metrics = lab.get_text("/metrics").await;
+    assert!(
+        metrics.contains("couponlab_process_locks_held 0"),
+        "{metrics}"
     );
     lab.finish().await;
 }

@@ -25,6 +25,7 @@
 //!   answer (a trap, the deadline);
 //! - [`message`]: the `memberId:couponId` payload of jobs and pub/sub
 //!   messages (the contract's, which the host reads too);
+//! - [`process_lock`]: named locks of the serving process;
 //! - [`stream`]: what a stream consumer does with one entry.
 //! - [`write_behind`]: the write-behind accept, batch load and reconcile.
 //!
@@ -55,6 +56,7 @@ pub mod log;
 pub mod optimistic;
 pub mod outcome;
 pub mod plain_reads;
+pub mod process_lock;
 pub mod redis;
 pub mod reply;
 pub mod reserve;
@@ -99,6 +101,7 @@ macro_rules! world {
                 "couponlab:strategy/sql@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::sql,
                 "couponlab:strategy/clock@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::clock,
                 "couponlab:strategy/log@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::log,
+                "couponlab:strategy/process-lock@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::process_lock,
                 "couponlab:strategy/types@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::types,
             },
         });

@@ -5,7 +5,9 @@
 
 use couponlab_sdk::redis::{self, Connection};
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::{Confirmation, IssueResult, Outcome, Reply, args, compensate, keys, params};
+use couponlab_sdk::{
+    Confirmation, IssueResult, Outcome, Reply, args, compensate, keys, params, process_lock,
+};
 
 couponlab_sdk::world!("async-issuer", "../../../wit");
 
@@ -130,6 +132,15 @@ fn attack_with(attack: &str, coupon_id: u64) -> Attempt {
             Ok(()) => Ok("queued a 1 MiB job".into()),
             Err(err) => Err(format!("refused: {err:?}")),
         },
+        // A process lock outside the lab's names, and more than a call may hold.
+        "lock-outside" => process_lock::acquire("couponlab:hosts", 10).map(|got| got.to_string()),
+        "many-locks" => {
+            for n in 0..16 {
+                process_lock::acquire(&format!("{}:{n}", keys::lock(coupon_id)), 10)
+                    .map_err(|err| format!("lock {}: {err}", n + 1))?;
+            }
+            Ok("held 16 process locks".into())
+        }
         other => Err(format!("no attack named {other:?}")),
     }
 }

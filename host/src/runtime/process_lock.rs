@@ -1,0 +1,210 @@
+//! The `process-lock` capability: named locks inside this server process,
+//! as Java's `synchronized` — they exclude the calls of this process only,
+//! which is IN_PROCESS_LOCK's lesson on two hosts. A call holds a lock from
+//! `acquire` until `release` or its end: the locks it holds live in its
+//! store ([`HeldLocks`]) and are released when the store goes, however the
+//! call ended.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use couponlab_contract::keys::LOCK_PREFIX;
+use parking_lot::Mutex;
+use prometheus::IntGauge;
+use tokio::sync::OwnedMutexGuard;
+
+use super::bindings::process_lock;
+use super::store::HostState;
+
+/// The longest lock name.
+const MAX_NAME: usize = 200;
+/// Locks the map keeps before it forgets those nobody holds or waits for.
+const KEPT: usize = 4096;
+
+/// The `process-lock` capability's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProcessLockArgs {
+    /// Locks one call may hold at once.
+    #[arg(long, env = "COUPONLAB_PROCESS_LOCKS_PER_CALL", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub process_locks_per_call: u32,
+}
+
+/// This process's named locks.
+pub struct ProcessLocks {
+    per_call: usize,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Locks held now, in `/metrics`.
+    held: IntGauge,
+}
+
+/// The locks one call holds; dropping it releases them.
+#[derive(Default)]
+pub struct HeldLocks(HashMap<String, Held>);
+
+struct Held {
+    _guard: OwnedMutexGuard<()>,
+    gauge: IntGauge,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+impl ProcessLocks {
+    pub fn new(args: &ProcessLockArgs, held: IntGauge) -> Self {
+        Self {
+            per_call: args.process_locks_per_call as usize,
+            locks: Mutex::default(),
+            held,
+        }
+    }
+
+    /// Takes `name` for the call holding `held`, waiting at most `wait`.
+    pub async fn acquire(
+        &self,
+        held: &mut HeldLocks,
+        name: &str,
+        wait: Duration,
+    ) -> Result<bool, String> {
+        if !name.starts_with(LOCK_PREFIX) || name.len() > MAX_NAME {
+            return Err(format!(
+                "a lock's name starts with {LOCK_PREFIX} and has at most {MAX_NAME} bytes: {name:.60}"
+            ));
+        }
+        if held.0.contains_key(name) {
+            return Ok(true);
+        }
+        if held.0.len() >= self.per_call {
+            return Err(format!(
+                "a call holds at most {} locks at once",
+                self.per_call
+            ));
+        }
+        let lock = self.lock_of(name);
+        let Ok(guard) = tokio::time::timeout(wait, lock.lock_owned()).await else {
+            return Ok(false);
+        };
+        self.held.inc();
+        let gauge = self.held.clone();
+        held.0.insert(
+            name.to_string(),
+            Held {
+                _guard: guard,
+                gauge,
+            },
+        );
+        Ok(true)
+    }
+
+    /// Releases `name` if the call holding `held` holds it.
+    pub fn release(&self, held: &mut HeldLocks, name: &str) -> bool {
+        held.0.remove(name).is_some()
+    }
+
+    fn lock_of(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock();
+        if locks.len() >= KEPT && !locks.contains_key(name) {
+            // Held or waited for: someone else has a clone.
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        locks.entry(name.to_string()).or_default().clone()
+    }
+}
+
+impl process_lock::Host for HostState {
+    /// Waits no longer than the call's own deadline.
+    #[tracing::instrument(name = "process_lock.acquire", level = "debug", skip_all, fields(method = %self.method))]
+    async fn acquire(
+        &mut self,
+        name: String,
+        timeout_ms: u32,
+    ) -> wasmtime::Result<Result<bool, String>> {
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        let wait = Duration::from_millis(timeout_ms.into()).min(left);
+        let caps = self.caps.clone();
+        Ok(caps
+            .process_locks
+            .acquire(&mut self.process_locks, &name, wait)
+            .await)
+    }
+
+    #[tracing::instrument(name = "process_lock.release", level = "debug", skip_all, fields(method = %self.method))]
+    async fn release(&mut self, name: String) -> wasmtime::Result<bool> {
+        let caps = self.caps.clone();
+        Ok(caps.process_locks.release(&mut self.process_locks, &name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Duration = Duration::ZERO;
+
+    fn locks() -> ProcessLocks {
+        let args = ProcessLockArgs {
+            process_locks_per_call: 2,
+        };
+        ProcessLocks::new(&args, IntGauge::new("held", "held").unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_lock_excludes_other_calls_until_released_or_dropped() {
+        let locks = locks();
+        let (mut a, mut b) = (HeldLocks::default(), HeldLocks::default());
+        assert_eq!(
+            locks.acquire(&mut a, "coupon:lock:{1}", NOW).await,
+            Ok(true)
+        );
+        // The holder asking again holds it still.
+        assert_eq!(
+            locks.acquire(&mut a, "coupon:lock:{1}", NOW).await,
+            Ok(true)
+        );
+        let waited = Duration::from_millis(20);
+        assert_eq!(
+            locks.acquire(&mut b, "coupon:lock:{1}", waited).await,
+            Ok(false)
+        );
+        assert_eq!(
+            locks.acquire(&mut b, "coupon:lock:{2}", NOW).await,
+            Ok(true)
+        );
+        assert_eq!(locks.held.get(), 2);
+
+        assert!(locks.release(&mut a, "coupon:lock:{1}"));
+        assert!(!locks.release(&mut a, "coupon:lock:{1}"), "released twice");
+        assert_eq!(
+            locks.acquire(&mut b, "coupon:lock:{1}", NOW).await,
+            Ok(true)
+        );
+        // A call that ends, however it ends, lets go of what it holds.
+        drop(b);
+        assert_eq!(locks.held.get(), 0);
+        assert_eq!(
+            locks.acquire(&mut a, "coupon:lock:{1}", NOW).await,
+            Ok(true)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_name_outside_the_labs_or_one_lock_too_many_is_refused() {
+        let locks = locks();
+        let mut call = HeldLocks::default();
+        let outside = locks.acquire(&mut call, "couponlab:hosts", NOW).await;
+        assert!(outside.unwrap_err().contains("coupon:lock:"));
+        let long = format!("coupon:lock:{}", "x".repeat(MAX_NAME));
+        assert!(locks.acquire(&mut call, &long, NOW).await.is_err());
+        for n in 0..2 {
+            let name = format!("coupon:lock:{{{n}}}");
+            assert_eq!(locks.acquire(&mut call, &name, NOW).await, Ok(true));
+        }
+        let third = locks.acquire(&mut call, "coupon:lock:{3}", NOW).await;
+        assert!(third.unwrap_err().contains("at most 2"));
+    }
+}
