@@ -134,7 +134,7 @@ fn line_owns(line: &str, slot: u16) -> bool {
 
 /// The Redis methods' components; the database methods' are
 /// [`crate::mysql_methods::COMPONENTS`].
-const REDIS_COMPONENTS: [&str; 12] = [
+const REDIS_COMPONENTS: [&str; 14] = [
     "redis_set_only",
     "redis_multi_exec",
     "redis_watch",
@@ -147,6 +147,8 @@ const REDIS_COMPONENTS: [&str; 12] = [
     "redis_write_behind_no_tx",
     "redis_lua_gate",
     "redis_lua_sharded",
+    "redis_incr",
+    "redis_spin_lock",
 ];
 
 /// Every method's component, and the probe of the WIT round trips.
@@ -160,7 +162,7 @@ fn every_component() -> Vec<&'static str> {
 
 /// The methods that reserve in `coupon:issued:{couponId}`: their set must
 /// end equal to the issue rows.
-const RESERVE_IN_THE_SET: [&str; 10] = [
+const RESERVE_IN_THE_SET: [&str; 11] = [
     "REDIS_SET_ONLY",
     "REDIS_MULTI_EXEC",
     "REDIS_WATCH",
@@ -171,6 +173,7 @@ const RESERVE_IN_THE_SET: [&str; 10] = [
     "REDIS_STREAM_ATOMIC",
     "REDIS_WRITE_BEHIND",
     "REDIS_WRITE_BEHIND_NO_TX",
+    "REDIS_INCR",
 ];
 
 /// READ_COMMITTED and REPEATABLE_READ read the count without a lock: under

@@ -11,7 +11,7 @@ use std::process::Stdio;
 
 use reqwest::Method;
 
-use crate::common::{Setup, TestLab, free_port, outcome, until};
+use crate::common::{Setup, free_port, hold_coupon_row, outcome, until};
 
 /// What each method may answer a member besides 200: 409 for a second ask
 /// or no stock, 503 LOCK_WAIT_TIMEOUT for a lock not free in time.
@@ -78,12 +78,7 @@ async fn a_spin_lock_whose_lease_runs_out_mid_work_has_two_holders_and_over_issu
     let lab = Setup::with(&["redis_spin_lock"]).start().await;
     let members = lab.members(2).await;
     let coupon = lab.coupon(1).await;
-    let mut holding = lab.db.begin().await.unwrap();
-    sqlx::query("SELECT id FROM coupons WHERE id = ? FOR UPDATE")
-        .bind(coupon)
-        .execute(&mut *holding)
-        .await
-        .unwrap();
+    let holding = hold_coupon_row(&lab, coupon).await;
 
     let first = lab.issue(coupon, members[0], "REDIS_SPIN_LOCK");
     let second = async {
@@ -114,19 +109,6 @@ async fn a_spin_lock_whose_lease_runs_out_mid_work_has_two_holders_and_over_issu
         "{result}"
     );
     lab.finish().await;
-}
-
-/// Holds the coupon row from a session of the test's own, so a request's
-/// unguarded `issued_count + 1` waits: its critical section lasts until
-/// the row is let go.
-async fn hold_row(lab: &TestLab, coupon: u64) -> sqlx::Transaction<'static, sqlx::MySql> {
-    let mut holding = lab.db.begin().await.unwrap();
-    sqlx::query("SELECT id FROM coupons WHERE id = ? FOR UPDATE")
-        .bind(coupon)
-        .execute(&mut *holding)
-        .await
-        .unwrap();
-    holding
 }
 
 /// IN_PROCESS_LOCK on one host: the second request waits for the first,
@@ -162,7 +144,7 @@ async fn an_in_process_lock_holds_on_one_host_and_over_issues_on_two() {
         } else {
             &members[2..]
         };
-        let holding = hold_row(&lab, coupon).await;
+        let holding = hold_coupon_row(&lab, coupon).await;
         let first_body = body(pair[0]);
         let first = lab.request_at(hosts[0], Method::POST, &path, first_body.as_deref());
         let second = async {
@@ -202,7 +184,7 @@ async fn a_process_lock_is_free_again_when_its_holders_call_ends_at_the_deadline
         .await;
     let members = lab.members(2).await;
     let coupon = lab.coupon(1).await;
-    let holding = hold_row(&lab, coupon).await;
+    let holding = hold_coupon_row(&lab, coupon).await;
     let started = std::time::Instant::now();
     let first = lab.issue(coupon, members[0], "IN_PROCESS_LOCK");
     let second = async {

@@ -16,7 +16,8 @@ use sqlx::{MySql, Transaction};
 
 use crate::common::{self, Reply, Setup, TestLab, hold_coupon_row};
 
-pub(crate) const COMPONENTS: [&str; 6] = [
+pub(crate) const COMPONENTS: [&str; 7] = [
+    "atomic_update",
     "read_committed",
     "repeatable_read",
     "serializable",
