@@ -54,10 +54,18 @@ pub mod keys {
         format!("{ISSUED_PREFIX}{{{coupon_id}}}")
     }
 
-    /// String: the coupon's lock (REDIS_SPIN_LOCK), its value its
-    /// holder's token, with a lease.
+    /// The coupon's lock, with a lease: a string whose value is its
+    /// holder's token (REDIS_SPIN_LOCK), or a hash of its holder and hold
+    /// count (REDIS_PUBSUB_LOCK); also the name of MYSQL_NAMED_LOCK's and
+    /// IN_PROCESS_LOCK's locks.
     pub fn lock(coupon_id: u64) -> String {
         format!("{LOCK_PREFIX}{{{coupon_id}}}")
+    }
+
+    /// Channel: where REDIS_PUBSUB_LOCK's holder announces the unlock to
+    /// the requests waiting for the coupon's lock.
+    pub fn lock_channel(coupon_id: u64) -> String {
+        format!("{LOCK_PREFIX}channel:{{{coupon_id}}}")
     }
 
     /// String: REDIS_INCR's counter of the units taken, given back by the

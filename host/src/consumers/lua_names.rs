@@ -83,6 +83,7 @@ fn every_name_a_script_uses_is_the_contracts() {
         keys::total(SOME_COUPON),
         keys::gate_remaining(SOME_COUPON),
         keys::lock(SOME_COUPON),
+        keys::lock_channel(SOME_COUPON),
         keys::count(SOME_COUPON),
     ]
     .into_iter()

@@ -28,7 +28,9 @@ pub fn router() -> Router<Lab> {
 async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
     let metrics = lab.runtime.metrics();
     let caps = lab.runtime.capabilities();
-    for (pool, connections) in [("strategies", &caps.sql.pool), ("server", lab.db())] {
+    let pools = [("strategies", &caps.sql.pool), ("server", lab.db())];
+    let locks = caps.sql.lock_pool.as_ref().map(|pool| ("locks", pool));
+    for (pool, connections) in pools.into_iter().chain(locks) {
         let idle = connections.num_idle() as i64;
         let open = i64::from(connections.size());
         let gauge = |state| metrics.db_connections.with_label_values(&[pool, state]);

@@ -17,10 +17,15 @@ wasmtime::component::bindgen!({
     with: {
         "couponlab:strategy/redis.connection": crate::runtime::redis::RedisConnection,
         "couponlab:strategy/sql.transaction": crate::runtime::sql::SqlTransaction,
+        "couponlab:strategy/redis-channels.subscription": crate::runtime::redis::Subscription,
+        "couponlab:strategy/redis-watchdog.renewal": crate::runtime::redis::Renewal,
     },
 });
 
-pub use self::couponlab::strategy::{clock, jobs, log, permits, process_lock, redis, sql, types};
+pub use self::couponlab::strategy::{
+    clock, jobs, log, named_lock, permits, process_lock, redis, redis_channels, redis_watchdog,
+    sql, types,
+};
 pub use self::exports::couponlab::strategy::{
     drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
 };

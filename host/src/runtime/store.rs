@@ -13,6 +13,7 @@ use super::bindings::jobs::SubmitError;
 use super::capabilities::Capabilities;
 use super::process_lock::HeldLocks;
 use super::registry::Strategy;
+use super::sql::named_lock::LockSession;
 
 /// Bytes of a guest's stderr kept for the error message of a trap (a Rust
 /// panic message lands there).
@@ -48,8 +49,14 @@ pub struct HostState {
     pub(super) open_connections: u32,
     pub(super) open_transactions: u32,
     pub(super) log_lines: u32,
+    /// Channel subscriptions and lease renewals this call holds.
+    pub(super) subscriptions: u32,
+    pub(super) renewals: u32,
     /// Process locks this call holds, released when the store goes.
     pub(super) process_locks: HeldLocks,
+    /// The session this call's named locks live on, opened on first use;
+    /// its locks are released when the store goes.
+    pub(super) lock_session: Option<LockSession>,
     /// WASI as std needs it to link, with nothing granted: no preopened
     /// directories, no environment, no sockets, stdin closed.
     wasi: WasiCtx,
@@ -86,7 +93,10 @@ impl HostState {
             open_connections: 0,
             open_transactions: 0,
             log_lines: 0,
+            subscriptions: 0,
+            renewals: 0,
             process_locks: HeldLocks::default(),
+            lock_session: None,
             wasi,
             stderr,
             limits: StoreLimitsBuilder::new()

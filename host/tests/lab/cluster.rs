@@ -134,7 +134,7 @@ fn line_owns(line: &str, slot: u16) -> bool {
 
 /// The Redis methods' components; the database methods' are
 /// [`crate::mysql_methods::COMPONENTS`].
-const REDIS_COMPONENTS: [&str; 14] = [
+const REDIS_COMPONENTS: [&str; 15] = [
     "redis_set_only",
     "redis_multi_exec",
     "redis_watch",
@@ -149,6 +149,7 @@ const REDIS_COMPONENTS: [&str; 14] = [
     "redis_lua_sharded",
     "redis_incr",
     "redis_spin_lock",
+    "redis_pubsub_lock",
 ];
 
 /// Every method's component, and the probe of the WIT round trips.
@@ -156,7 +157,7 @@ fn every_component() -> Vec<&'static str> {
     crate::mysql_methods::COMPONENTS
         .into_iter()
         .chain(REDIS_COMPONENTS)
-        .chain(["test_probe"])
+        .chain(["mysql_named_lock", "test_probe"])
         .collect()
 }
 

@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use crate::common::{PUBSUB, Reply, Setup, TestLab, outcome, subscriber_listening};
 
 /// Every method, with the component that serves it.
-pub const SYNC_METHODS: [(&str, &str); 16] = [
+pub const SYNC_METHODS: [(&str, &str); 18] = [
     ("READ_COMMITTED", "read_committed"),
     ("REPEATABLE_READ", "repeatable_read"),
     ("SERIALIZABLE", "serializable"),
@@ -33,6 +33,8 @@ pub const SYNC_METHODS: [(&str, &str); 16] = [
     ("REDIS_INCR", "redis_incr"),
     ("REDIS_SPIN_LOCK", "redis_spin_lock"),
     ("IN_PROCESS_LOCK", "in_process_lock"),
+    ("MYSQL_NAMED_LOCK", "mysql_named_lock"),
+    ("REDIS_PUBSUB_LOCK", "redis_pubsub_lock"),
 ];
 pub const ASYNC_METHODS: [(&str, &str); 6] = [
     ("REDIS_ASYNC", "redis_async"),
@@ -48,7 +50,8 @@ const OVER_ISSUING: [&str; 2] = ["READ_COMMITTED", "REPEATABLE_READ"];
 /// Methods that reserve members in a set: `coupon:issued:{id}`, or the
 /// shards' sets of REDIS_LUA_SHARDED.
 fn reserves_in_set(method: &str) -> bool {
-    method.starts_with("REDIS_") && !["REDIS_LUA_GATE", "REDIS_SPIN_LOCK"].contains(&method)
+    method.starts_with("REDIS_")
+        && !["REDIS_LUA_GATE", "REDIS_SPIN_LOCK", "REDIS_PUBSUB_LOCK"].contains(&method)
 }
 /// Answers that are a method's own lesson under contention, not damage left
 /// by the hang-ups.

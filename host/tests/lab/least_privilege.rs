@@ -88,6 +88,12 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
         ("big-payload", "too-large"),
         ("lock-outside", "starts with coupon:lock:"),
         ("many-locks", "at most 4 locks"),
+        ("named-lock-outside", "starts with coupon:lock:"),
+        ("many-named-locks", "COUPONLAB_NAMED_LOCKS_PER_CALL"),
+        ("subscribe-outside", "no permissions"),
+        ("subscribe-command", "SUBSCRIBE is not allowed"),
+        ("many-subscriptions", "COUPONLAB_SUBSCRIPTIONS_PER_CALL"),
+        ("many-renewals", "COUPONLAB_RENEWALS_PER_CALL"),
     ];
     let mut wrong = Vec::new();
     for (name, word) in refusals {

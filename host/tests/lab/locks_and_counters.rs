@@ -26,6 +26,8 @@ async fn each_issues_exactly_the_total_to_members_asking_twice() {
         "redis_incr",
         "redis_spin_lock",
         "in_process_lock",
+        "mysql_named_lock",
+        "redis_pubsub_lock",
     ])
     .tune(|c| c.max_instances = 1_000)
     .start()
@@ -35,6 +37,8 @@ async fn each_issues_exactly_the_total_to_members_asking_twice() {
         "REDIS_INCR",
         "REDIS_SPIN_LOCK",
         "IN_PROCESS_LOCK",
+        "MYSQL_NAMED_LOCK",
+        "REDIS_PUBSUB_LOCK",
     ] {
         let members = lab.members(400).await;
         let coupon = lab.coupon(80).await;
@@ -175,40 +179,43 @@ async fn an_in_process_lock_holds_on_one_host_and_over_issues_on_two() {
 
 /// A holder whose call ends at its deadline, the lock still taken (its
 /// statement waits on a row the test holds), lets the lock go with the
-/// call: the next request takes it and issues.
+/// call — a process lock, and a MySQL named lock, whose session releases
+/// it: the next request takes it and issues.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_lock_is_free_again_when_its_holders_call_ends_at_the_deadline() {
-    let lab = Setup::with(&["in_process_lock"])
+async fn a_lock_is_free_again_when_its_holders_call_ends_at_the_deadline() {
+    let lab = Setup::with(&["in_process_lock", "mysql_named_lock"])
         .tune(|c| c.request_timeout_ms = 2_000)
         .start()
         .await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(1).await;
-    let holding = hold_coupon_row(&lab, coupon).await;
-    let started = std::time::Instant::now();
-    let first = lab.issue(coupon, members[0], "IN_PROCESS_LOCK");
-    let second = async {
-        tokio::time::sleep(Duration::from_millis(1_000)).await;
-        let reply = lab.issue(coupon, members[1], "IN_PROCESS_LOCK").await;
-        (reply, started.elapsed())
-    };
-    let release = async {
-        tokio::time::sleep(Duration::from_millis(2_600)).await;
-        holding.rollback().await.unwrap();
-    };
-    let (first, (second, answered), ()) = tokio::join!(first, second, release);
-    assert_ne!(
-        first.status.as_u16(),
-        200,
-        "the first ended at its deadline: {}",
-        first.body
-    );
-    assert_eq!(second.status.as_u16(), 200, "{}", second.body);
-    assert!(
-        answered < Duration::from_millis(3_000),
-        "answered after {answered:?}"
-    );
-    assert_eq!(lab.issued_members(coupon).await, [members[1]]);
+    for method in ["IN_PROCESS_LOCK", "MYSQL_NAMED_LOCK"] {
+        let members = lab.members(2).await;
+        let coupon = lab.coupon(1).await;
+        let holding = hold_coupon_row(&lab, coupon).await;
+        let started = std::time::Instant::now();
+        let first = lab.issue(coupon, members[0], method);
+        let second = async {
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            let reply = lab.issue(coupon, members[1], method).await;
+            (reply, started.elapsed())
+        };
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(2_600)).await;
+            holding.rollback().await.unwrap();
+        };
+        let (first, (second, answered), ()) = tokio::join!(first, second, release);
+        assert_ne!(
+            first.status.as_u16(),
+            200,
+            "{method}: the first ended at its deadline: {}",
+            first.body
+        );
+        assert_eq!(second.status.as_u16(), 200, "{method}: {}", second.body);
+        assert!(
+            answered < Duration::from_millis(3_000),
+            "{method}: answered after {answered:?}"
+        );
+        assert_eq!(lab.issued_members(coupon).await, [members[1]], "{method}");
+    }
     let metrics = lab.get_text("/metrics").await;
     assert!(
         metrics.contains("couponlab_process_locks_held 0"),

@@ -22,6 +22,7 @@ mod lost_answers;
 mod metrics;
 mod migrations;
 mod mysql_methods;
+mod named_and_pubsub_locks;
 mod openapi;
 mod redis_faults;
 mod redis_methods;

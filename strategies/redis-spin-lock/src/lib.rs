@@ -9,8 +9,6 @@
 //! second request take the lock while the first still works, and the
 //! unguarded write over-issues: only the UNIQUE key still holds.
 
-use std::hash::{BuildHasher, Hasher};
-
 use couponlab_sdk::sql::IsolationLevel;
 use couponlab_sdk::{
     IssueResult, Outcome, Step, args, clock, compensate, plain_reads, redis, settle,
@@ -24,14 +22,6 @@ const WAIT_MS: u64 = 2_000;
 /// The pause after a failed try, doubling up to the ceiling.
 const FIRST_PAUSE_MS: u32 = 2;
 const MAX_PAUSE_MS: u32 = 20;
-
-/// A value no other call sets: the lock is released only by its holder.
-fn token(member_id: u64) -> String {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(member_id);
-    hasher.write_u64(clock::now_millis());
-    format!("{member_id}:{:016x}", hasher.finish())
-}
 
 /// Takes the lock, or answers LOCK_WAIT_TIMEOUT.
 fn acquire(key: &str, token: &str) -> Step<()> {
@@ -55,7 +45,7 @@ fn acquire(key: &str, token: &str) -> Step<()> {
 
 fn issue(request: &couponlab_sdk::IssueRequest) -> Step<IssueResult> {
     let key = couponlab_sdk::keys::lock(request.coupon_id);
-    let token = token(request.member_id);
+    let token = couponlab_sdk::keys::holder_token(request.member_id);
     acquire(&key, &token)?;
     let result = plain_reads::issue(IsolationLevel::ReadCommitted, request);
     // What the critical section did stands whatever the release does: a

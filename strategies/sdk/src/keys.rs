@@ -6,7 +6,7 @@
 pub use couponlab_contract::REQUESTS_CHANNEL;
 pub use couponlab_contract::fields;
 pub use couponlab_contract::keys::{
-    count, gate, gate_remaining, issued, lock, shard_issued, shard_stock, tag, total,
+    count, gate, gate_remaining, issued, lock, lock_channel, shard_issued, shard_stock, tag, total,
 };
 pub use couponlab_contract::shards;
 
@@ -22,4 +22,14 @@ pub fn issue_stream(coupon_id: u64) -> String {
 /// write-behind loader.
 pub fn write_behind_stream(coupon_id: u64) -> String {
     couponlab_contract::WRITE_BEHIND_STREAM.key(coupon_id)
+}
+
+/// A lock holder's token, which no other call sets: a Redis lock is
+/// released (or renewed) only by the call that took it.
+pub fn holder_token(member_id: u64) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(member_id);
+    hasher.write_u64(crate::clock::now_millis());
+    format!("{member_id}:{:016x}", hasher.finish())
 }

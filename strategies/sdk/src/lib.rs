@@ -26,6 +26,9 @@
 //! - [`message`]: the `memberId:couponId` payload of jobs and pub/sub
 //!   messages (the contract's, which the host reads too);
 //! - [`process_lock`]: named locks of the serving process;
+//! - [`named_lock`]: MySQL's named locks, on a session of the call's own;
+//! - [`channels`]: waiting for a channel's next message, and a lease
+//!   renewed while the call works;
 //! - [`stream`]: what a stream consumer does with one entry.
 //! - [`write_behind`]: the write-behind accept, batch load and reconcile.
 //!
@@ -47,12 +50,14 @@ pub mod bindings {
     });
 }
 
+pub mod channels;
 pub mod clock;
 pub mod compensate;
 pub mod confirm;
 pub mod coupon;
 pub mod keys;
 pub mod log;
+pub mod named_lock;
 pub mod optimistic;
 pub mod outcome;
 pub mod plain_reads;

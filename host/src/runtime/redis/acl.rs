@@ -5,7 +5,8 @@
 //! - keys `coupon:*`, channels `coupon:*`;
 //! - strings (but GETDEL), sets, hashes; XADD, XLEN, XRANGE; EVAL and
 //!   EVALSHA with SCRIPT LOAD (the host's EVALSHA fallback); MULTI, EXEC,
-//!   DISCARD, WATCH, UNWATCH; PUBLISH; EXISTS, TYPE, TTL, PTTL; PING;
+//!   DISCARD, WATCH, UNWATCH; PUBLISH; SUBSCRIBE and UNSUBSCRIBE, for the
+//!   host's listener of `redis-channels` only; EXISTS, TYPE, TTL, PTTL; PING;
 //!   CLUSTER SLOTS, with which a cluster client learns which node owns
 //!   which keys;
 //! - SELECT of the lab's own database only (`+select|9`, which the client
@@ -20,7 +21,8 @@
 //!   which a lock's holder releases and renews; no other key can be
 //!   deleted;
 //! - nothing else: no FLUSHDB, KEYS, SCAN, SCRIPT FLUSH/KILL, CLIENT,
-//!   CONFIG, DEBUG, ACL, no blocking reads, no SUBSCRIBE.
+//!   CONFIG, DEBUG, ACL, no blocking reads, no pattern or shard
+//!   subscriptions.
 //!
 //! The server's own work — consumers, results, warming totals, DELETE
 //! /lab/data — runs on the connection of REDIS_URL.
@@ -61,6 +63,11 @@ const RULES: &[&str] = &[
     "+watch",
     "+unwatch",
     "+publish",
+    // The host's listener for `redis-channels` runs as this user, so Redis
+    // decides which channels it hears; the host refuses both on the
+    // connections components send commands on.
+    "+subscribe",
+    "+unsubscribe",
     "+exists",
     "+type",
     "+ttl",

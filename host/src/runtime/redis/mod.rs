@@ -24,12 +24,14 @@
 //!   lists.
 
 pub mod acl;
+mod channels;
 mod dedicated;
 mod pools;
 pub mod reply;
 mod runaway;
 mod scripts;
 mod setup;
+mod watchdog;
 
 use redis::{RedisError, Value};
 use wasmtime::component::Resource;
@@ -39,16 +41,30 @@ use super::capabilities::Admin;
 use super::store::HostState;
 use crate::metrics::Metrics;
 
+pub use self::channels::Subscription;
 pub use self::dedicated::RedisConnection;
 pub use self::pools::{GuestRedis, RedisArgs, is_connection_error};
 use self::runaway::{Watch, script};
 use self::scripts::SentOn;
 pub use self::scripts::{ScriptEnd, is_busy};
 use self::setup::NodeSetup;
+pub use self::watchdog::Renewal;
 
 /// Commands that would change who a connection is, or which database it
 /// reaches: refused on every connection a component uses.
 const IDENTITY: [&str; 5] = ["AUTH", "HELLO", "RESET", "SELECT", "QUIT"];
+
+/// Commands that would turn a connection into a subscriber, which answers
+/// nothing else: refused on every connection a component uses (it hears
+/// channels through `redis-channels`).
+const SUBSCRIBER: [&str; 6] = [
+    "SUBSCRIBE",
+    "UNSUBSCRIBE",
+    "PSUBSCRIBE",
+    "PUNSUBSCRIBE",
+    "SSUBSCRIBE",
+    "SUNSUBSCRIBE",
+];
 
 /// Commands that leave state on their connection: they need a dedicated one.
 const CONNECTION_STATE: [&str; 5] = ["MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH"];
@@ -149,6 +165,13 @@ fn refuse_identity(name: &str) -> Option<WitError> {
         &IDENTITY,
         "on a component's connection: it would change who the connection is",
     )
+    .or_else(|| {
+        refuse(
+            name,
+            &SUBSCRIBER,
+            "on a component's connection: it would make it a subscriber; use redis-channels",
+        )
+    })
 }
 
 impl wit::Host for HostState {

@@ -17,6 +17,7 @@ use prometheus::IntCounterVec;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::Semaphore;
 
+use super::channels::Channels;
 use super::dedicated::{DedicatedPool, RedisConnection};
 use super::scripts::{InFlight, SentOn, Shas};
 use super::setup::NodeSetup;
@@ -51,6 +52,14 @@ pub struct RedisArgs {
     /// can be killed once its call's deadline passed.
     #[arg(long, env = "COUPONLAB_REDIS_BUSY_SCRIPT_MS", default_value_t = 500)]
     pub busy_script_ms: u64,
+
+    /// Channel subscriptions one call may hold at once.
+    #[arg(long, env = "COUPONLAB_SUBSCRIPTIONS_PER_CALL", default_value_t = 4)]
+    pub subscriptions_per_call: u32,
+
+    /// Lease renewals one call may keep running at once.
+    #[arg(long, env = "COUPONLAB_RENEWALS_PER_CALL", default_value_t = 4)]
+    pub renewals_per_call: u32,
 }
 
 /// The Redis that components reach.
@@ -64,6 +73,8 @@ pub struct GuestRedis {
     /// whose script runs, so every command behind it would wait too.
     shared: ArcSwap<Shared>,
     dedicated: Arc<DedicatedPool>,
+    /// The subscriptions of every call, on one connection.
+    pub(super) channels: Channels,
     pub(super) shas: Shas,
     /// Scripts sent on the shared connection and not answered yet.
     pub(super) in_flight: InFlight,
@@ -102,6 +113,7 @@ impl GuestRedis {
                 conn: shared,
                 id: 0,
             }),
+            channels: Channels::new(target.subscriber().clone()),
             dedicated: Arc::new(DedicatedPool {
                 target,
                 permits: Arc::new(Semaphore::new(args.redis_connections.max(1))),

@@ -164,6 +164,21 @@ impl Lent {
         self.on(keep, keep, run).await
     }
 
+    /// Reads the session's id, with which the server ends the session if
+    /// the connection is lost while it holds something (named locks).
+    pub async fn identify(&mut self) -> Result<(), sqlx::Error> {
+        let keep = self.state;
+        let session = self
+            .on(keep, keep, async |conn| {
+                sqlx::query_scalar::<_, u64>("SELECT CONNECTION_ID()")
+                    .fetch_one(&mut **conn)
+                    .await
+            })
+            .await?;
+        self.session = Some(session);
+        Ok(())
+    }
+
     /// Opens a transaction whose statements the server cuts at `deadline`.
     /// `SET TRANSACTION` applies to the next transaction only, so the
     /// statement limit, the characteristics and BEGIN travel in one round

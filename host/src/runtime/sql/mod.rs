@@ -8,13 +8,17 @@
 //! - [`statement`]: which statements a component may run at all;
 //! - [`value`]: parameters and rows between WIT and sqlx, and the typed
 //!   errors a strategy acts on;
-//! - [`user`]: the database user components run as, and their pool.
+//! - [`user`]: the database user components run as, and their pools;
+//! - [`named_lock`]: `GET_LOCK` on a session the call holds to its end.
 
 pub mod lent;
+pub mod named_lock;
 pub mod orphans;
 pub mod statement;
 pub mod user;
 mod value;
+
+pub use self::user::SqlArgs;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -36,41 +40,11 @@ type Answer<T> = wasmtime::Result<Result<T, SqlError>>;
 type Params = Vec<wit::Value>;
 type Tx = Resource<SqlTransaction>;
 
-/// The `sql` capability's settings.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SqlArgs {
-    /// MySQL/MariaDB URL of the restricted user components' SQL runs as.
-    /// Unset: the server creates (or updates) the user `couponlab_strategy`
-    /// with only the grants issuance needs, through DATABASE_URL.
-    #[arg(long, env = "COUPONLAB_STRATEGY_DATABASE_URL")]
-    pub strategy_database_url: Option<String>,
-
-    /// Connections in the MySQL pool components' SQL runs on.
-    #[arg(long, env = "COUPONLAB_DB_POOL_SIZE", default_value_t = 32)]
-    pub db_pool_size: u32,
-
-    /// innodb_lock_wait_timeout of every pooled connection, in seconds. Kept
-    /// below the request timeout so a long lock wait surfaces as the typed
-    /// lock-wait-timeout error rather than as a cancelled request.
-    #[arg(long, env = "COUPONLAB_LOCK_WAIT_TIMEOUT_S", default_value_t = 5)]
-    pub lock_wait_timeout_s: u32,
-
-    /// Bytes of one SQL result.
-    #[arg(long, env = "COUPONLAB_MAX_RESULT_BYTES", default_value_t = 8 << 20)]
-    pub max_result_bytes: usize,
-
-    /// Rows of one SQL result.
-    #[arg(long, env = "COUPONLAB_MAX_RESULT_ROWS", default_value_t = 1_000_000)]
-    pub max_result_rows: usize,
-
-    /// Transactions one call may hold open at once.
-    #[arg(long, env = "COUPONLAB_MAX_TRANSACTIONS_PER_CALL", default_value_t = 4)]
-    pub max_transactions_per_call: u32,
-}
-
 /// The components' pool and what a call may do with it.
 pub struct GuestSql {
     pub pool: MySqlPool,
+    /// Where named locks' sessions come from; `None`: from `pool`.
+    pub lock_pool: Option<MySqlPool>,
     /// How the server cuts the components' statements.
     pub limits: Limits,
     pub args: SqlArgs,
@@ -81,9 +55,16 @@ pub struct GuestSql {
 }
 
 impl GuestSql {
-    pub fn new(pool: MySqlPool, limits: Limits, args: SqlArgs, orphans: Arc<Orphans>) -> Self {
+    pub fn new(
+        pools: (MySqlPool, Option<MySqlPool>),
+        limits: Limits,
+        args: SqlArgs,
+        orphans: Arc<Orphans>,
+    ) -> Self {
+        let (pool, lock_pool) = pools;
         Self {
             pool,
+            lock_pool,
             limits,
             args,
             orphans,

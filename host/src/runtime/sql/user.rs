@@ -23,10 +23,52 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 use prometheus::IntCounter;
 
+use super::GuestSql;
 use super::lent::{Limits, StatementLimit};
 use super::orphans::Orphans;
-use super::{GuestSql, SqlArgs};
 use crate::runtime::capabilities::derived_password;
+
+/// The `sql` capability's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SqlArgs {
+    /// MySQL/MariaDB URL of the restricted user components' SQL runs as.
+    /// Unset: the server creates (or updates) the user `couponlab_strategy`
+    /// with only the grants issuance needs, through DATABASE_URL.
+    #[arg(long, env = "COUPONLAB_STRATEGY_DATABASE_URL")]
+    pub strategy_database_url: Option<String>,
+
+    /// Connections in the MySQL pool components' SQL runs on.
+    #[arg(long, env = "COUPONLAB_DB_POOL_SIZE", default_value_t = 32)]
+    pub db_pool_size: u32,
+
+    /// innodb_lock_wait_timeout of every pooled connection, in seconds. Kept
+    /// below the request timeout so a long lock wait surfaces as the typed
+    /// lock-wait-timeout error rather than as a cancelled request.
+    #[arg(long, env = "COUPONLAB_LOCK_WAIT_TIMEOUT_S", default_value_t = 5)]
+    pub lock_wait_timeout_s: u32,
+
+    /// Bytes of one SQL result.
+    #[arg(long, env = "COUPONLAB_MAX_RESULT_BYTES", default_value_t = 8 << 20)]
+    pub max_result_bytes: usize,
+
+    /// Rows of one SQL result.
+    #[arg(long, env = "COUPONLAB_MAX_RESULT_ROWS", default_value_t = 1_000_000)]
+    pub max_result_rows: usize,
+
+    /// Transactions one call may hold open at once.
+    #[arg(long, env = "COUPONLAB_MAX_TRANSACTIONS_PER_CALL", default_value_t = 4)]
+    pub max_transactions_per_call: u32,
+
+    /// Connections of the pool named locks' sessions come from; 0 takes
+    /// them from the components' pool, where lock waiters can hold every
+    /// connection the lock's holder needs.
+    #[arg(long, env = "COUPONLAB_LOCK_POOL_SIZE", default_value_t = 32)]
+    pub lock_pool_size: u32,
+
+    /// Named locks one call may hold at once.
+    #[arg(long, env = "COUPONLAB_NAMED_LOCKS_PER_CALL", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub named_locks_per_call: u32,
+}
 
 /// The user components' SQL runs as, unless the operator names another.
 pub const STRATEGY_USER: &str = "couponlab_strategy";
@@ -79,16 +121,23 @@ pub async fn connect(
         statement: admin.statement_limit,
         call,
     };
-    let pool = pool_options(
-        args.db_pool_size,
-        args.lock_wait_timeout_s,
-        Some(limits.session_default()),
-    )
-    .connect_with(options)
-    .await
-    .context("cannot connect to MySQL as the components' user")?;
+    let session = || Some(limits.session_default());
+    let pool = pool_options(args.db_pool_size, args.lock_wait_timeout_s, session())
+        .connect_with(options.clone())
+        .await
+        .context("cannot connect to MySQL as the components' user")?;
+    // Its connections open as named locks need them.
+    let lock_pool = (args.lock_pool_size > 0).then(|| {
+        pool_options(args.lock_pool_size, args.lock_wait_timeout_s, session())
+            .connect_lazy_with(options)
+    });
     let orphans = Orphans::start(admin.pool.clone(), sessions_ended);
-    Ok(GuestSql::new(pool, limits, args.clone(), orphans))
+    Ok(GuestSql::new(
+        (pool, lock_pool),
+        limits,
+        args.clone(),
+        orphans,
+    ))
 }
 
 /// A pool whose sessions wait for row locks `lock_wait_timeout_s` at most

@@ -3,10 +3,12 @@
 //! key names the attack; the answer is ISSUED with what happened when the
 //! attack went through, or UNAVAILABLE with the error that stopped it.
 
+use couponlab_sdk::channels::{Renewal, Subscription};
 use couponlab_sdk::redis::{self, Connection};
 use couponlab_sdk::sql::{self, IsolationLevel};
 use couponlab_sdk::{
-    Confirmation, IssueResult, Outcome, Reply, args, compensate, keys, params, process_lock,
+    Confirmation, IssueResult, Outcome, Reply, args, compensate, keys, named_lock, params,
+    process_lock,
 };
 
 couponlab_sdk::world!("async-issuer", "../../../wit");
@@ -140,6 +142,47 @@ fn attack_with(attack: &str, coupon_id: u64) -> Attempt {
                     .map_err(|err| format!("lock {}: {err}", n + 1))?;
             }
             Ok("held 16 process locks".into())
+        }
+        // MySQL's named locks outside the lab's names, and too many.
+        "named-lock-outside" => {
+            sql_says(named_lock::acquire("couponlab_hostile", 10)).map(|got| got.to_string())
+        }
+        "many-named-locks" => {
+            for n in 0..16 {
+                named_lock::acquire(&format!("{}:{n}", keys::lock(coupon_id)), 10)
+                    .map_err(|err| format!("named lock {}: {}", n + 1, err.message()))?;
+            }
+            Ok("held 16 named locks".into())
+        }
+        // A channel outside the lab's, which the server refuses to let the
+        // listener hear, and SUBSCRIBE sent as a command.
+        "subscribe-outside" => Subscription::subscribe("victim:outside")
+            .map(|_| "subscribed".to_string())
+            .map_err(|err| err.message().to_string()),
+        "subscribe-command" => redis_says(redis::execute(
+            "SUBSCRIBE",
+            &args![keys::lock_channel(coupon_id)],
+        )),
+        "many-subscriptions" => {
+            let mut held = Vec::new();
+            for n in 0..16 {
+                let channel = format!("{}:{n}", keys::lock_channel(coupon_id));
+                match Subscription::subscribe(&channel) {
+                    Ok(subscription) => held.push(subscription),
+                    Err(err) => return Err(format!("subscription {}: {}", n + 1, err.message())),
+                }
+            }
+            Ok(format!("held {} subscriptions", held.len()))
+        }
+        "many-renewals" => {
+            let mut held = Vec::new();
+            for n in 0..16 {
+                match Renewal::start("return 0", &args![keys::lock(coupon_id)], &[], 1_000) {
+                    Ok(renewal) => held.push(renewal),
+                    Err(err) => return Err(format!("renewal {}: {}", n + 1, err.message())),
+                }
+            }
+            Ok(format!("held {} renewals", held.len()))
         }
         other => Err(format!("no attack named {other:?}")),
     }
