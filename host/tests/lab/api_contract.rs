@@ -25,8 +25,7 @@ async fn the_same_member_twice_gets_409_the_second_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_members_and_coupons_get_404() {
     let lab = Setup::with(&["pessimistic", "redis_lua"]).start().await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(1, 10).await;
     for method in METHODS {
         lab.issue(coupon, 999_999_999, method)
             .await
@@ -47,8 +46,7 @@ async fn unknown_members_and_coupons_get_404() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_400_in_the_envelope() {
     let lab = Setup::with(&["pessimistic"]).start().await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(1, 10).await;
     let issue = format!("/lab/coupons/{coupon}/issue");
     let member = members[0];
     let cases: Vec<(&str, String, String)> = vec![
@@ -203,8 +201,7 @@ async fn delete_data_truncates_the_tables_and_the_coupon_keys() {
         .redis_url(format!("{REDIS}/15"))
         .start()
         .await;
-    let members = lab.members(3).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(3, 5).await;
     lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
     let _: () = lab
         .redis_query(redis::cmd("SET").arg("unrelated:key").arg(1))

@@ -24,19 +24,14 @@ const ASYNC_COMPONENTS: [&str; 4] = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_async_method_accepts_exactly_the_total_and_confirms_it() {
     let _turn = PUBSUB.lock().await;
-    let lab = Setup::with(&ASYNC_COMPONENTS)
-        .own_redis_db()
-        .await
-        .start()
-        .await;
+    let lab = Setup::with(&ASYNC_COMPONENTS).own_redis_db().start().await;
     for method in [
         "REDIS_ASYNC",
         "REDIS_PUBSUB",
         "REDIS_STREAM",
         "REDIS_STREAM_ATOMIC",
     ] {
-        let members = lab.members(400).await;
-        let coupon = lab.coupon(80).await;
+        let (members, coupon) = lab.members_and_coupon(400, 80).await;
         let replies = lab.issue_all(coupon, &members, method).await;
         assert_accepts_exactly(&replies, 80, method);
 
@@ -75,8 +70,7 @@ async fn a_full_job_queue_answers_503_and_leaves_no_reservation_behind() {
         })
         .start()
         .await;
-    let members = lab.members(300).await;
-    let coupon = lab.coupon(300).await;
+    let (members, coupon) = lab.members_and_coupon(300, 300).await;
     let replies = lab.issue_all(coupon, &members, "REDIS_ASYNC").await;
     let statuses = statuses(&replies);
     let (accepted, refused) = (
@@ -103,11 +97,9 @@ async fn pubsub_without_a_subscriber_loses_the_messages_and_the_result_shows_it(
     let lab = Setup::with(&["redis_pubsub"])
         .tune(|c| c.consumers.in_process = false)
         .own_redis_db()
-        .await
         .start()
         .await;
-    let members = lab.members(20).await;
-    let coupon = lab.coupon(20).await;
+    let (members, coupon) = lab.members_and_coupon(20, 20).await;
     for &member in &members {
         lab.issue(coupon, member, "REDIS_PUBSUB").await.ok();
     }
@@ -147,12 +139,10 @@ async fn a_stream_consumer_killed_mid_drain_loses_nothing_and_writes_nothing_twi
     let lab = Setup::with(&["redis_stream"])
         .tune(|c| c.consumers.in_process = false)
         .own_redis_db()
-        .await
         .start()
         .await;
     const TOTAL: u64 = 1_000;
-    let members = lab.members(TOTAL).await;
-    let coupon = lab.coupon(TOTAL).await;
+    let (members, coupon) = lab.members_and_coupon(TOTAL, TOTAL).await;
     for chunk in members.chunks(200) {
         let replies = lab.issue_all(coupon, chunk, "REDIS_STREAM").await;
         assert!(replies.iter().all(|r| r.status == 202));
@@ -196,11 +186,9 @@ async fn an_entry_that_always_fails_is_dead_lettered_after_three_deliveries() {
             c.consumers.claim_interval_ms = 100;
         })
         .own_redis_db()
-        .await
         .start()
         .await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(1, 5).await;
 
     // Hold the coupon row: every confirm waits out the lock and fails.
     let blocker = hold_coupon_row(&lab, coupon).await;
@@ -245,13 +233,8 @@ async fn an_entry_that_always_fails_is_dead_lettered_after_three_deliveries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_delivery_is_acked_without_a_second_row() {
-    let lab = Setup::with(&["redis_stream"])
-        .own_redis_db()
-        .await
-        .start()
-        .await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(5).await;
+    let lab = Setup::with(&["redis_stream"]).own_redis_db().start().await;
+    let (members, coupon) = lab.members_and_coupon(1, 5).await;
     lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
     lab.drained(coupon, 1).await;
 
@@ -300,13 +283,8 @@ async fn a_duplicate_delivery_is_acked_without_a_second_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_server_still_reports_what_was_accepted_and_its_stream() {
-    let mut lab = Setup::with(&["redis_stream"])
-        .own_redis_db()
-        .await
-        .start()
-        .await;
-    let members = lab.members(5).await;
-    let coupon = lab.coupon(5).await;
+    let mut lab = Setup::with(&["redis_stream"]).own_redis_db().start().await;
+    let (members, coupon) = lab.members_and_coupon(5, 5).await;
     for &member in &members {
         assert_eq!(lab.issue(coupon, member, "REDIS_STREAM").await.status, 202);
     }

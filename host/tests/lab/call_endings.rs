@@ -30,8 +30,7 @@ async fn a_call_killed_inside_a_transaction_rolls_back_and_hands_on_a_clean_conn
         })
         .start()
         .await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(2, 10).await;
 
     let reply = stall(&lab, coupon, members[0], "in-transaction").await;
     let message = reply.fails_with(504);
@@ -57,8 +56,7 @@ async fn a_call_killed_after_reserving_is_compensated_by_its_strategy() {
         .tune(|c| c.request_timeout_ms = 500)
         .start()
         .await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(1, 10).await;
 
     let reply = stall(&lab, coupon, members[0], "after-reserve").await;
     let message = reply.fails_with(504);
@@ -83,8 +81,7 @@ async fn the_database_cuts_a_statement_at_the_call_deadline() {
         .tune(|c| c.request_timeout_ms = 1_000)
         .start()
         .await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(1, 10).await;
 
     let started = Instant::now();
     let reply = stall(&lab, coupon, members[0], "sql-sleep").await;
@@ -137,14 +134,12 @@ async fn confirmations_that_meet_a_busy_instance_pool_are_confirmed_later() {
     let _turn = PUBSUB.lock().await;
     let lab = Setup::with(&["redis_async", "redis_pubsub", "redis_stream_atomic"])
         .own_redis_db()
-        .await
         .tune(|c| c.max_instances = 1)
         .start()
         .await;
     subscriber_listening(&lab).await;
     for method in ["REDIS_ASYNC", "REDIS_PUBSUB", "REDIS_STREAM_ATOMIC"] {
-        let members = lab.members(30).await;
-        let coupon = lab.coupon(30).await;
+        let (members, coupon) = lab.members_and_coupon(30, 30).await;
         // Several clients at once, each asking again until it is accepted:
         // the requests compete for the one slot with the confirmations.
         let lab = &lab;
@@ -188,11 +183,9 @@ async fn an_entry_being_confirmed_is_not_claimed_away_from_its_consumer() {
             c.consumers.claim_interval_ms = 50;
         })
         .own_redis_db()
-        .await
         .start()
         .await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(1, 5).await;
 
     let holder = hold_coupon_row(&lab, coupon).await;
     lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();

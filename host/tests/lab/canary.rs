@@ -106,7 +106,7 @@ async fn every_installed_method_passes_its_canary_once() {
     // REDIS_PUBSUB's channel is one for the whole Redis server.
     let _turn = PUBSUB.lock().await;
     let components = installed();
-    let mut lab = with_canary(&components).own_redis_db().await.start().await;
+    let mut lab = with_canary(&components).own_redis_db().start().await;
     let strategies = lab.proved().await;
     assert_eq!(strategies["rejected"], json!([]), "{strategies}");
     let loaded = strategies["strategies"].as_array().unwrap();
@@ -210,7 +210,6 @@ async fn a_component_that_breaks_what_it_claims_is_refused_with_the_check_it_fai
         "test_lua_trap",
     ])
     .own_redis_db()
-    .await
     .start()
     .await;
     let strategies = lab.proved().await;
@@ -276,13 +275,7 @@ fn keep_issuing(
 /// broken one is refused while the good one serves on: no request fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_load_a_good_version_replaces_the_old_and_a_broken_one_leaves_it_serving() {
-    let lab = Arc::new(
-        with_canary(&["redis_lua"])
-            .own_redis_db()
-            .await
-            .start()
-            .await,
-    );
+    let lab = Arc::new(with_canary(&["redis_lua"]).own_redis_db().start().await);
     let first = lab.proved().await;
     let old_sha = served(&first, "REDIS_LUA").unwrap()["sha256"].clone();
     let (members, coupon) = lab.members_and_coupon(4_000, 100_000).await;
@@ -345,11 +338,7 @@ async fn under_load_a_good_version_replaces_the_old_and_a_broken_one_leaves_it_s
 /// behind, and the canary, tried again, still decides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_trace_of_a_canary_reaches_what_users_read() {
-    let lab = with_canary(&["pessimistic"])
-        .own_redis_db()
-        .await
-        .start()
-        .await;
+    let lab = with_canary(&["pessimistic"]).own_redis_db().start().await;
     lab.proved().await;
     let (members, coupon) = lab.members_and_coupon(50, 20).await;
 
@@ -405,11 +394,7 @@ async fn no_trace_of_a_canary_reaches_what_users_read() {
 /// code: 0 for a good component, 1 for a broken one, with the report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn couponlab_check_prints_the_report_and_exits_by_the_verdict() {
-    let lab = Setup::with(&["pessimistic"])
-        .own_redis_db()
-        .await
-        .start()
-        .await;
+    let lab = Setup::with(&["pessimistic"]).own_redis_db().start().await;
     for (name, passes, says) in [
         ("redis_lua", true, "\"verdict\": \"passed\""),
         ("test_phantom", false, "claims `acked`"),

@@ -234,8 +234,7 @@ async fn the_total_is_issued_on_the_cluster(
     lab: &TestLab,
     method: &str,
 ) -> Value {
-    let members = lab.members(REQUESTS).await;
-    let coupon = lab.coupon(TOTAL).await;
+    let (members, coupon) = lab.members_and_coupon(REQUESTS, TOTAL).await;
     if method == "REDIS_PUBSUB" {
         cluster.subscriber_listening().await;
     }

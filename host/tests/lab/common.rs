@@ -69,7 +69,7 @@ pub struct Setup {
     pub components: Vec<&'static str>,
     pub redis_url: String,
     pub tune: Box<dyn FnOnce(&mut Config) + Send>,
-    redis_db: Option<RedisDb>,
+    own_redis_db: bool,
     alone: bool,
 }
 
@@ -125,7 +125,7 @@ impl Setup {
             components: components.to_vec(),
             redis_url: format!("{REDIS}/0"),
             tune: Box::new(|_| {}),
-            redis_db: None,
+            own_redis_db: false,
             alone: false,
         }
     }
@@ -138,11 +138,10 @@ impl Setup {
     }
 
     /// A Redis logical database of this test's own, for what Redis keeps
-    /// under fixed names (streams, consumer groups).
-    pub async fn own_redis_db(mut self) -> Self {
-        let db = RedisDb::take().await;
-        self.redis_url = format!("{REDIS}/{}", db.0);
-        self.redis_db = Some(db);
+    /// under fixed names (streams, consumer groups); taken (and emptied) when
+    /// the server starts, in place of `redis_url`.
+    pub fn own_redis_db(mut self) -> Self {
+        self.own_redis_db = true;
         self
     }
 
@@ -156,7 +155,14 @@ impl Setup {
         self
     }
 
-    pub async fn start(self) -> TestLab {
+    pub async fn start(mut self) -> TestLab {
+        let redis_db = if self.own_redis_db {
+            let db = RedisDb::take().await;
+            self.redis_url = format!("{REDIS}/{}", db.0);
+            Some(db)
+        } else {
+            None
+        };
         let load: Box<dyn Send + Sync> = if self.alone {
             Box::new(REDIS_LOAD.write().await)
         } else {
@@ -218,7 +224,7 @@ impl Setup {
             db_name,
             stop: Some(stop),
             server: Some(server),
-            _redis_db: self.redis_db,
+            _redis_db: redis_db,
             _load: load,
         }
     }
@@ -410,12 +416,12 @@ impl TestLab {
         (first..=last).collect()
     }
 
-    /// Creates a coupon with `total`; returns its id.
-    /// `count` new members and a new coupon of `total`.
+    /// `count` new members and a new coupon of `total`: how most tests begin.
     pub async fn members_and_coupon(&self, count: u64, total: u64) -> (Vec<u64>, u64) {
         (self.members(count).await, self.coupon(total).await)
     }
 
+    /// Creates a coupon with `total`; returns its id.
     pub async fn coupon(&self, total: u64) -> u64 {
         let reply = self
             .post(

@@ -303,7 +303,6 @@ async fn the_console_lists_the_reports_and_opens_one() {
     let dir = reports.clone();
     let lab = Setup::with(&["redis_stream_atomic"])
         .own_redis_db()
-        .await
         .tune(move |config| config.reports_dir = dir)
         .start()
         .await;

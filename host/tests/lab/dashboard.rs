@@ -150,8 +150,7 @@ fn concrete(expr: &str) -> String {
 /// synchronous method, a 202 of a stream method (the stream exists), a call
 /// past its deadline (a failure), and a drop gate's permit taken.
 async fn every_family(lab: &TestLab) {
-    let members = lab.members(20).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(20, 5).await;
     join_all(
         members[..10]
             .iter()
@@ -336,7 +335,6 @@ async fn every_dashboard_query_names_what_the_server_exposes_and_parses() {
     ])
     .tune(|c| c.request_timeout_ms = 300)
     .own_redis_db()
-    .await
     .start()
     .await;
     every_family(&lab).await;

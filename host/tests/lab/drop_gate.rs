@@ -124,8 +124,7 @@ async fn stock_100_and_500_concurrent_reserves_admit_exactly_100_and_sell_out_40
         })
         .start()
         .await;
-    let members = lab.members(500).await;
-    let coupon = lab.coupon(100).await;
+    let (members, coupon) = lab.members_and_coupon(500, 100).await;
     seed(&lab, coupon, 100).await.ok();
 
     let replies = join_all(members.iter().map(|&m| issue(&lab, coupon, m, None))).await;
@@ -280,8 +279,7 @@ async fn a_member_past_the_per_member_limit_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cancel_restores_the_stock_exactly_once() {
     let lab = Setup::with(&[COMPONENT]).start().await;
-    let members = lab.members(4).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(4, 10).await;
     seed(&lab, coupon, 10).await.ok();
     for (i, &member) in members[..3].iter().enumerate() {
         issue(&lab, coupon, member, Some(&format!("k{i}")))
@@ -388,8 +386,7 @@ async fn seeding_twice_keeps_the_stock_at_the_limited_quantity() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drop_seeded_above_the_coupon_drains_at_the_database_guard() {
     let lab = Setup::with(&[COMPONENT]).start().await;
-    let members = lab.members(9).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(9, 5).await;
     seed(&lab, coupon, 8).await.ok();
 
     let replies = join_all(members[..8].iter().map(|&m| issue(&lab, coupon, m, None))).await;
@@ -474,8 +471,7 @@ async fn a_permit_whose_confirm_failed_comes_back_at_once() {
         })
         .start()
         .await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(2, 10).await;
     seed(&lab, coupon, 10).await.ok();
 
     // The first request takes the only permit and waits on the coupon row
@@ -498,8 +494,7 @@ async fn a_permit_whose_confirm_failed_comes_back_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drop_never_seeded_is_seeded_from_the_coupon_on_first_use() {
     let lab = Setup::with(&[COMPONENT, "pessimistic"]).start().await;
-    let members = lab.members(6).await;
-    let coupon = lab.coupon(4).await;
+    let (members, coupon) = lab.members_and_coupon(6, 4).await;
     lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
     assert_eq!(remaining(&lab, coupon).await, None);
 
@@ -537,8 +532,7 @@ async fn a_drop_never_seeded_is_seeded_from_the_coupon_on_first_use() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_spike_of_500_on_100_issues_exactly_100_and_throttled_clients_retry() {
     let lab = Setup::with(&[COMPONENT]).start().await;
-    let members = lab.members(500).await;
-    let coupon = lab.coupon(100).await;
+    let (members, coupon) = lab.members_and_coupon(500, 100).await;
     let server = &lab;
     let attempt = |member: u64| async move {
         issue(server, coupon, member, Some(&format!("spike-{member}"))).await

@@ -353,7 +353,6 @@ fn components(methods: &[(&'static str, &'static str)]) -> Vec<&'static str> {
 async fn lab_for(methods: &[(&'static str, &'static str)]) -> TestLab {
     Setup::with(&components(methods))
         .own_redis_db()
-        .await
         .tune(|c| c.max_instances = 1_000)
         .start()
         .await

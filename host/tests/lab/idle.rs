@@ -163,7 +163,7 @@ async fn stream_lengths_after_accepting(lab: &TestLab, members: &[u64]) -> Vec<u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_keep_their_entries_by_default_and_lose_the_acknowledged_ones_when_trimmed() {
     let components = STREAM_METHODS.map(|(component, _)| component);
-    let kept = Setup::with(&components).own_redis_db().await.start().await;
+    let kept = Setup::with(&components).own_redis_db().start().await;
     let members = kept.members(20).await;
     assert_eq!(
         stream_lengths_after_accepting(&kept, &members).await,
@@ -173,7 +173,6 @@ async fn streams_keep_their_entries_by_default_and_lose_the_acknowledged_ones_wh
 
     let trimmed = Setup::with(&components)
         .own_redis_db()
-        .await
         .tune(|config| config.consumers.stream_trim = true)
         .start()
         .await;
@@ -192,7 +191,7 @@ async fn streams_keep_their_entries_by_default_and_lose_the_acknowledged_ones_wh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_the_data_is_deleted_the_next_coupons_stream_is_read_at_once() {
     let components = STREAM_METHODS.map(|(component, _)| component);
-    let lab = Setup::with(&components).own_redis_db().await.start().await;
+    let lab = Setup::with(&components).own_redis_db().start().await;
     for (_, method) in STREAM_METHODS {
         lab.request(reqwest::Method::DELETE, "/lab/data", None)
             .await

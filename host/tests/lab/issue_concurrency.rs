@@ -13,8 +13,7 @@ async fn exactly_the_total_is_issued(method: &str) {
     let lab = Setup::with(&["pessimistic", "redis_lua", "atomic_update", "redis_incr"])
         .start()
         .await;
-    let members = lab.members(500).await;
-    let coupon = lab.coupon(100).await;
+    let (members, coupon) = lab.members_and_coupon(500, 100).await;
 
     let replies = join_all(
         members
@@ -99,8 +98,7 @@ async fn redis_incr_issues_exactly_the_total_under_500_concurrent_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_lua_leaves_the_redis_set_equal_to_the_issued_members() {
     let lab = Setup::with(&["redis_lua"]).start().await;
-    let members = lab.members(300).await;
-    let coupon = lab.coupon(50).await;
+    let (members, coupon) = lab.members_and_coupon(300, 50).await;
     // Every member asks twice at once: duplicates race the stock too.
     let requests = members
         .iter()

@@ -49,13 +49,11 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
     // Alone: the 100 MB reply keeps Redis busy for everyone for seconds.
     let lab = Setup::with(&["test_hostile", "pessimistic", "redis_lua"])
         .own_redis_db()
-        .await
         .alone()
         .tune(|c| c.request_timeout_ms = 5_000)
         .start()
         .await;
-    let members = lab.members(3).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(3, 10).await;
     lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
     let before = snapshot(&lab).await;
 

@@ -40,8 +40,7 @@ async fn each_issues_exactly_the_total_to_members_asking_twice() {
         "MYSQL_NAMED_LOCK",
         "REDIS_PUBSUB_LOCK",
     ] {
-        let members = lab.members(400).await;
-        let coupon = lab.coupon(80).await;
+        let (members, coupon) = lab.members_and_coupon(400, 80).await;
         let twice: Vec<u64> = members.iter().flat_map(|m| [*m, *m]).collect();
         let replies = lab.issue_all(coupon, &twice, method).await;
         let mut told_issued = BTreeSet::new();
@@ -80,8 +79,7 @@ async fn each_issues_exactly_the_total_to_members_asking_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spin_lock_whose_lease_runs_out_mid_work_has_two_holders_and_over_issues() {
     let lab = Setup::with(&["redis_spin_lock"]).start().await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(1).await;
+    let (members, coupon) = lab.members_and_coupon(2, 1).await;
     let holding = hold_coupon_row(&lab, coupon).await;
 
     let first = lab.issue(coupon, members[0], "REDIS_SPIN_LOCK");
@@ -188,8 +186,7 @@ async fn a_lock_is_free_again_when_its_holders_call_ends_at_the_deadline() {
         .start()
         .await;
     for method in ["IN_PROCESS_LOCK", "MYSQL_NAMED_LOCK"] {
-        let members = lab.members(2).await;
-        let coupon = lab.coupon(1).await;
+        let (members, coupon) = lab.members_and_coupon(2, 1).await;
         let holding = hold_coupon_row(&lab, coupon).await;
         let started = std::time::Instant::now();
         let first = lab.issue(coupon, members[0], method);

@@ -284,8 +284,7 @@ async fn a_redis_cut_mid_burst_strands_no_stock_and_every_coupon_sells_out_exact
 async fn a_commit_whose_answer_is_lost_is_settled_from_the_database_as_issued() {
     let links = start_links().await;
     let lab = linked_lab(&links, Link::Database, &["redis_lua"]).await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(2, 10).await;
     // A connection in the pool before the answers slow down.
     lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
 

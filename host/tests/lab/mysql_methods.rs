@@ -97,8 +97,7 @@ struct Race {
 /// checked against the rows: each 2xx is exactly one row, no member has two.
 async fn race_300_for_50(method: &str) -> Race {
     let lab = Setup::with(&COMPONENTS).start().await;
-    let members = lab.members(300).await;
-    let coupon = lab.coupon(50).await;
+    let (members, coupon) = lab.members_and_coupon(300, 50).await;
     let replies = join_all(
         members
             .iter()
@@ -374,8 +373,7 @@ async fn serializable_turns_the_race_into_a_deadlock_answered_503() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn optimistic_answers_503_version_conflict_to_the_loser_while_stock_is_left() {
     let lab = staged_lab().await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(2, 5).await;
     let replies = two_at_once_behind_a_held_row(&lab, coupon, &members, "OPTIMISTIC", true).await;
     assert_eq!(sorted_outcomes(&replies), ["ISSUED", "VERSION_CONFLICT"]);
     let loser = replies.iter().find(|r| r.status == 503).unwrap();
@@ -398,8 +396,7 @@ async fn optimistic_answers_503_version_conflict_to_the_loser_while_stock_is_lef
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn optimistic_retry_issues_to_the_loser_on_its_second_attempt() {
     let lab = staged_lab().await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(2, 5).await;
     let replies =
         two_at_once_behind_a_held_row(&lab, coupon, &members, "OPTIMISTIC_RETRY", true).await;
     assert_eq!(sorted_outcomes(&replies), ["ISSUED", "ISSUED"]);
@@ -422,8 +419,7 @@ async fn optimistic_retry_issues_to_the_loser_on_its_second_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pessimistic_queues_the_race_and_refuses_the_second_as_sold_out() {
     let lab = staged_lab().await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(1).await;
+    let (members, coupon) = lab.members_and_coupon(2, 1).await;
     let replies = two_at_once_behind_a_held_row(&lab, coupon, &members, "PESSIMISTIC", true).await;
     assert_eq!(sorted_outcomes(&replies), ["ISSUED", "SOLD_OUT"]);
     assert_eq!(lab.result(coupon).await["issueRows"], json!(1));

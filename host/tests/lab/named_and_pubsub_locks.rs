@@ -23,8 +23,7 @@ async fn named_lock_waiters_exhaust_a_shared_pool_and_not_a_pool_of_their_own() 
             })
             .start()
             .await;
-        let members = lab.members(12).await;
-        let coupon = lab.coupon(12).await;
+        let (members, coupon) = lab.members_and_coupon(12, 12).await;
         let replies = lab.issue_all(coupon, &members, "MYSQL_NAMED_LOCK").await;
         let timed_out = replies
             .iter()
@@ -62,8 +61,7 @@ async fn named_lock_waiters_exhaust_a_shared_pool_and_not_a_pool_of_their_own() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_the_lease_and_the_unlock_wakes_the_waiter() {
     let lab = Setup::with(&["redis_pubsub_lock"]).start().await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(1).await;
+    let (members, coupon) = lab.members_and_coupon(2, 1).await;
     let holding = hold_coupon_row(&lab, coupon).await;
 
     let first = lab.issue(coupon, members[0], "REDIS_PUBSUB_LOCK");

@@ -162,7 +162,6 @@ async fn the_schemas_accept_what_every_route_answers() {
         c.strategy_memory_mib = 32;
     })
     .own_redis_db()
-    .await
     .start()
     .await;
     let document = document(&lab).await;
@@ -325,8 +324,7 @@ async fn the_schemas_accept_what_the_routes_answer_with_redis_down() {
         .start()
         .await;
     let document = document(&lab).await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(1, 5).await;
 
     let reply = lab.issue(coupon, members[0], "REDIS_LUA").await;
     reply.fails_with(503);

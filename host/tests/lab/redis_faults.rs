@@ -163,8 +163,7 @@ async fn a_script_that_wrote_and_never_ends_quarantines_its_component_until_redi
 async fn a_component_reaches_its_own_database_only() {
     let redis = RedisServer::start();
     let lab = lab_on(&redis, 3, &["test_hostile"]).await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(1, 10).await;
     for (attack, word) in [
         ("lua-select", "can't run this command"),
         ("select", "SELECT is not allowed"),

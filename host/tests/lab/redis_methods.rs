@@ -43,8 +43,7 @@ struct Race {
 /// rows, the set and the result.
 async fn race_400_for_60(method: &str) -> Race {
     let lab = Setup::with(&COMPONENTS).start().await;
-    let members = lab.members(400).await;
-    let coupon = lab.coupon(60).await;
+    let (members, coupon) = lab.members_and_coupon(400, 60).await;
     let replies = lab.issue_all(coupon, &members, method).await;
 
     let mut outcomes = BTreeMap::new();
@@ -315,8 +314,7 @@ impl WatchCounter {
 /// hammer keeps changing while every WATCH on it is counted.
 async fn hammered_coupon() -> (TestLab, Vec<u64>, u64, WatchCounter, Hammer) {
     let lab = Setup::with(&["redis_watch"]).alone().start().await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(1, 10).await;
     let key = keys::issued(coupon);
     let watches = WatchCounter::start(&key).await;
     let hammer = Hammer::start(&key).await;
@@ -494,8 +492,7 @@ async fn redis_down_gets_503_for_every_redis_method_and_the_server_keeps_answeri
     .redis_url("redis://127.0.0.1:1/0")
     .start()
     .await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(2, 5).await;
     for method in ["REDIS_SET_ONLY", "REDIS_MULTI_EXEC", "REDIS_WATCH"] {
         let reply = lab.issue(coupon, members[0], method).await;
         let message = reply.fails_with(503);

@@ -13,8 +13,7 @@ async fn a_looping_component_fails_its_own_request_within_the_deadline() {
         .tune(|c| c.request_timeout_ms = 1_000)
         .start()
         .await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(1, 10).await;
 
     let started = Instant::now();
     let reply = lab.issue(coupon, members[0], "TEST_SPIN").await;
@@ -36,8 +35,7 @@ async fn a_looping_component_does_not_hold_up_other_requests() {
         .tune(|c| c.request_timeout_ms = 3_000)
         .start()
         .await;
-    let members = lab.members(20).await;
-    let coupon = lab.coupon(20).await;
+    let (members, coupon) = lab.members_and_coupon(20, 20).await;
 
     // A spinning request holds one core until its deadline while twenty
     // ordinary ones come and go on the other.
@@ -68,8 +66,7 @@ async fn a_greedy_component_fails_its_own_request() {
         .tune(|c| c.strategy_memory_mib = 16)
         .start()
         .await;
-    let members = lab.members(1).await;
-    let coupon = lab.coupon(10).await;
+    let (members, coupon) = lab.members_and_coupon(1, 10).await;
 
     let started = Instant::now();
     let message = lab
@@ -133,8 +130,7 @@ async fn a_greedy_component_fails_after_the_pool_is_warm() {
 async fn call_cost_benchmark() {
     use couponlab::runtime::bindings::types::IssueRequest;
     let lab = Setup::with(&["test_build_a", "redis_lua"]).start().await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(1).await;
+    let (members, coupon) = lab.members_and_coupon(2, 1).await;
     lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
     let server = couponlab::Lab::start(lab.config.clone()).await.unwrap();
     for method in ["TEST_BUILD", "REDIS_LUA"] {

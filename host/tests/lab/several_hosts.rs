@@ -202,7 +202,6 @@ async fn two_hosts_report_and_drain_as_one_lab() {
     let lab = Setup::with(&COMPONENTS)
         .tune(|c| c.consumers.in_process = false)
         .own_redis_db()
-        .await
         .start()
         .await;
     let hosts = [Host::start(&lab).await, Host::start(&lab).await];

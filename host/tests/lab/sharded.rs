@@ -199,8 +199,7 @@ async fn a_shard_with_fewer_members_keeps_stock_while_others_refuse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_confirm_gives_the_shard_its_unit_back_and_lost_keys_are_set_again() {
     let lab = Setup::with(&[COMPONENT]).start().await;
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(5).await;
+    let (members, coupon) = lab.members_and_coupon(2, 5).await;
     let shard = shards::of(members[0]);
     let set = keys::shard_issued(coupon, shard);
 

@@ -27,7 +27,6 @@ async fn lab_with_loader_processes_only() -> TestLab {
     Setup::with(&COMPONENTS)
         .tune(|c| c.consumers.in_process = false)
         .own_redis_db()
-        .await
         .start()
         .await
 }
@@ -119,11 +118,10 @@ fn ids(list: &Value) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn both_methods_accept_exactly_the_total_and_the_loader_writes_it() {
-    let lab = Setup::with(&COMPONENTS).own_redis_db().await.start().await;
+    let lab = Setup::with(&COMPONENTS).own_redis_db().start().await;
     let mut coupons = Vec::new();
     for method in METHODS {
-        let members = lab.members(400).await;
-        let coupon = lab.coupon(100).await;
+        let (members, coupon) = lab.members_and_coupon(400, 100).await;
         coupons.push(coupon);
         let replies = lab.issue_all(coupon, &members, method).await;
         assert_accepts_exactly(&replies, 100, method);
@@ -176,9 +174,8 @@ async fn both_methods_accept_exactly_the_total_and_the_loader_writes_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
-    let lab = Setup::with(&COMPONENTS).own_redis_db().await.start().await;
-    let members = lab.members(150).await;
-    let coupon = lab.coupon(100).await;
+    let lab = Setup::with(&COMPONENTS).own_redis_db().start().await;
+    let (members, coupon) = lab.members_and_coupon(150, 100).await;
     lab.issue_all(coupon, &members[..120], "REDIS_WRITE_BEHIND")
         .await;
     until("the loader has written the 100", DRAIN, || async {
@@ -255,8 +252,7 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poisoned_entry_is_dead_lettered_after_three_deliveries_and_its_batch_lands() {
     let lab = lab_with_loader_processes_only().await;
-    let members = lab.members(20).await;
-    let coupon = lab.coupon(50).await;
+    let (members, coupon) = lab.members_and_coupon(20, 50).await;
     lab.issue_all(coupon, &members[..10], "REDIS_WRITE_BEHIND")
         .await;
     // A member that does not exist: its row fails the foreign key, and with
@@ -320,8 +316,7 @@ async fn lock_waits(lab: &TestLab) -> i64 {
 async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
     let lab = lab_with_loader_processes_only().await;
     const TOTAL: u64 = 2_000;
-    let members = lab.members(TOTAL).await;
-    let coupon = lab.coupon(TOTAL).await;
+    let (members, coupon) = lab.members_and_coupon(TOTAL, TOTAL).await;
     for chunk in members.chunks(200) {
         let replies = lab
             .issue_all(coupon, chunk, "REDIS_WRITE_BEHIND_NO_TX")
