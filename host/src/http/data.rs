@@ -15,7 +15,7 @@ use sqlx::Executor;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
-use super::schema::Success;
+use super::schema::{ServerFailed, Success};
 use crate::consumers::announce;
 use crate::lab::Lab;
 use crate::recorder::shared;
@@ -52,7 +52,7 @@ fn emptying(table: &str) -> String {
     responses(
         (status = 200, description = "Everything was deleted", body = Success<Reset>),
         (status = 503, description = "The database or Redis is unavailable", body = ApiError),
-        (status = 500, description = "The server failed while answering", body = ApiError),
+        ServerFailed,
     )
 )]
 async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {

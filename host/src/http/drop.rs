@@ -11,17 +11,16 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::envelope::{Answer, ApiError, AppJson, positive, positive_up_to, sized};
+use super::envelope::{Answer, ApiError, AppJson, idempotency_key, positive, positive_up_to};
 use super::integer::{integer, optional_integer};
-use super::schema::{ComponentFailed, CouponPath, Success};
-use super::{coupon_exists, serving};
+use super::schema::{ComponentFailed, CouponPath, Success, UnknownCoupon};
+use super::serving_coupon;
 use crate::lab::Lab;
 use crate::runtime::World;
 
 const MAX_QUANTITY: u64 = 100_000_000;
 const DEFAULT_TTL_SECONDS: u64 = 24 * 60 * 60;
 const MAX_TTL_SECONDS: u64 = 30 * 24 * 60 * 60;
-const MAX_IDEMPOTENCY_KEY: usize = 128;
 
 pub fn router() -> Router<Lab> {
     Router::new()
@@ -63,7 +62,7 @@ struct Seeded {
     responses(
         (status = 200, description = "The stock is set (`seeded` false when it already was)", body = Success<Seeded>),
         (status = 400, description = "A malformed body, or a number out of range", body = ApiError),
-        (status = 404, description = "The coupon does not exist", body = ApiError),
+        UnknownCoupon,
         (status = 503, description = "Not seeded: the database is unavailable, no gate-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
         ComponentFailed,
     )
@@ -76,8 +75,7 @@ async fn seed(
     let quantity = positive_up_to("quantity", body.quantity, MAX_QUANTITY)?;
     let ttl = body.ttl_seconds.unwrap_or(DEFAULT_TTL_SECONDS as i64);
     let ttl = positive_up_to("ttlSeconds", ttl, MAX_TTL_SECONDS)?;
-    coupon_exists(&lab, coupon_id).await?;
-    let strategy = serving(&lab, World::GATE_ISSUER)?;
+    let strategy = serving_coupon(&lab, coupon_id, World::GATE_ISSUER).await?;
     let answer = lab
         .runtime
         .seed(&strategy, coupon_id, quantity as u32, ttl as u32)
@@ -126,7 +124,7 @@ struct Cancelled {
     responses(
         (status = 200, description = "Cancelled, or nothing was left to cancel (`cancelled` false)", body = Success<Cancelled>),
         (status = 400, description = "A malformed body, a member id that is not positive, or a bad key", body = ApiError),
-        (status = 404, description = "The coupon does not exist", body = ApiError),
+        UnknownCoupon,
         (status = 503, description = "Not cancelled: the database is unavailable, no gate-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
         ComponentFailed,
     )
@@ -137,16 +135,8 @@ async fn cancel(
     AppJson(body): AppJson<CancelBody>,
 ) -> Result<Answer<Cancelled>, ApiError> {
     let member_id = positive("memberId", body.member_id)?;
-    let key = &body.idempotency_key;
-    sized(
-        "idempotencyKey",
-        key,
-        key.len(),
-        MAX_IDEMPOTENCY_KEY,
-        "bytes",
-    )?;
-    coupon_exists(&lab, coupon_id).await?;
-    let strategy = serving(&lab, World::GATE_ISSUER)?;
+    idempotency_key(&body.idempotency_key)?;
+    let strategy = serving_coupon(&lab, coupon_id, World::GATE_ISSUER).await?;
     let cancelled = lab
         .runtime
         .cancel(&strategy, coupon_id, member_id, &body.idempotency_key)

@@ -164,6 +164,21 @@ pub fn positive_up_to(name: &str, value: i64, max: u64) -> Result<u64, ApiError>
     Ok(value)
 }
 
+/// The longest idempotency key a request may carry, in bytes.
+const MAX_IDEMPOTENCY_KEY: usize = 128;
+
+/// Checks an idempotency key (the limited drop's request key): 1 to 128
+/// bytes, as the issue and cancel bodies both document it.
+pub fn idempotency_key(key: &str) -> Result<(), ApiError> {
+    sized(
+        "idempotencyKey",
+        key,
+        key.len(),
+        MAX_IDEMPOTENCY_KEY,
+        "bytes",
+    )
+}
+
 /// Checks that a text input has 1 to `max` of `unit` (`len` counts them).
 pub fn sized(name: &str, text: &str, len: usize, max: usize, unit: &str) -> Result<(), ApiError> {
     if text.is_empty() || len > max {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 use utoipa::ToSchema;
 
-use super::envelope::{Answer, ApiError, AppJson, positive, positive_up_to, sized};
+use super::envelope::{Answer, ApiError, AppJson, idempotency_key, positive, positive_up_to};
 use super::integer::{integer, optional_integer};
 use super::schema::{ComponentFailed, CouponPath, Success};
 use crate::confirmations;
@@ -25,7 +25,6 @@ use crate::settlements;
 
 /// Most coupons one request may ask for.
 const MAX_QUANTITY: u64 = 100;
-const MAX_IDEMPOTENCY_KEY: usize = 128;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/coupons/{coupon_id}/issue", post(issue))
@@ -99,13 +98,7 @@ async fn issue(
     let member_id = positive("memberId", body.member_id)?;
     let quantity = positive_up_to("quantity", body.quantity.unwrap_or(1), MAX_QUANTITY)?;
     if let Some(key) = &body.idempotency_key {
-        sized(
-            "idempotencyKey",
-            key,
-            key.len(),
-            MAX_IDEMPOTENCY_KEY,
-            "bytes",
-        )?;
+        idempotency_key(key)?;
     }
     let method = body.method.trim().to_ascii_uppercase();
     let Some(strategy) = lab.registry.get(&method) else {

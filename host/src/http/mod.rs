@@ -70,21 +70,21 @@ async fn run_to_end(request: Request, next: Next) -> Response {
     }
 }
 
-/// 404 unless the coupon exists (a canary's scratch coupon does not).
-async fn coupon_exists(lab: &Lab, coupon_id: u64) -> Result<(), ApiError> {
+/// The loaded component of the world named `world` (the first by method
+/// name) for a request about `coupon_id`: 404 unless the coupon exists (a
+/// canary's scratch coupon does not), then 503 unless such a component is
+/// loaded.
+async fn serving_coupon(lab: &Lab, coupon_id: u64, world: &str) -> Result<Arc<Strategy>, ApiError> {
     let found: Option<i64> =
         sqlx::query_scalar("SELECT id FROM coupons WHERE id = ? AND NOT scratch")
             .bind(coupon_id)
             .fetch_optional(lab.db())
             .await?;
-    found
-        .map(drop)
-        .ok_or_else(|| ApiError::not_found(format!("coupon {coupon_id} does not exist")))
-}
-
-/// The loaded component of the world named `world` (the first by method
-/// name), or 503.
-fn serving(lab: &Lab, world: &str) -> Result<Arc<Strategy>, ApiError> {
+    if found.is_none() {
+        return Err(ApiError::not_found(format!(
+            "coupon {coupon_id} does not exist"
+        )));
+    }
     lab.registry
         .strategies()
         .values()

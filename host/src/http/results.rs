@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 use super::envelope::{Answer, ApiError};
-use super::schema::{CouponPath, Success};
+use super::schema::{CouponPath, ServerFailed, Success, UnknownCoupon};
 use crate::lab::Lab;
 use crate::results::{self, CouponResult};
 
@@ -24,9 +24,9 @@ pub fn router() -> Router<Lab> {
     responses(
         (status = 200, description = "The coupon's result", body = Success<CouponResult>),
         (status = 400, description = "A coupon id that is not a positive integer", body = ApiError),
-        (status = 404, description = "The coupon does not exist", body = ApiError),
+        UnknownCoupon,
         (status = 503, description = "The database is unavailable (Redis being down is a figure of the result)", body = ApiError),
-        (status = 500, description = "The server failed while answering", body = ApiError),
+        ServerFailed,
     )
 )]
 async fn result(

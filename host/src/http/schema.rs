@@ -99,6 +99,32 @@ pub enum ComponentFailed {
     TimedOut(ApiError),
 }
 
+/// What a route about one coupon answers when no such coupon exists (a
+/// canary's scratch coupon included).
+#[derive(utoipa::IntoResponses)]
+#[expect(
+    dead_code,
+    reason = "it describes responses in the document; handlers answer ApiError"
+)]
+pub enum UnknownCoupon {
+    /// The coupon does not exist.
+    #[response(status = 404)]
+    NotFound(ApiError),
+}
+
+/// What any route may answer: the server failed while answering (its
+/// handler panicked, and `run_to_end` answered for it).
+#[derive(utoipa::IntoResponses)]
+#[expect(
+    dead_code,
+    reason = "it describes responses in the document; handlers answer ApiError"
+)]
+pub enum ServerFailed {
+    /// The server failed while answering.
+    #[response(status = 500)]
+    Failed(ApiError),
+}
+
 /// What a route of the lab's own tables answers when it cannot: the
 /// database unavailable, or the server failing while answering.
 #[derive(utoipa::IntoResponses)]

@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
-use super::schema::Success;
+use super::schema::{ServerFailed, Success};
 use crate::canary::CanaryReport;
 use crate::lab::Lab;
 use crate::runtime::registry::components_in;
@@ -102,7 +102,7 @@ struct Rejected {
     tag = "strategies",
     responses(
         (status = 200, description = "What this server can run, and what it refused", body = Success<Strategies>),
-        (status = 500, description = "The server failed while answering", body = ApiError),
+        ServerFailed,
     )
 )]
 async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {

@@ -10,8 +10,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
-use super::schema::{ComponentFailed, CouponPath, Success};
-use super::{coupon_exists, serving};
+use super::schema::{ComponentFailed, CouponPath, Success, UnknownCoupon};
+use super::serving_coupon;
 use crate::lab::Lab;
 use crate::runtime::World;
 
@@ -50,7 +50,7 @@ struct Reconciled {
     responses(
         (status = 200, description = "The coupon was reconciled", body = Success<Reconciled>),
         (status = 400, description = "A coupon id that is not a positive integer", body = ApiError),
-        (status = 404, description = "The coupon does not exist", body = ApiError),
+        UnknownCoupon,
         (status = 503, description = "Not reconciled: the database is unavailable, no write-behind-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
         ComponentFailed,
     )
@@ -59,8 +59,7 @@ async fn reconcile(
     State(lab): State<Lab>,
     CouponPath(coupon_id): CouponPath,
 ) -> Result<Answer<Reconciled>, ApiError> {
-    coupon_exists(&lab, coupon_id).await?;
-    let strategy = serving(&lab, World::WRITE_BEHIND_ISSUER)?;
+    let strategy = serving_coupon(&lab, coupon_id, World::WRITE_BEHIND_ISSUER).await?;
     let report = lab
         .runtime
         .reconcile(&strategy, coupon_id)
