@@ -58,64 +58,94 @@ impl CouponStream {
     }
 }
 
-/// Up to `count` entries of each of `streams` for consumer `name`: new
-/// ones (`from` `>`) or its own pending ones (`0`), by stream. On one server one XREADGROUP over all
-/// of them, blocking up to [`BLOCK_MS`] when `block`; on a cluster one per
-/// stream, then a short pause when all were empty.
-pub(super) async fn read_streams(
-    conn: &mut RedisConn,
-    streams: &mut CouponStreams,
-    lab: &Lab,
-    name: &str,
-    from: &str,
-    count: usize,
-    block: bool,
-) -> RedisResult<Vec<(CouponStream, Vec<StreamId>)>> {
-    let current = streams.current(lab, conn).await?;
-    if current.is_empty() {
-        if block {
-            tokio::time::sleep(LOOK_EVERY).await;
+/// What a role runs with, as [`keep_running`] hands it over: the lab, the
+/// signal to stop, the consumer's name in its group, a connection of its
+/// own, and the coupons' streams it reads.
+pub(super) struct Consumer<'a> {
+    pub lab: &'a Lab,
+    pub cancel: &'a CancellationToken,
+    pub name: &'a str,
+    pub conn: &'a mut RedisConn,
+    pub streams: &'a mut CouponStreams,
+}
+
+impl<'a> Consumer<'a> {
+    /// The coupons' streams this consumer reads now.
+    pub async fn current_streams(&mut self) -> RedisResult<Vec<CouponStream>> {
+        self.streams.current(self.lab, self.conn).await
+    }
+
+    /// The claim, for this consumer, of `stream`'s entries idle past the
+    /// lab's claim limit; `just_ids` as [`Claim::just_ids`].
+    pub fn claim<'s>(&self, stream: &'s CouponStream, just_ids: bool) -> Claim<'s>
+    where
+        'a: 's,
+    {
+        Claim {
+            stream,
+            consumer: self.name,
+            idle_ms: self.lab.config.consumers.claim_idle_ms,
+            just_ids,
         }
-        return Ok(Vec::new());
     }
-    let mut options = StreamReadOptions::default()
-        .group(streams.kind.group, name)
-        .count(count);
-    let one_read = !lab.redis_target.is_cluster();
-    if block && one_read {
-        options = options.block(BLOCK_MS);
-    }
-    let reads: Vec<Vec<CouponStream>> = if one_read {
-        vec![current]
-    } else {
-        current.into_iter().map(|stream| vec![stream]).collect()
-    };
-    let mut found = Vec::new();
-    for read in reads {
-        let keys: Vec<&str> = read.iter().map(|stream| stream.key.as_str()).collect();
-        let from = vec![from; keys.len()];
-        let reply: RedisResult<Option<StreamReadReply>> =
-            conn.xread_options(&keys, &from, &options).await;
-        let reply = match reply {
-            Err(err) if err.code() == Some("NOGROUP") => {
-                streams.forget();
-                return Ok(found);
+
+    /// Up to `count` entries of each current stream: new ones (`from`
+    /// `>`) or this consumer's own pending ones (`0`), by stream. On one
+    /// server one XREADGROUP over all of them, blocking up to [`BLOCK_MS`]
+    /// when `block`; on a cluster one per stream, then a short pause when
+    /// all were empty.
+    pub async fn read(
+        &mut self,
+        from: &str,
+        count: usize,
+        block: bool,
+    ) -> RedisResult<Vec<(CouponStream, Vec<StreamId>)>> {
+        let current = self.current_streams().await?;
+        if current.is_empty() {
+            if block {
+                tokio::time::sleep(LOOK_EVERY).await;
             }
-            other => other?,
+            return Ok(Vec::new());
+        }
+        let mut options = StreamReadOptions::default()
+            .group(self.streams.kind.group, self.name)
+            .count(count);
+        let one_read = !self.lab.redis_target.is_cluster();
+        if block && one_read {
+            options = options.block(BLOCK_MS);
+        }
+        let reads: Vec<Vec<CouponStream>> = if one_read {
+            vec![current]
+        } else {
+            current.into_iter().map(|stream| vec![stream]).collect()
         };
-        for stream in reply.into_iter().flat_map(|reply| reply.keys) {
-            let read_from = read.iter().find(|coupon| coupon.key == stream.key);
-            if let Some(read_from) = read_from
-                && !stream.ids.is_empty()
-            {
-                found.push((read_from.clone(), stream.ids));
+        let mut found = Vec::new();
+        for read in reads {
+            let keys: Vec<&str> = read.iter().map(|stream| stream.key.as_str()).collect();
+            let from = vec![from; keys.len()];
+            let reply: RedisResult<Option<StreamReadReply>> =
+                self.conn.xread_options(&keys, &from, &options).await;
+            let reply = match reply {
+                Err(err) if err.code() == Some("NOGROUP") => {
+                    self.streams.forget();
+                    return Ok(found);
+                }
+                other => other?,
+            };
+            for stream in reply.into_iter().flat_map(|reply| reply.keys) {
+                let read_from = read.iter().find(|coupon| coupon.key == stream.key);
+                if let Some(read_from) = read_from
+                    && !stream.ids.is_empty()
+                {
+                    found.push((read_from.clone(), stream.ids));
+                }
             }
         }
+        if block && !one_read && found.is_empty() {
+            tokio::time::sleep(CLUSTER_IDLE_PAUSE).await;
+        }
+        Ok(found)
     }
-    if block && !one_read && found.is_empty() {
-        tokio::time::sleep(CLUSTER_IDLE_PAUSE).await;
-    }
-    Ok(found)
 }
 
 /// Runs `role` as consumer `name` of the coupons' streams of `kind` until
@@ -129,13 +159,7 @@ pub(super) async fn keep_running<F>(
     trims: bool,
     role: F,
 ) where
-    F: AsyncFn(
-        &Lab,
-        &CancellationToken,
-        &str,
-        &mut RedisConn,
-        &mut CouponStreams,
-    ) -> RedisResult<()>,
+    F: AsyncFn(Consumer<'_>) -> RedisResult<()>,
 {
     loop {
         // A connection of its own: XREADGROUP BLOCK would stall a shared one.
@@ -143,7 +167,14 @@ pub(super) async fn keep_running<F>(
         let outcome = match lab.redis_target.connect(response_timeout).await {
             Ok(mut conn) => {
                 let mut streams = CouponStreams::new(lab, kind, trims);
-                role(lab, cancel, name, &mut conn, &mut streams).await
+                role(Consumer {
+                    lab,
+                    cancel,
+                    name,
+                    conn: &mut conn,
+                    streams: &mut streams,
+                })
+                .await
             }
             Err(err) => Err(err),
         };

@@ -29,10 +29,9 @@ use redis::streams::StreamId;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::active::CouponStreams;
 use super::group::{
-    Claim, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, keep_claimed,
-    keep_running, read_streams, to_wit,
+    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, keep_claimed,
+    keep_running, to_wit,
 };
 use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
@@ -69,17 +68,11 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
 
 /// A consumer: new entries, one batch at a time, until cancelled. A batch
 /// in hand is finished before stopping.
-async fn read_new(
-    lab: &Lab,
-    cancel: &CancellationToken,
-    name: &str,
-    conn: &mut RedisConn,
-    streams: &mut CouponStreams,
-) -> RedisResult<()> {
-    while !cancel.is_cancelled() {
-        for (stream, entries) in read_streams(conn, streams, lab, name, ">", BATCH, true).await? {
+async fn read_new(mut consumer: Consumer<'_>) -> RedisResult<()> {
+    while !consumer.cancel.is_cancelled() {
+        for (stream, entries) in consumer.read(">", BATCH, true).await? {
             for entry in entries {
-                deliver(lab, conn, name, &stream, entry, 1).await?;
+                deliver(&mut consumer, &stream, entry, 1).await?;
             }
         }
     }
@@ -88,39 +81,29 @@ async fn read_new(
 
 /// The claimer: every interval, entries idle past the limit are claimed and
 /// delivered again, or dead-lettered once delivered too often.
-async fn claim_idle(
-    lab: &Lab,
-    cancel: &CancellationToken,
-    name: &str,
-    conn: &mut RedisConn,
-    streams: &mut CouponStreams,
-) -> RedisResult<()> {
+async fn claim_idle(mut consumer: Consumer<'_>) -> RedisResult<()> {
+    let lab = consumer.lab;
     let settings = &lab.config.consumers;
     let every = Duration::from_millis(settings.claim_interval_ms.max(10));
-    while pause_unless_cancelled(cancel, every).await {
-        for stream in streams.current(lab, conn).await? {
-            let claim = Claim {
-                stream: &stream,
-                consumer: name,
-                idle_ms: settings.claim_idle_ms,
-                just_ids: false,
-            };
-            let mut pages = claim.pages();
-            while let Some(claimed) = pages.next(conn).await? {
+    while pause_unless_cancelled(consumer.cancel, every).await {
+        for stream in consumer.current_streams().await? {
+            let mut pages = consumer.claim(&stream, false).pages();
+            while let Some(claimed) = pages.next(consumer.conn).await? {
                 if !claimed.is_empty() {
                     // XAUTOCLAIM counted this claim as a delivery; read the
                     // count of exactly the entries claimed.
-                    let deliveries = delivery_counts(conn, &stream, &claimed).await?;
+                    let deliveries = delivery_counts(consumer.conn, &stream, &claimed).await?;
                     for (entry, delivered) in claimed.into_iter().zip(deliveries) {
                         if delivered > settings.max_deliveries {
                             // This claim is not a delivery to the component.
+                            let conn = &mut *consumer.conn;
                             dead_letter(lab, conn, &stream, entry, delivered - 1).await?;
                         } else {
-                            deliver(lab, conn, name, &stream, entry, delivered).await?;
+                            deliver(&mut consumer, &stream, entry, delivered).await?;
                         }
                     }
                 }
-                if cancel.is_cancelled() {
+                if consumer.cancel.is_cancelled() {
                     return Ok(());
                 }
             }
@@ -133,13 +116,12 @@ async fn claim_idle(
 /// While the component works, the entry is kept claimed by `consumer`, so
 /// the claimer never hands an entry still being confirmed to anyone else.
 async fn deliver(
-    lab: &Lab,
-    conn: &mut RedisConn,
-    consumer: &str,
+    consumer: &mut Consumer<'_>,
     stream: &CouponStream,
     entry: StreamId,
     deliveries: u32,
 ) -> RedisResult<()> {
+    let (lab, conn) = (consumer.lab, &mut *consumer.conn);
     let Some((entry, strategy)) = owned(lab, entry, deliveries, "confirm") else {
         return Ok(());
     };
@@ -147,7 +129,7 @@ async fn deliver(
     let keep_claimed = keep_claimed(
         conn.clone(),
         stream,
-        consumer,
+        consumer.name,
         &ids,
         Duration::from_millis(lab.config.consumers.claim_idle_ms),
     );

@@ -24,10 +24,9 @@ use redis::RedisResult;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::active::CouponStreams;
 use super::group::{
-    Claim, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, keep_claimed,
-    keep_running, read_streams, to_wit,
+    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, keep_claimed,
+    keep_running, to_wit,
 };
 use super::{pause_unless_cancelled, record, until_answered};
 use crate::lab::Lab;
@@ -50,37 +49,30 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
     })
 }
 
-async fn load(
-    lab: &Lab,
-    cancel: &CancellationToken,
-    name: &str,
-    conn: &mut RedisConn,
-    streams: &mut CouponStreams,
-) -> RedisResult<()> {
+async fn load(mut consumer: Consumer<'_>) -> RedisResult<()> {
+    let lab = consumer.lab;
     let settings = &lab.config.consumers;
     let claim_every = Duration::from_millis(settings.claim_interval_ms.max(10));
     let mut next_claim = Instant::now();
     let mut own_pending_first = true;
-    while !cancel.is_cancelled() {
+    while !consumer.cancel.is_cancelled() {
         if Instant::now() >= next_claim {
             next_claim = Instant::now() + claim_every;
-            own_pending_first |= claim_idle(lab, cancel, name, conn, streams).await? > 0;
+            own_pending_first |= claim_idle(&mut consumer).await? > 0;
         }
         let mut rounds: Vec<(CouponStream, Vec<StreamEntry>)> = Vec::new();
         if own_pending_first {
-            let pending = read_streams(conn, streams, lab, name, "0", BATCH, false).await?;
+            let pending = consumer.read("0", BATCH, false).await?;
             own_pending_first = !pending.is_empty();
             for (stream, entries) in pending {
                 // Reading pending entries again counted a delivery; read the
                 // count of exactly these entries.
-                let counts = delivery_counts(conn, &stream, &entries).await?;
+                let counts = delivery_counts(consumer.conn, &stream, &entries).await?;
                 let entries = entries.into_iter().zip(counts);
                 rounds.push((stream, entries.map(|(e, n)| to_wit(e, n)).collect()));
             }
         } else {
-            for (stream, entries) in
-                read_streams(conn, streams, lab, name, ">", BATCH, true).await?
-            {
+            for (stream, entries) in consumer.read(">", BATCH, true).await? {
                 rounds.push((stream, entries.into_iter().map(|e| to_wit(e, 1)).collect()));
             }
         }
@@ -92,7 +84,8 @@ async fn load(
             let ids: Vec<String> = entries.iter().map(|entry| entry.id.clone()).collect();
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
             let idle_limit = Duration::from_millis(settings.claim_idle_ms);
-            let keep_claimed = keep_claimed(conn.clone(), &stream, name, &ids, idle_limit);
+            let conn = &mut *consumer.conn;
+            let keep_claimed = keep_claimed(conn.clone(), &stream, consumer.name, &ids, idle_limit);
             all_loaded &= tokio::select! {
                 loaded = load_round(lab, conn, &stream, entries) => loaded?,
                 never = keep_claimed => match never {},
@@ -100,7 +93,7 @@ async fn load(
         }
         // Whatever failed is pending now; the next round starts with it.
         own_pending_first = true;
-        if !all_loaded && !pause_unless_cancelled(cancel, AFTER_FAILURE).await {
+        if !all_loaded && !pause_unless_cancelled(consumer.cancel, AFTER_FAILURE).await {
             return Ok(());
         }
     }
@@ -110,32 +103,20 @@ async fn load(
 /// Claims, without reading them, the entries idle past the claim limit;
 /// returns how many. They are this loader's pending entries now, read (and
 /// counted as delivered) at its next round.
-async fn claim_idle(
-    lab: &Lab,
-    cancel: &CancellationToken,
-    name: &str,
-    conn: &mut RedisConn,
-    streams: &mut CouponStreams,
-) -> RedisResult<usize> {
+async fn claim_idle(consumer: &mut Consumer<'_>) -> RedisResult<usize> {
     let mut claimed = 0;
-    for stream in streams.current(lab, conn).await? {
-        let claim = Claim {
-            stream: &stream,
-            consumer: name,
-            idle_ms: lab.config.consumers.claim_idle_ms,
-            just_ids: true,
-        };
-        let mut pages = claim.pages();
-        while let Some(ids) = pages.next(conn).await? {
+    for stream in consumer.current_streams().await? {
+        let mut pages = consumer.claim(&stream, true).pages();
+        while let Some(ids) = pages.next(consumer.conn).await? {
             claimed += ids.len();
-            if cancel.is_cancelled() {
+            if consumer.cancel.is_cancelled() {
                 break;
             }
         }
     }
     if claimed > 0 {
         tracing::info!(
-            loader = name,
+            loader = consumer.name,
             claimed,
             "claimed the entries of a loader that stopped"
         );
