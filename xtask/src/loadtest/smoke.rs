@@ -82,17 +82,8 @@ fn under_faults() -> anyhow::Result<()> {
     // The slowed database keeps the subscriber behind the 202s when the
     // server dies, so something acknowledged is still unconfirmed.
     let dir = out.join("kill-server");
-    let faults = plan(&["db-latency=20@0s+3s", "kill-server@0.3s"])?;
-    let runner = Runner::serving(faults, false, false, K6::ensure(None)?, dir.clone())?;
-    let spike = options(&[
-        "--methods",
-        "REDIS_PUBSUB,REDIS_STREAM_ATOMIC",
-        "--members",
-        "600",
-        "--total",
-        "200",
-    ])?;
-    compare(&runner, &spike, true)?.check_claims(false)?;
+    let faults = ["db-latency=20@0s+3s", "kill-server@0.3s"];
+    let runner = spike(&faults, "REDIS_PUBSUB,REDIS_STREAM_ATOMIC", 600, 200, &dir)?;
     for (method, lost_expected) in [("REDIS_PUBSUB", true), ("REDIS_STREAM_ATOMIC", false)] {
         let (reported, recounted) = acked_but_lost(&runner, &dir, method)?;
         if reported != recounted || (reported > 0) != lost_expected {
@@ -107,17 +98,7 @@ fn under_faults() -> anyhow::Result<()> {
 
     println!("load test smoke run: redis-cut during a spike");
     let dir = out.join("redis-cut");
-    let faults = plan(&["redis-cut@0.1s+1s"])?;
-    let runner = Runner::serving(faults, false, false, K6::ensure(None)?, dir.clone())?;
-    let spike = options(&[
-        "--methods",
-        "REDIS_LUA",
-        "--members",
-        "3000",
-        "--total",
-        "1500",
-    ])?;
-    compare(&runner, &spike, true)?.check_claims(false)?;
+    spike(&["redis-cut@0.1s+1s"], "REDIS_LUA", 3000, 1500, &dir)?;
     let verification = &results(&dir)?["methods"]["REDIS_LUA"]["verification"];
     let figure = |name: &str| verification[name].as_u64().context(name.to_string());
     if figure("overIssued")? != 0 || figure("strandedStock")? != 0 {
@@ -125,6 +106,31 @@ fn under_faults() -> anyhow::Result<()> {
     }
     println!("      REDIS_LUA: no over-issue, no stranded stock");
     Ok(())
+}
+
+/// A spike of `members` asking for `total` coupons of each of `methods`
+/// under `faults`, its report in `dir` and its claims checked; the runner,
+/// for reading the rows after.
+fn spike(
+    faults: &[&str],
+    methods: &str,
+    members: u64,
+    total: u64,
+    dir: &Path,
+) -> anyhow::Result<Runner> {
+    let k6 = K6::ensure(None)?;
+    let runner = Runner::serving(plan(faults)?, false, false, k6, dir.to_path_buf())?;
+    let (members, total) = (members.to_string(), total.to_string());
+    let options = options(&[
+        "--methods",
+        methods,
+        "--members",
+        &members,
+        "--total",
+        &total,
+    ])?;
+    compare(&runner, &options, true)?.check_claims(false)?;
+    Ok(runner)
 }
 
 /// A picture of `page` as a person's browser shows it at 1280 px, for
