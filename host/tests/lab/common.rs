@@ -38,7 +38,14 @@ pub fn components_dir() -> PathBuf {
 }
 
 pub fn component(name: &str) -> PathBuf {
-    let path = components_dir().join(format!("{name}.wasm"));
+    let file = format!("{name}.wasm");
+    // The Python and JavaScript ones are built beside the Rust ones.
+    let polyglot = components_dir().join("../../polyglot/out").join(&file);
+    let path = if polyglot.exists() {
+        polyglot
+    } else {
+        components_dir().join(file)
+    };
     assert!(
         path.exists(),
         "{} is missing: run `cargo xtask strategies` (cargo xtask test does)",
@@ -384,6 +391,17 @@ impl TestLab {
         Reply { status, body }
     }
 
+    /// Waits, at most `limit`, until the server at `base` (a process of the
+    /// test's own) answers.
+    pub async fn until_answering(&self, base: &str, limit: std::time::Duration) {
+        let what = format!("the server at {base} answers");
+        until(&what, limit, || async {
+            let url = format!("{base}/lab/strategies");
+            self.client.get(url).send().await.is_ok()
+        })
+        .await;
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> Reply {
         self.request(reqwest::Method::POST, path, Some(&body.to_string()))
             .await
@@ -430,6 +448,36 @@ impl TestLab {
             )
             .await;
         reply.ok()["id"].as_u64().unwrap()
+    }
+
+    /// Seeds the limited drop of `coupon` with a stock of `quantity`.
+    pub async fn seed_drop(&self, coupon: u64, quantity: u64) -> Reply {
+        self.post(
+            &format!("/lab/drop/coupons/{coupon}/seed"),
+            json!({ "quantity": quantity }),
+        )
+        .await
+    }
+
+    /// Gives back `member`'s reservation of the drop of `coupon`, made with
+    /// the idempotency key `key`.
+    pub async fn cancel_drop(&self, coupon: u64, member: u64, key: &str) -> Reply {
+        self.post(
+            &format!("/lab/drop/coupons/{coupon}/cancel"),
+            json!({ "memberId": member, "idempotencyKey": key }),
+        )
+        .await
+    }
+
+    /// A new coupon of `total` that `method` can issue at once: the limited
+    /// drop (REDIS_LUA_GATE) sells only a seeded stock, seeded here with the
+    /// whole total.
+    pub async fn coupon_for(&self, method: &str, total: u64) -> u64 {
+        let coupon = self.coupon(total).await;
+        if method == "REDIS_LUA_GATE" {
+            self.seed_drop(coupon, total).await.ok();
+        }
+        coupon
     }
 
     pub async fn issue(&self, coupon: u64, member: u64, method: &str) -> Reply {
@@ -505,6 +553,24 @@ impl TestLab {
             query = query.bind(bind);
         }
         query.execute(&self.db).await.unwrap();
+    }
+
+    /// Asserts that the database refuses what Redis let through for
+    /// `method`: `member`, once `coupon` is sold out in the database alone
+    /// (its guarded UPDATE touches no row), and a member the database does
+    /// not know (its INSERT fails). Leaves the coupon sold out there.
+    pub async fn assert_database_refuses(&self, coupon: u64, member: u64, method: &str) {
+        self.execute(
+            "UPDATE coupons SET issued_count = total_count WHERE id = ?",
+            &[coupon],
+        )
+        .await;
+        self.issue(coupon, member, method)
+            .await
+            .fails_as(409, "SOLD_OUT_AT_DB");
+        self.issue(coupon, 999_999_999, method)
+            .await
+            .fails_as(404, "UNKNOWN_MEMBER");
     }
 
     /// Runs `command` on this test's Redis, which must not fail.
@@ -654,6 +720,16 @@ pub fn assert_accepts_exactly(replies: &[Reply], accepted: usize, method: &str) 
     for reply in replies.iter().filter(|r| r.status == 202) {
         assert_eq!(reply.ok()["outcome"], json!("ACCEPTED"));
     }
+}
+
+/// Asserts that a coupon's `result` holds every invariant: never
+/// over-issued, one coupon per member, the count matching the rows.
+pub fn assert_invariants_hold(result: &Value) {
+    assert_eq!(
+        result["invariants"],
+        json!({ "neverOverIssued": true, "onePerMember": true, "countMatchesRows": true }),
+        "{result}"
+    );
 }
 
 /// How long a test waits for accepted requests to be confirmed.

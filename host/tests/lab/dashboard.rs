@@ -165,12 +165,7 @@ async fn every_family(lab: &TestLab) {
         .await
         .fails_with(504);
     let dropped = lab.coupon(5).await;
-    lab.post(
-        &format!("/lab/drop/coupons/{dropped}/seed"),
-        json!({ "quantity": 5 }),
-    )
-    .await
-    .ok();
+    lab.seed_drop(dropped, 5).await.ok();
     lab.issue_keyed(dropped, members[12], "REDIS_LUA_GATE", "dashboard")
         .await
         .ok();

@@ -10,7 +10,9 @@ use couponlab_contract::keys;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::common::{Reply, Setup, TestLab, hold_coupon_row, outcome, until};
+use crate::common::{
+    Reply, Setup, TestLab, assert_invariants_hold, hold_coupon_row, outcome, until,
+};
 
 const METHOD: &str = "REDIS_LUA_GATE";
 const COMPONENT: &str = "redis_lua_gate";
@@ -20,22 +22,6 @@ async fn issue(lab: &TestLab, coupon: u64, member: u64, key: Option<&str>) -> Re
         Some(key) => lab.issue_keyed(coupon, member, METHOD, key).await,
         None => lab.issue(coupon, member, METHOD).await,
     }
-}
-
-async fn seed(lab: &TestLab, coupon: u64, quantity: u64) -> Reply {
-    lab.post(
-        &format!("/lab/drop/coupons/{coupon}/seed"),
-        json!({ "quantity": quantity }),
-    )
-    .await
-}
-
-async fn cancel(lab: &TestLab, coupon: u64, member: u64, key: &str) -> Reply {
-    lab.post(
-        &format!("/lab/drop/coupons/{coupon}/cancel"),
-        json!({ "memberId": member, "idempotencyKey": key }),
-    )
-    .await
 }
 
 /// How many replies had each status and outcome.
@@ -125,7 +111,7 @@ async fn stock_100_and_500_concurrent_reserves_admit_exactly_100_and_sell_out_40
         .start()
         .await;
     let (members, coupon) = lab.members_and_coupon(500, 100).await;
-    seed(&lab, coupon, 100).await.ok();
+    lab.seed_drop(coupon, 100).await.ok();
 
     let replies = join_all(members.iter().map(|&m| issue(&lab, coupon, m, None))).await;
     assert_eq!(
@@ -167,7 +153,7 @@ async fn the_same_idempotency_key_twice_is_already_reserved_and_takes_stock_once
     let lab = Setup::with(&[COMPONENT]).start().await;
     let member = lab.members(1).await[0];
     let coupon = lab.coupon(10).await;
-    seed(&lab, coupon, 10).await.ok();
+    lab.seed_drop(coupon, 10).await.ok();
 
     // A client retrying one request twenty times at once.
     let replies = join_all((0..20).map(|_| issue(&lab, coupon, member, Some("order-1")))).await;
@@ -211,7 +197,7 @@ async fn a_member_past_the_per_member_limit_is_refused() {
         .await;
     assert_eq!(created.ok()["perMemberLimit"], json!(1));
     let coupon = created.ok()["id"].as_u64().unwrap();
-    seed(&lab, coupon, 10).await.ok();
+    lab.seed_drop(coupon, 10).await.ok();
     assert_eq!(
         get(&lab, &gate_key(coupon, "limit")).await.as_deref(),
         Some("1")
@@ -280,7 +266,7 @@ async fn a_member_past_the_per_member_limit_is_refused() {
 async fn a_cancel_restores_the_stock_exactly_once() {
     let lab = Setup::with(&[COMPONENT]).start().await;
     let (members, coupon) = lab.members_and_coupon(4, 10).await;
-    seed(&lab, coupon, 10).await.ok();
+    lab.seed_drop(coupon, 10).await.ok();
     for (i, &member) in members[..3].iter().enumerate() {
         issue(&lab, coupon, member, Some(&format!("k{i}")))
             .await
@@ -289,7 +275,7 @@ async fn a_cancel_restores_the_stock_exactly_once() {
     assert_eq!(remaining(&lab, coupon).await, Some(7));
     assert_eq!(issued_count(&lab, coupon).await, 3);
 
-    let cancelled = cancel(&lab, coupon, members[0], "k0").await;
+    let cancelled = lab.cancel_drop(coupon, members[0], "k0").await;
     assert_eq!(
         cancelled.ok(),
         &json!({ "couponId": coupon, "memberId": members[0], "cancelled": true })
@@ -302,15 +288,15 @@ async fn a_cancel_restores_the_stock_exactly_once() {
     assert_eq!(issued_count(&lab, coupon).await, 2);
 
     // A second cancel, and a key of another member, change nothing.
-    let again = cancel(&lab, coupon, members[0], "k0").await;
+    let again = lab.cancel_drop(coupon, members[0], "k0").await;
     assert_eq!(again.ok()["cancelled"], json!(false));
-    let foreign = cancel(&lab, coupon, members[2], "k1").await;
+    let foreign = lab.cancel_drop(coupon, members[2], "k1").await;
     assert_eq!(foreign.ok()["cancelled"], json!(false));
     assert_eq!(remaining(&lab, coupon).await, Some(8));
     assert_eq!(lab.issued_members(coupon).await, members[1..3].to_vec());
 
     // Five cancels of one reservation at once: exactly one restores.
-    let racing = join_all((0..5).map(|_| cancel(&lab, coupon, members[1], "k1"))).await;
+    let racing = join_all((0..5).map(|_| lab.cancel_drop(coupon, members[1], "k1"))).await;
     let restored = racing
         .iter()
         .filter(|r| r.ok()["cancelled"] == json!(true))
@@ -325,11 +311,13 @@ async fn a_cancel_restores_the_stock_exactly_once() {
     assert_eq!(remaining(&lab, coupon).await, Some(8));
     assert_eq!(issued_count(&lab, coupon).await, 2);
 
-    cancel(&lab, coupon + 1_000_000, members[0], "k3")
+    lab.cancel_drop(coupon + 1_000_000, members[0], "k3")
         .await
         .fails_with(404);
-    cancel(&lab, coupon, 0, "k3").await.fails_with(400);
-    cancel(&lab, coupon, members[0], "").await.fails_with(400);
+    lab.cancel_drop(coupon, 0, "k3").await.fails_with(400);
+    lab.cancel_drop(coupon, members[0], "")
+        .await
+        .fails_with(400);
     lab.finish().await;
 }
 
@@ -340,7 +328,7 @@ async fn seeding_twice_keeps_the_stock_at_the_limited_quantity() {
     let member = lab.members(1).await[0];
     let coupon = lab.coupon(100).await;
 
-    let seeds = join_all((0..10).map(|_| seed(&lab, coupon, 50))).await;
+    let seeds = join_all((0..10).map(|_| lab.seed_drop(coupon, 50))).await;
     let fresh = seeds
         .iter()
         .filter(|r| r.ok()["seeded"] == json!(true))
@@ -365,21 +353,21 @@ async fn seeding_twice_keeps_the_stock_at_the_limited_quantity() {
             > 0
     );
 
-    let again = seed(&lab, coupon, 50).await;
+    let again = lab.seed_drop(coupon, 50).await;
     assert_eq!(
         again.ok(),
         &json!({ "couponId": coupon, "seeded": false, "remaining": 49 })
     );
     assert_eq!(remaining(&lab, coupon).await, Some(49));
 
-    seed(&lab, coupon, 0).await.fails_with(400);
+    lab.seed_drop(coupon, 0).await.fails_with(400);
     lab.post(
         &format!("/lab/drop/coupons/{coupon}/seed"),
         json!({ "quantity": 5, "ttlSeconds": 0 }),
     )
     .await
     .fails_with(400);
-    seed(&lab, coupon + 1_000_000, 5).await.fails_with(404);
+    lab.seed_drop(coupon + 1_000_000, 5).await.fails_with(404);
     lab.finish().await;
 }
 
@@ -387,7 +375,7 @@ async fn seeding_twice_keeps_the_stock_at_the_limited_quantity() {
 async fn a_drop_seeded_above_the_coupon_drains_at_the_database_guard() {
     let lab = Setup::with(&[COMPONENT]).start().await;
     let (members, coupon) = lab.members_and_coupon(9, 5).await;
-    seed(&lab, coupon, 8).await.ok();
+    lab.seed_drop(coupon, 8).await.ok();
 
     let replies = join_all(members[..8].iter().map(|&m| issue(&lab, coupon, m, None))).await;
     assert_eq!(
@@ -421,7 +409,7 @@ async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_r
     let members = lab.members(21).await;
     // Stock for everyone: only the permit can refuse them.
     let coupon = lab.coupon(100).await;
-    seed(&lab, coupon, 100).await.ok();
+    lab.seed_drop(coupon, 100).await.ok();
 
     let holder = hold_coupon_row(&lab, coupon).await;
     let first = issue(&lab, coupon, members[0], None);
@@ -472,7 +460,7 @@ async fn a_permit_whose_confirm_failed_comes_back_at_once() {
         .start()
         .await;
     let (members, coupon) = lab.members_and_coupon(2, 10).await;
-    seed(&lab, coupon, 10).await.ok();
+    lab.seed_drop(coupon, 10).await.ok();
 
     // The first request takes the only permit and waits on the coupon row
     // in its confirm until the database cuts the statement at its deadline.
@@ -577,9 +565,6 @@ async fn a_spike_of_500_on_100_issues_exactly_100_and_throttled_clients_retry() 
     assert_eq!(result["issueRows"], json!(100));
     assert_eq!(result["issuedCount"], json!(100));
     assert_eq!(result["distinctMembers"], json!(100));
-    assert_eq!(
-        result["invariants"],
-        json!({ "neverOverIssued": true, "onePerMember": true, "countMatchesRows": true })
-    );
+    assert_invariants_hold(&result);
     lab.finish().await;
 }

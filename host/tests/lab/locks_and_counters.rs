@@ -11,7 +11,7 @@ use std::process::Stdio;
 
 use reqwest::Method;
 
-use crate::common::{Setup, free_port, hold_coupon_row, outcome, until};
+use crate::common::{Reply, Setup, TestLab, free_port, hold_coupon_row, outcome};
 
 /// What each method may answer a member besides 200: 409 for a second ask
 /// or no stock, 503 LOCK_WAIT_TIMEOUT for a lock not free in time.
@@ -79,31 +79,20 @@ async fn each_issues_exactly_the_total_to_members_asking_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spin_lock_whose_lease_runs_out_mid_work_has_two_holders_and_over_issues() {
     let lab = Setup::with(&["redis_spin_lock"]).start().await;
-    let (members, coupon) = lab.members_and_coupon(2, 1).await;
-    let holding = hold_coupon_row(&lab, coupon).await;
+    // The second asks while the first holds the lock, shortly before its
+    // lease ends; the row is let go once the second has taken the lock the
+    // lease gave up.
+    let race = race_past_the_lease(&lab, "REDIS_SPIN_LOCK", 2_500, 4_500).await;
 
-    let first = lab.issue(coupon, members[0], "REDIS_SPIN_LOCK");
-    let second = async {
-        // While the first holds the lock, shortly before its lease ends.
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
-        lab.issue(coupon, members[1], "REDIS_SPIN_LOCK").await
-    };
-    let release = async {
-        // Once the second has taken the lock the lease gave up.
-        tokio::time::sleep(Duration::from_millis(4_500)).await;
-        holding.rollback().await.unwrap();
-    };
-    let (first, second, ()) = tokio::join!(first, second, release);
-
-    for reply in [&first, &second] {
+    for reply in [&race.first, &race.second] {
         assert_eq!(reply.status.as_u16(), 200, "{}", reply.body);
     }
     assert_eq!(
-        lab.issued_members(coupon).await,
-        members,
+        lab.issued_members(race.coupon).await,
+        race.members,
         "both held the lock: two rows"
     );
-    let result = lab.result(coupon).await;
+    let result = lab.result(race.coupon).await;
     assert_eq!(result["overIssued"], json!(1), "{result}");
     assert_eq!(
         result["requests"]["byMethod"]["REDIS_SPIN_LOCK"]["labels"]["leaseExpired"],
@@ -111,6 +100,45 @@ async fn a_spin_lock_whose_lease_runs_out_mid_work_has_two_holders_and_over_issu
         "{result}"
     );
     lab.finish().await;
+}
+
+/// What [`race_past_the_lease`] ran: its coupon of 1, its two members, and
+/// how each one's request ended.
+pub(crate) struct LeaseRace {
+    pub coupon: u64,
+    pub members: Vec<u64>,
+    pub first: Reply,
+    pub second: Reply,
+}
+
+/// Two members ask `method` for a coupon of 1 while another session holds
+/// the coupon row, so the first one's critical section (its unguarded
+/// `issued_count + 1`) outlasts a 3 s lock lease: the second asks
+/// `second_after_ms` in, and the row is let go `release_after_ms` in.
+pub(crate) async fn race_past_the_lease(
+    lab: &TestLab,
+    method: &str,
+    second_after_ms: u64,
+    release_after_ms: u64,
+) -> LeaseRace {
+    let (members, coupon) = lab.members_and_coupon(2, 1).await;
+    let holding = hold_coupon_row(lab, coupon).await;
+    let first = lab.issue(coupon, members[0], method);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(second_after_ms)).await;
+        lab.issue(coupon, members[1], method).await
+    };
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(release_after_ms)).await;
+        holding.rollback().await.unwrap();
+    };
+    let (first, second, ()) = tokio::join!(first, second, release);
+    LeaseRace {
+        coupon,
+        members,
+        first,
+        second,
+    }
 }
 
 /// IN_PROCESS_LOCK on one host: the second request waits for the first,
@@ -122,18 +150,7 @@ async fn an_in_process_lock_holds_on_one_host_and_over_issues_on_two() {
     let bind = format!("127.0.0.1:{}", free_port());
     let _other = lab.process(&["serve"], &[("COUPONLAB_BIND", &bind)], Stdio::null());
     let other = format!("http://{bind}");
-    until(
-        "the second host serves",
-        Duration::from_secs(60),
-        || async {
-            lab.client
-                .get(format!("{other}/lab/strategies"))
-                .send()
-                .await
-                .is_ok()
-        },
-    )
-    .await;
+    lab.until_answering(&other, Duration::from_secs(60)).await;
     let members = lab.members(4).await;
     let body =
         |member: u64| Some(json!({ "memberId": member, "method": "IN_PROCESS_LOCK" }).to_string());

@@ -113,19 +113,6 @@ async fn expected_figure(lab: &TestLab, coupon: u64, method: &str, total: u64) -
     }
 }
 
-async fn seeded(lab: &TestLab, method: &str, total: u64) -> u64 {
-    let coupon = lab.coupon(total).await;
-    if method == "REDIS_LUA_GATE" {
-        lab.post(
-            &format!("/lab/drop/coupons/{coupon}/seed"),
-            json!({"quantity": total}),
-        )
-        .await
-        .ok();
-    }
-    coupon
-}
-
 const METHODS: [&str; 3] = ["REDIS_LUA", "REDIS_LUA_GATE", "REDIS_STREAM_ATOMIC"];
 const COMPONENTS: [&str; 4] = [
     "redis_lua",
@@ -145,8 +132,8 @@ async fn a_database_cut_mid_burst_leaves_redis_equal_to_the_rows_and_no_lock_beh
             // The burst's coupon, and another one asked at the same time.
             coupons.push((
                 method,
-                seeded(&lab, method, TOTAL).await,
-                seeded(&lab, method, TOTAL).await,
+                lab.coupon_for(method, TOTAL).await,
+                lab.coupon_for(method, TOTAL).await,
             ));
         }
         let members = lab.members(150).await;
@@ -172,7 +159,7 @@ async fn a_database_cut_mid_burst_leaves_redis_equal_to_the_rows_and_no_lock_beh
         );
 
         // Serving again: a new member of a new coupon, within 2 s.
-        let fresh = seeded(&lab, "REDIS_LUA", TOTAL).await;
+        let fresh = lab.coupon_for("REDIS_LUA", TOTAL).await;
         let member = lab.members(1).await[0];
         until(
             "REDIS_LUA serves again after the link came back",
@@ -234,7 +221,7 @@ async fn a_redis_cut_mid_burst_strands_no_stock_and_every_coupon_sells_out_exact
     for round in 1..=5 {
         let mut coupons = Vec::new();
         for method in methods {
-            coupons.push((method, seeded(&lab, method, TOTAL).await));
+            coupons.push((method, lab.coupon_for(method, TOTAL).await));
         }
         let members = lab.members(120).await;
         let bursts = join_all(

@@ -10,7 +10,7 @@ use futures::future::join_all;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::common::{Setup, TestLab, free_port, until};
+use crate::common::{Setup, TestLab, free_port};
 use crate::dashboard::Prometheus;
 
 const METHODS: [&str; 2] = ["PESSIMISTIC", "REDIS_LUA"];
@@ -182,18 +182,7 @@ async fn json_logs_are_one_object_a_line() {
     );
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let base = format!("http://{bind}");
-    until(
-        "the JSON-logging server answers",
-        Duration::from_secs(30),
-        || async {
-            lab.client
-                .get(format!("{base}/lab/strategies"))
-                .send()
-                .await
-                .is_ok()
-        },
-    )
-    .await;
+    lab.until_answering(&base, Duration::from_secs(30)).await;
     // A burst with failures in it: a spinning component past its deadline
     // logs errors, unknown methods warnings.
     let (members, coupon) = lab.members_and_coupon(10, 5).await;

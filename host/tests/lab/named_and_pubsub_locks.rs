@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::{Setup, hold_coupon_row, outcome, until};
+use crate::common::{Setup, outcome, until};
+use crate::locks_and_counters::race_past_the_lease;
 
 /// 12 members at once on a total of 12. With the named locks' sessions
 /// taken from the components' pool of 4, the first holder's transaction
@@ -61,31 +62,19 @@ async fn named_lock_waiters_exhaust_a_shared_pool_and_not_a_pool_of_their_own() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_the_lease_and_the_unlock_wakes_the_waiter() {
     let lab = Setup::with(&["redis_pubsub_lock"]).start().await;
-    let (members, coupon) = lab.members_and_coupon(2, 1).await;
-    let holding = hold_coupon_row(&lab, coupon).await;
+    // The second asks past the first lease, which only the watchdog kept.
+    let race = race_past_the_lease(&lab, "REDIS_PUBSUB_LOCK", 3_200, 4_000).await;
 
-    let first = lab.issue(coupon, members[0], "REDIS_PUBSUB_LOCK");
-    let second = async {
-        // Past the first lease, which only the watchdog kept.
-        tokio::time::sleep(Duration::from_millis(3_200)).await;
-        lab.issue(coupon, members[1], "REDIS_PUBSUB_LOCK").await
-    };
-    let release = async {
-        tokio::time::sleep(Duration::from_millis(4_000)).await;
-        holding.rollback().await.unwrap();
-    };
-    let (first, second, ()) = tokio::join!(first, second, release);
-
-    assert_eq!(first.status.as_u16(), 200, "{}", first.body);
-    assert_eq!(outcome(&second), "SOLD_OUT", "{}", second.body);
-    assert_eq!(lab.issued_members(coupon).await, [members[0]]);
-    let result = lab.result(coupon).await;
+    assert_eq!(race.first.status.as_u16(), 200, "{}", race.first.body);
+    assert_eq!(outcome(&race.second), "SOLD_OUT", "{}", race.second.body);
+    assert_eq!(lab.issued_members(race.coupon).await, [race.members[0]]);
+    let result = lab.result(race.coupon).await;
     assert_eq!(result["overIssued"], json!(0), "{result}");
     let labels = &result["requests"]["byMethod"]["REDIS_PUBSUB_LOCK"]["labels"];
     assert!(labels.get("leaseExpired").is_none(), "{result}");
 
     // Nobody waits any more: the listener leaves the channel.
-    let channel = format!("coupon:lock:channel:{{{coupon}}}");
+    let channel = format!("coupon:lock:channel:{{{}}}", race.coupon);
     until(
         "the lock channel is left",
         Duration::from_secs(5),

@@ -261,34 +261,16 @@ async fn the_schemas_accept_what_every_route_answers() {
     const SEED: &str = "/lab/drop/coupons/{couponId}/seed";
     const CANCEL: &str = "/lab/drop/coupons/{couponId}/cancel";
     let drop = lab.coupon(5).await;
-    let reply = lab
-        .post(
-            &format!("/lab/drop/coupons/{drop}/seed"),
-            json!({ "quantity": 5 }),
-        )
-        .await;
+    let reply = lab.seed_drop(drop, 5).await;
     reply.ok();
     check(Method::POST, SEED, &reply);
-    let reply = lab
-        .post(
-            &format!("/lab/drop/coupons/{drop}/seed"),
-            json!({ "quantity": 0 }),
-        )
-        .await;
+    let reply = lab.seed_drop(drop, 0).await;
     reply.fails_with(400);
     check(Method::POST, SEED, &reply);
-    let cancel = json!({ "memberId": members[3], "idempotencyKey": "k" });
-    let reply = lab
-        .post(&format!("/lab/drop/coupons/{drop}/cancel"), cancel.clone())
-        .await;
+    let reply = lab.cancel_drop(drop, members[3], "k").await;
     reply.ok();
     check(Method::POST, CANCEL, &reply);
-    let reply = lab
-        .post(
-            &format!("/lab/drop/coupons/{}/cancel", drop + 999_999),
-            cancel,
-        )
-        .await;
+    let reply = lab.cancel_drop(drop + 999_999, members[3], "k").await;
     reply.fails_with(404);
     check(Method::POST, CANCEL, &reply);
 

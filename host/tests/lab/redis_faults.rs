@@ -181,15 +181,7 @@ async fn a_component_reaches_its_own_database_only() {
 
 /// Issues once with `method` on a coupon of its own; the coupon.
 async fn served_once(lab: &TestLab, method: &str) -> u64 {
-    let coupon = lab.coupon(50).await;
-    if method == "REDIS_LUA_GATE" {
-        lab.post(
-            &format!("/lab/drop/coupons/{coupon}/seed"),
-            json!({"quantity": 50}),
-        )
-        .await
-        .ok();
-    }
+    let coupon = lab.coupon_for(method, 50).await;
     until_served(lab, coupon, method, Duration::from_secs(5)).await;
     coupon
 }
@@ -229,13 +221,7 @@ async fn a_redis_restarted_empty_serves_every_kind_of_method_again_within_two_se
     for (method, coupon) in methods.into_iter().zip(&coupons) {
         if method == "REDIS_LUA_GATE" {
             // The drop's stock was only in Redis: the operator seeds it again.
-            let seeded = lab
-                .post(
-                    &format!("/lab/drop/coupons/{coupon}/seed"),
-                    json!({"quantity": 50}),
-                )
-                .await;
-            seeded.ok();
+            lab.seed_drop(*coupon, 50).await.ok();
         }
         until_served(&lab, *coupon, method, Duration::from_secs(2)).await;
         println!(

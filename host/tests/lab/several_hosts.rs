@@ -50,14 +50,7 @@ impl Host {
             pid: process.id().expect("the process runs"),
             process,
         };
-        until("the host serves", WAIT, || async {
-            lab.client
-                .get(format!("{}/lab/strategies", host.base))
-                .send()
-                .await
-                .is_ok()
-        })
-        .await;
+        lab.until_answering(&host.base, WAIT).await;
         host
     }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use couponlab_contract::{keys, shards};
 use serde_json::{Value, json};
 
-use crate::common::{Reply, Setup, outcome};
+use crate::common::{Reply, Setup, assert_invariants_hold, outcome};
 
 const METHOD: &str = "REDIS_LUA_SHARDED";
 const COMPONENT: &str = "redis_lua_sharded";
@@ -97,10 +97,7 @@ async fn redis_lua_sharded_keeps_both_invariants_under_500_concurrent_requests()
     assert_eq!(lab.reserved_on_shards(coupon).await, in_db);
 
     let result = lab.result(coupon).await;
-    assert_eq!(
-        result["invariants"],
-        json!({ "neverOverIssued": true, "onePerMember": true, "countMatchesRows": true })
-    );
+    assert_invariants_hold(&result);
     let figures = shard_figures(&result);
     let sum = |pick: fn(&(u64, u64, u64, u64)) -> u64| figures.iter().map(pick).sum::<u64>();
     assert_eq!(
@@ -205,17 +202,8 @@ async fn a_failed_confirm_gives_the_shard_its_unit_back_and_lost_keys_are_set_ag
 
     // The database says sold out while the shard has room: the reservation
     // is taken back; so is one for a member the database does not know.
-    lab.execute(
-        "UPDATE coupons SET issued_count = total_count WHERE id = ?",
-        &[coupon],
-    )
-    .await;
-    lab.issue(coupon, members[0], METHOD)
-        .await
-        .fails_as(409, "SOLD_OUT_AT_DB");
-    lab.issue(coupon, 999_999_999, METHOD)
-        .await
-        .fails_as(404, "UNKNOWN_MEMBER");
+    lab.assert_database_refuses(coupon, members[0], METHOD)
+        .await;
     assert!(lab.reserved_on_shards(coupon).await.is_empty());
     let result = lab.result(coupon).await;
     assert_eq!(
