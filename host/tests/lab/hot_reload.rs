@@ -40,6 +40,45 @@ async fn served_build(lab: &TestLab) -> Result<String, u16> {
     }
 }
 
+/// Closed-loop TEST_BUILD requests from `clients` tasks until stopped,
+/// each answer kept as `keep` makes it.
+struct Traffic<T> {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<T>>>,
+}
+
+impl<T: Send + 'static> Traffic<T> {
+    fn start<F>(lab: &Arc<TestLab>, clients: usize, keep: F) -> Self
+    where
+        F: Fn(Result<String, u16>) -> T + Clone + Send + Sync + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..clients)
+            .map(|_| {
+                let (lab, stop, keep) = (lab.clone(), stop.clone(), keep.clone());
+                tokio::spawn(async move {
+                    let mut kept = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        kept.push(keep(served_build(&lab).await));
+                    }
+                    kept
+                })
+            })
+            .collect();
+        Traffic { stop, tasks }
+    }
+
+    /// Stops every task; what all of them kept.
+    async fn stop(self) -> Vec<T> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut kept = Vec::new();
+        for task in self.tasks {
+            kept.extend(task.await.unwrap());
+        }
+        kept
+    }
+}
+
 async fn strategies(lab: &TestLab) -> Value {
     lab.get("/lab/strategies").await.ok().clone()
 }
@@ -72,19 +111,7 @@ async fn serving_build_a() -> TestLab {
 async fn replacing_a_component_under_traffic_fails_no_request() {
     let lab = Arc::new(serving_build_a().await);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let traffic: Vec<_> = (0..8)
-        .map(|_| {
-            let (lab, stop) = (lab.clone(), stop.clone());
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    seen.push(served_build(&lab).await);
-                }
-                seen
-            })
-        })
-        .collect();
+    let traffic = Traffic::start(&lab, 8, |answer| answer);
 
     // Nineteen swaps, alternating b and a, each given time to serve...
     let (a, b) = (build("a"), build("b"));
@@ -100,12 +127,7 @@ async fn replacing_a_component_under_traffic_fails_no_request() {
         took < Duration::from_secs(1),
         "the last build served {took:?} after its write"
     );
-    stop.store(true, Ordering::Relaxed);
-
-    let mut answers = Vec::new();
-    for task in traffic {
-        answers.extend(task.await.unwrap());
-    }
+    let answers = traffic.stop().await;
     let failed: Vec<_> = answers.iter().filter(|a| a.is_err()).collect();
     assert!(
         failed.is_empty(),
@@ -259,20 +281,7 @@ async fn hot_reload_benchmark() {
 
     // Constant closed-loop traffic; each answer is time-stamped.
     let started = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let traffic: Vec<_> = (0..16)
-        .map(|_| {
-            let (lab, stop) = (lab.clone(), stop.clone());
-            tokio::spawn(async move {
-                let mut done = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    let ok = served_build(&lab).await.is_ok();
-                    done.push((started.elapsed(), ok));
-                }
-                done
-            })
-        })
-        .collect();
+    let traffic = Traffic::start(&lab, 16, move |answer| (started.elapsed(), answer.is_ok()));
 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut latencies = Vec::new();
@@ -290,11 +299,7 @@ async fn hot_reload_benchmark() {
         latencies.push(renamed.elapsed());
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut answers = Vec::new();
-    for task in traffic {
-        answers.extend(task.await.unwrap());
-    }
+    let answers = traffic.stop().await;
 
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
