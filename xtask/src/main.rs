@@ -25,6 +25,7 @@ mod bench;
 mod cluster;
 mod flags;
 mod loadtest;
+mod polyglot;
 mod proc_stats;
 mod services;
 mod strategies;

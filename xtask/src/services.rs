@@ -139,3 +139,18 @@ pub fn install_debian(package: &str) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A new virtual environment at `dir` from Debian's python3 (with
+/// python3-venv, which Debian ships apart).
+pub fn fresh_venv(dir: &std::path::Path) -> anyhow::Result<()> {
+    let python = ensure_debian("python3", "python3")?;
+    let has_venv = Command::new(&python)
+        .args(["-c", "import ensurepip, venv"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !has_venv {
+        install_debian("python3-venv")?;
+    }
+    std::fs::remove_dir_all(dir).ok();
+    run(Command::new(python).args(["-m", "venv"]).arg(dir))
+}

@@ -1,5 +1,7 @@
 //! `cargo xtask strategies`: build the `strategies/` workspace for
-//! wasm32-wasip2 and install each component into the strategy directory.
+//! wasm32-wasip2, and the Python and JavaScript methods
+//! ([`crate::polyglot`]), and install each component into the strategy
+//! directory.
 //!
 //! What is installed is what the workspace has now: the strategy crates that
 //! `cargo metadata` lists, each as the `.wasm` its cdylib builds. A file left
@@ -88,6 +90,10 @@ pub fn build_and_install(dir: &Path) -> anyhow::Result<()> {
         }
         let hash = install(&from, &dir.join(&component.file))?;
         installed.insert(component.file.clone(), hash);
+    }
+    for built in crate::polyglot::build()?.into_iter().filter(|b| !b.fixture) {
+        let hash = install(&built.path, &dir.join(&built.file))?;
+        installed.insert(built.file, hash);
     }
 
     let recorded = read_record(dir)?;

@@ -41,6 +41,18 @@ const DECOMMIT_BATCH: usize = 32;
 /// Compiled components kept in memory, by content hash.
 const COMPILED_CACHE: usize = 32;
 
+/// What the pool gives each instance. A Rust component built by
+/// wasm-component-ld holds its program's core instance and a few adapter
+/// and shim instances; a componentize-py one a dozen or so (the interpreter
+/// and its libraries are dynamically linked modules, each a core instance
+/// and a table); a componentize-js one a few. Core instances and tables
+/// are counts and small reservations; memories reserve address space, and
+/// every component here needs one (an interpreter's heap starts at 9 to
+/// 13 MiB, a Rust component's at 1).
+const CORE_INSTANCES_PER_INSTANCE: u32 = 24;
+const TABLES_PER_INSTANCE: u32 = 24;
+const MEMORIES_PER_INSTANCE: u32 = 2;
+
 pub struct Runtime {
     pub(super) engine: Engine,
     pub(super) linker: Linker<HostState>,
@@ -64,11 +76,9 @@ impl Runtime {
         let instances = limits.max_instances.max(1);
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(instances)
-            // A component built by wasm-component-ld holds the program's core
-            // instance plus a few adapter and shim instances.
-            .total_core_instances(instances.saturating_mul(8))
-            .total_memories(instances.saturating_mul(2))
-            .total_tables(instances.saturating_mul(8))
+            .total_core_instances(instances.saturating_mul(CORE_INSTANCES_PER_INSTANCE))
+            .total_memories(instances.saturating_mul(MEMORIES_PER_INSTANCE))
+            .total_tables(instances.saturating_mul(TABLES_PER_INSTANCE))
             .total_stacks(instances)
             .max_tables_per_module(4)
             .max_memory_size(limits.memory_bytes)
@@ -128,6 +138,39 @@ impl Runtime {
         if matches!(change, "loaded" | "replaced") {
             self.metrics.show_method(method);
         }
+    }
+
+    /// Refuses a component one instance of which needs more of the pool
+    /// than it gives an instance, saying how much: it would otherwise load,
+    /// and then fail every call, or take the slots of others.
+    pub(super) fn fits_pool(&self, component: &Component) -> Result<(), String> {
+        let Some(needs) = component.resources_required() else {
+            return Err("its instances need resources that cannot be known before it runs (it instantiates an imported module)".into());
+        };
+        tracing::debug!(memories = needs.num_memories, tables = needs.num_tables, initial_memory = ?needs.max_initial_memory_size, "a component's pool needs");
+        // In wasm pages of 64 KiB.
+        let memory = needs.max_initial_memory_size.unwrap_or(0) << 16;
+        let limit = self.limits.memory_bytes as u64;
+        if needs.num_memories > MEMORIES_PER_INSTANCE {
+            return Err(format!(
+                "an instance of it needs {} linear memories; the pool gives each instance {MEMORIES_PER_INSTANCE}",
+                needs.num_memories
+            ));
+        }
+        if needs.num_tables > TABLES_PER_INSTANCE {
+            return Err(format!(
+                "an instance of it needs {} tables; the pool gives each instance {TABLES_PER_INSTANCE}",
+                needs.num_tables
+            ));
+        }
+        if memory > limit {
+            return Err(format!(
+                "its memory starts at {} MiB; an instance may grow to {} MiB (COUPONLAB_STRATEGY_MEMORY_MIB)",
+                memory >> 20,
+                limit >> 20
+            ));
+        }
+        Ok(())
     }
 
     /// Compiles a component on a blocking thread (compilation is CPU-bound

@@ -355,6 +355,7 @@ async fn load(
         .compile(bytes, sha256)
         .await
         .map_err(|err| format!("not a valid WebAssembly component: {err:#}"))?;
+    runtime.fits_pool(&component)?;
     let Prepared {
         pre,
         strategy_export,

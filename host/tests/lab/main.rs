@@ -16,6 +16,7 @@ mod hang_ups;
 mod hot_reload;
 mod idle;
 mod issue_concurrency;
+mod languages;
 mod least_privilege;
 mod locks_and_counters;
 mod lost_answers;

@@ -1,0 +1,89 @@
+//! The strategies in Python and JavaScript: the same methods as the Rust
+//! ones, over the same WIT, keep the same promises under real concurrency;
+//! a strategy that raises or throws fails its own request with its
+//! language's message.
+
+use std::collections::BTreeSet;
+
+use serde_json::json;
+
+use crate::common::Setup;
+
+/// Each method with its component.
+const METHODS: [(&str, &str); 6] = [
+    ("PY_REDIS_LUA", "py_redis_lua"),
+    ("PY_PESSIMISTIC", "py_pessimistic"),
+    ("PY_REDIS_STREAM_ATOMIC", "py_redis_stream_atomic"),
+    ("JS_REDIS_LUA", "js_redis_lua"),
+    ("JS_PESSIMISTIC", "js_pessimistic"),
+    ("JS_REDIS_STREAM_ATOMIC", "js_redis_stream_atomic"),
+];
+
+/// 400 members at once on a total of 80: exactly 80 issued, one per
+/// member, every 2xx a row; a method that reserves in Redis ends with its
+/// set equal to the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_language_issues_exactly_the_total_to_400_members_at_once() {
+    let components: Vec<&str> = METHODS.iter().map(|(_, c)| *c).collect();
+    let lab = Setup::with(&components).own_redis_db().start().await;
+    for (method, _) in METHODS {
+        let members = lab.members(400).await;
+        let coupon = lab.coupon(80).await;
+        let replies = lab.issue_all(coupon, &members, method).await;
+        let mut told = BTreeSet::new();
+        for (member, reply) in members.iter().zip(&replies) {
+            match reply.status.as_u16() {
+                200 | 202 => {
+                    told.insert(*member);
+                }
+                409 => {}
+                other => panic!("{method}: {other} {}", reply.body),
+            }
+        }
+        let accepted = replies.iter().filter(|r| r.status == 202).count() as u64;
+        let result = if accepted > 0 {
+            lab.drained(coupon, accepted).await
+        } else {
+            lab.result(coupon).await
+        };
+        let issued: BTreeSet<u64> = lab.issued_members(coupon).await.into_iter().collect();
+        assert_eq!(issued.len(), 80, "{method}: {result}");
+        assert_eq!(issued, told, "{method}: the rows are the 2xx");
+        assert_eq!(result["duplicateMembers"], json!(0), "{method}: {result}");
+        if !method.ends_with("PESSIMISTIC") {
+            let reserved: BTreeSet<u64> = lab.reserved_members(coupon).await.into_iter().collect();
+            assert_eq!(reserved, issued, "{method}: the reservation set");
+        }
+    }
+    lab.finish().await;
+}
+
+/// An exception that escapes `issue` ends the call: 500 with the
+/// language's own report of it (Python's type and text; JavaScript's text
+/// and the stack line in `app.js`), and the next call of the same
+/// component, in a fresh instance, fails the same way, not worse; the other
+/// methods serve on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_raise_and_a_javascript_throw_fail_their_own_request_with_their_message() {
+    let lab = Setup::with(&["test_py_raise", "test_js_throw", "py_redis_lua"])
+        .start()
+        .await;
+    let (members, coupon) = lab.members_and_coupon(2, 10).await;
+    for (method, said) in [
+        ("TEST_PY_RAISE", "RuntimeError: no stock table for coupon"),
+        ("TEST_JS_THROW", "no stock table for coupon"),
+    ] {
+        for _ in 0..2 {
+            let reply = lab.issue(coupon, members[0], method).await;
+            let message = reply.fails_with(500);
+            assert!(message.contains(said), "{method}: {message}");
+            if method == "TEST_JS_THROW" {
+                assert!(message.contains("app.js:"), "the stack: {message}");
+            }
+        }
+    }
+    assert!(lab.issued_members(coupon).await.is_empty());
+    let reply = lab.issue(coupon, members[1], "PY_REDIS_LUA").await;
+    assert_eq!(reply.status.as_u16(), 200, "{}", reply.body);
+    lab.finish().await;
+}

@@ -1,0 +1,352 @@
+//! The strategies in Python (`strategies/python/`) and JavaScript
+//! (`strategies/js/`), built with their ecosystems' own tools against the
+//! same WIT as the Rust ones: componentize-py from PyPI
+//! (`strategies/python/requirements.txt`) and componentize-js from npm
+//! (`strategies/js/toolchain/package-lock.json`), both pinned and installed
+//! under the target directory when missing or when the pins change.
+//!
+//! Each method is a directory holding `app.py` or `app.js`, whose first
+//! line names its world (`# world: issuer`, `// world: stream-issuer`);
+//! those under `testing/` are the host's test fixtures, built, never
+//! installed. Everything goes to `strategies/target/polyglot/`, beside the
+//! Rust components, where the host's tests read them.
+//! It is built with its language's sdk (`sdk/`) and with
+//! `couponlab_contract`, which this module writes from the contract crate
+//! and `lua/`: the key names, stream fields and scripts the Rust sdk and
+//! the host use, never typed out again.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use couponlab_contract::{ISSUE_STREAM, fields, keys};
+
+use crate::{root, run, services};
+
+/// The file a method's directory builds, and where it was built.
+pub struct Built {
+    pub file: String,
+    pub path: PathBuf,
+    /// A test fixture: not to be installed.
+    pub fixture: bool,
+}
+
+/// A coupon id no key is made of otherwise: the contract's functions are
+/// called with it and split around it.
+const SENTINEL: u64 = 987_654_321_987;
+
+/// The folder of a language's test fixtures.
+const FIXTURES: &str = "testing";
+
+#[derive(Clone, Copy)]
+enum Language {
+    Python,
+    JavaScript,
+}
+
+impl Language {
+    fn dir(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::JavaScript => "js",
+        }
+    }
+
+    fn app(self) -> &'static str {
+        match self {
+            Language::Python => "app.py",
+            Language::JavaScript => "app.js",
+        }
+    }
+
+    fn comment(self) -> &'static str {
+        match self {
+            Language::Python => "#",
+            Language::JavaScript => "//",
+        }
+    }
+}
+
+/// Builds every Python and JavaScript method and fixture into
+/// `strategies/target/polyglot/out`.
+pub fn build() -> anyhow::Result<Vec<Built>> {
+    let work = root().join("strategies").join("target").join("polyglot");
+    let out = work.join("out");
+    std::fs::create_dir_all(&out)?;
+    let mut built = Vec::new();
+    for language in [Language::Python, Language::JavaScript] {
+        let methods = methods(language)?;
+        if methods.is_empty() {
+            continue;
+        }
+        let tool = match language {
+            Language::Python => ensure_componentize_py(&work)?,
+            Language::JavaScript => ensure_componentize_js(&work)?,
+        };
+        for (method, fixture) in methods {
+            let name = method
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replace('-', "_");
+            let file = format!("{name}.wasm");
+            let path = out.join(&file);
+            println!("building {file} ({})", language.dir());
+            let sources = work.join(language.dir()).join(&name);
+            stage(language, &method, &sources)?;
+            let world = world(language, &method)?;
+            let mut command = Command::new(&tool);
+            match language {
+                Language::Python => command
+                    .arg("-d")
+                    .arg(root().join("wit"))
+                    .args(["-w", &world, "componentize", "app", "-p"])
+                    .arg(&sources)
+                    .arg("-o")
+                    .arg(&path),
+                // Nothing of WASI's HTTP: the host gives components no network.
+                Language::JavaScript => command
+                    .arg(sources.join("app.js"))
+                    .arg("--wit")
+                    .arg(root().join("wit"))
+                    .args(["-n", &world, "-d", "http", "fetch-event", "-o"])
+                    .arg(&path),
+            };
+            run(&mut command).with_context(|| format!("cannot build {}", method.display()))?;
+            built.push(Built {
+                file,
+                path,
+                fixture,
+            });
+        }
+    }
+    Ok(built)
+}
+
+/// The method directories of a language (those holding an app), and its
+/// test fixtures', each marked whether it is a fixture.
+fn methods(language: Language) -> anyhow::Result<Vec<(PathBuf, bool)>> {
+    let dir = root().join("strategies").join(language.dir());
+    let mut methods = Vec::new();
+    for (parent, fixture) in [(dir.clone(), false), (dir.join(FIXTURES), true)] {
+        let Ok(entries) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry?.path();
+            if path.join(language.app()).is_file() {
+                methods.push((path, fixture));
+            }
+        }
+    }
+    methods.sort();
+    Ok(methods)
+}
+
+/// The world a method's first line names.
+fn world(language: Language, method: &Path) -> anyhow::Result<String> {
+    let app = method.join(language.app());
+    let text = std::fs::read_to_string(&app)?;
+    let first = text.lines().next().unwrap_or_default();
+    let prefix = format!("{} world: ", language.comment());
+    match first.strip_prefix(&prefix) {
+        Some(world) if !world.trim().is_empty() => Ok(world.trim().to_string()),
+        _ => bail!(
+            "{} must start with `{prefix}<world>` (issuer, stream-issuer, ...)",
+            app.display()
+        ),
+    }
+}
+
+/// Puts the method's app, the sdk and the contract in one directory.
+fn stage(language: Language, method: &Path, sources: &Path) -> anyhow::Result<()> {
+    std::fs::remove_dir_all(sources).ok();
+    std::fs::create_dir_all(sources)?;
+    let sdk = root().join("strategies").join(language.dir()).join("sdk");
+    for dir in [method, sdk.as_path()] {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_file() {
+                std::fs::copy(&path, sources.join(path.file_name().unwrap()))?;
+            }
+        }
+    }
+    let (file, text) = match language {
+        Language::Python => ("couponlab_contract.py", contract(&PYTHON)?),
+        Language::JavaScript => ("couponlab_contract.js", contract(&JAVASCRIPT)?),
+    };
+    std::fs::write(sources.join(file), text)?;
+    Ok(())
+}
+
+/// How one language writes the contract's names and texts.
+struct Syntax {
+    comment: &'static str,
+    /// A function of a coupon id: name, prefix, suffix (each a JSON string).
+    function: fn(&str, &str, &str) -> String,
+    constant: fn(&str, &str) -> String,
+}
+
+const PYTHON: Syntax = Syntax {
+    comment: "#",
+    function: |name, prefix, suffix| {
+        format!("def {name}(coupon_id):\n    return {prefix} + str(coupon_id) + {suffix}\n\n")
+    },
+    constant: |name, value| format!("{name} = {value}\n"),
+};
+
+const JAVASCRIPT: Syntax = Syntax {
+    comment: "//",
+    function: |name, prefix, suffix| {
+        let name = camel(name);
+        format!(
+            "export function {name}(couponId) {{\n  return {prefix} + String(couponId) + {suffix};\n}}\n\n"
+        )
+    },
+    constant: |name, value| format!("export const {name} = {value};\n"),
+};
+
+fn camel(snake: &str) -> String {
+    let mut parts = snake.split('_');
+    let first = parts.next().unwrap_or_default().to_string();
+    parts.fold(first, |mut name, part| {
+        let mut chars = part.chars();
+        if let Some(c) = chars.next() {
+            name.extend(c.to_uppercase());
+            name.push_str(chars.as_str());
+        }
+        name
+    })
+}
+
+/// The contract module of one language.
+fn contract(syntax: &Syntax) -> anyhow::Result<String> {
+    let json = |text: &str| serde_json::to_string(text).expect("a string serializes");
+    let mut text = format!(
+        "{} Written by `cargo xtask strategies` from the contract crate and lua/: do not edit.\n\n",
+        syntax.comment
+    );
+    let sentinel = SENTINEL.to_string();
+    let functions = [
+        ("total", keys::total(SENTINEL)),
+        ("issued", keys::issued(SENTINEL)),
+        ("count", keys::count(SENTINEL)),
+        ("lock", keys::lock(SENTINEL)),
+        ("issue_stream", ISSUE_STREAM.key(SENTINEL)),
+    ];
+    for (name, sample) in functions {
+        let (prefix, suffix) = sample
+            .split_once(&sentinel)
+            .with_context(|| format!("the contract's {name} does not hold its coupon id"))?;
+        text.push_str(&(syntax.function)(name, &json(prefix), &json(suffix)));
+    }
+    for (name, value) in [
+        ("FIELD_MEMBER_ID", fields::MEMBER_ID),
+        ("FIELD_COUPON_ID", fields::COUPON_ID),
+    ] {
+        text.push_str(&(syntax.constant)(name, &json(value)));
+    }
+    for (name, file) in [
+        ("RESERVE_LUA", "reserve.lua"),
+        ("RESERVE_AND_ENQUEUE_LUA", "reserve_and_enqueue.lua"),
+    ] {
+        let path = root().join("lua").join(file);
+        let script = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        text.push_str(&(syntax.constant)(name, &json(&script)));
+    }
+    Ok(text)
+}
+
+/// componentize-py as pinned, in a virtual environment of its own.
+fn ensure_componentize_py(work: &Path) -> anyhow::Result<PathBuf> {
+    let pins = root()
+        .join("strategies")
+        .join("python")
+        .join("requirements.txt");
+    let venv = work.join("python-venv");
+    let tool = venv.join("bin").join("componentize-py");
+    ensure_pinned(&pins, &venv, &tool, |venv| {
+        services::fresh_venv(venv)?;
+        run(Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(&pins))
+    })?;
+    Ok(tool)
+}
+
+/// componentize-js as pinned by its lock file, with `npm ci`.
+fn ensure_componentize_js(work: &Path) -> anyhow::Result<PathBuf> {
+    let toolchain = root().join("strategies").join("js").join("toolchain");
+    let pins = toolchain.join("package-lock.json");
+    let dir = work.join("js-toolchain");
+    let tool = dir
+        .join("node_modules")
+        .join(".bin")
+        .join("componentize-js");
+    ensure_pinned(&pins, &dir, &tool, |dir| {
+        let npm = services::ensure_debian("npm", "npm")?;
+        services::ensure_debian("node", "nodejs")?;
+        std::fs::create_dir_all(dir)?;
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(toolchain.join(file), dir.join(file))?;
+        }
+        run(Command::new(npm)
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(dir))
+    })?;
+    Ok(tool)
+}
+
+/// Installs into `dir` with `install` unless `dir` holds a copy of `pins`
+/// as they are now and `tool` is there: a change of the pins installs again.
+fn ensure_pinned(
+    pins: &Path,
+    dir: &Path,
+    tool: &Path,
+    install: impl FnOnce(&Path) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let wanted = std::fs::read(pins).with_context(|| format!("cannot read {}", pins.display()))?;
+    let copy = dir.join("installed-from");
+    if tool.is_file() && std::fs::read(&copy).is_ok_and(|installed| installed == wanted) {
+        return Ok(());
+    }
+    println!("installing {} into {}", pins.display(), dir.display());
+    std::fs::remove_dir_all(dir).ok();
+    install(dir)?;
+    if !tool.is_file() {
+        bail!(
+            "installing from {} left no {}",
+            pins.display(),
+            tool.display()
+        );
+    }
+    std::fs::write(copy, wanted)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_contract_is_written_in_each_language_from_the_crate() {
+        let python = contract(&PYTHON).unwrap();
+        assert!(
+            python.contains(
+                "def issued(coupon_id):\n    return \"coupon:issued:{\" + str(coupon_id) + \"}\""
+            ),
+            "{python}"
+        );
+        assert!(
+            python.contains("FIELD_MEMBER_ID = \"memberId\""),
+            "{python}"
+        );
+        let js = contract(&JAVASCRIPT).unwrap();
+        assert!(
+            js.contains("export function issueStream(couponId) {\n  return \"coupon:issue:stream:{\" + String(couponId) + \"}\";"),
+            "{js}"
+        );
+        assert!(js.contains("export const RESERVE_LUA = \"--"), "{js}");
+    }
+}
