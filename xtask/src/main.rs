@@ -25,6 +25,7 @@ mod bench;
 mod cluster;
 mod flags;
 mod loadtest;
+mod new;
 mod polyglot;
 mod proc_stats;
 mod services;
@@ -49,6 +50,7 @@ fn main() -> anyhow::Result<()> {
     };
     match task {
         "strategies" => strategies::main(&rest),
+        "new" => new::main(&rest),
         "services" => services::ensure(),
         "run" => {
             services::ensure()?;
@@ -92,7 +94,7 @@ fn main() -> anyhow::Result<()> {
         "api-check" => api_check::main(&rest),
         "help" | "--help" | "-h" => {
             println!(
-                "usage: cargo xtask <strategies | run | test | services | loadtest | bench | idle | soak | cluster | api-check> [-- args]"
+                "usage: cargo xtask <strategies | new | run | test | services | loadtest | bench | idle | soak | cluster | api-check> [-- args]"
             );
             Ok(())
         }
