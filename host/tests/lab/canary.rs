@@ -34,7 +34,7 @@ fn with_canary(components: &[&'static str]) -> Setup {
     Setup::with(components).tune(|config| config.canary = CanaryMode::Changed)
 }
 
-fn served<'a>(strategies: &'a Value, method: &str) -> Option<&'a Value> {
+pub(crate) fn served<'a>(strategies: &'a Value, method: &str) -> Option<&'a Value> {
     strategies["strategies"]
         .as_array()?
         .iter()
@@ -52,7 +52,7 @@ fn refusal<'a>(strategies: &'a Value, file: &str) -> &'a Value {
 
 /// Writes `bytes` into the strategy directory as `name` at once (a rename),
 /// as a deploy would.
-fn drop_in(lab: &TestLab, name: &str, bytes: &[u8]) {
+pub(crate) fn drop_in(lab: &TestLab, name: &str, bytes: &[u8]) {
     let partial = lab.strategy_dir.join(format!("{name}.partial"));
     std::fs::write(&partial, bytes).unwrap();
     std::fs::rename(&partial, lab.strategy_dir.join(name)).unwrap();
@@ -60,7 +60,7 @@ fn drop_in(lab: &TestLab, name: &str, bytes: &[u8]) {
 
 /// `file`'s component with a custom section appended: the same behaviour,
 /// another sha256 — a new version to the server.
-fn new_version(file: &PathBuf) -> Vec<u8> {
+pub(crate) fn new_version(file: &PathBuf) -> Vec<u8> {
     let mut bytes = std::fs::read(file).unwrap();
     let name = b"couponlab-test-version";
     let payload = b"2";
@@ -73,7 +73,7 @@ fn new_version(file: &PathBuf) -> Vec<u8> {
 }
 
 /// Waits until `GET /lab/strategies` answers what `holds` accepts.
-async fn until_listed(lab: &TestLab, what: &str, holds: impl Fn(&Value) -> bool) {
+pub(crate) async fn until_listed(lab: &TestLab, what: &str, holds: impl Fn(&Value) -> bool) {
     until(what, Duration::from_secs(60), || async {
         holds(lab.get("/lab/strategies").await.ok())
     })
@@ -244,10 +244,11 @@ async fn a_component_that_breaks_what_it_claims_is_refused_with_the_check_it_fai
     lab.finish().await;
 }
 
-/// Requests a stream of members on one coupon until stopped; answers every
-/// status it got.
-fn keep_issuing(
+/// Requests a stream of members on one coupon through `method` until
+/// stopped; answers every status it got.
+pub(crate) fn keep_issuing(
     lab: &Arc<TestLab>,
+    method: &'static str,
     coupon: u64,
     members: Vec<u64>,
     stop: &Arc<AtomicBool>,
@@ -259,7 +260,7 @@ fn keep_issuing(
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            let replies = lab.issue_all(coupon, chunk, "REDIS_LUA").await;
+            let replies = lab.issue_all(coupon, chunk, method).await;
             told.extend(
                 replies
                     .into_iter()
@@ -280,7 +281,7 @@ async fn under_load_a_good_version_replaces_the_old_and_a_broken_one_leaves_it_s
     let old_sha = served(&first, "REDIS_LUA").unwrap()["sha256"].clone();
     let (members, coupon) = lab.members_and_coupon(4_000, 100_000).await;
     let stop = Arc::new(AtomicBool::new(false));
-    let load = keep_issuing(&lab, coupon, members, &stop);
+    let load = keep_issuing(&lab, "REDIS_LUA", coupon, members, &stop);
 
     drop_in(
         &lab,

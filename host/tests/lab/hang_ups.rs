@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use crate::common::{PUBSUB, Reply, Setup, TestLab, outcome, subscriber_listening};
 
 /// Every method, with the component that serves it.
-pub const SYNC_METHODS: [(&str, &str); 18] = [
+pub const SYNC_METHODS: [(&str, &str); 22] = [
     ("READ_COMMITTED", "read_committed"),
     ("REPEATABLE_READ", "repeatable_read"),
     ("SERIALIZABLE", "serializable"),
@@ -35,14 +35,20 @@ pub const SYNC_METHODS: [(&str, &str); 18] = [
     ("IN_PROCESS_LOCK", "in_process_lock"),
     ("MYSQL_NAMED_LOCK", "mysql_named_lock"),
     ("REDIS_PUBSUB_LOCK", "redis_pubsub_lock"),
+    ("PY_REDIS_LUA", "py_redis_lua"),
+    ("PY_PESSIMISTIC", "py_pessimistic"),
+    ("JS_REDIS_LUA", "js_redis_lua"),
+    ("JS_PESSIMISTIC", "js_pessimistic"),
 ];
-pub const ASYNC_METHODS: [(&str, &str); 6] = [
+pub const ASYNC_METHODS: [(&str, &str); 8] = [
     ("REDIS_ASYNC", "redis_async"),
     ("REDIS_PUBSUB", "redis_pubsub"),
     ("REDIS_STREAM", "redis_stream"),
     ("REDIS_STREAM_ATOMIC", "redis_stream_atomic"),
     ("REDIS_WRITE_BEHIND", "redis_write_behind"),
     ("REDIS_WRITE_BEHIND_NO_TX", "redis_write_behind_no_tx"),
+    ("PY_REDIS_STREAM_ATOMIC", "py_redis_stream_atomic"),
+    ("JS_REDIS_STREAM_ATOMIC", "js_redis_stream_atomic"),
 ];
 
 /// Methods whose over-issue under concurrency is their lesson.
@@ -50,6 +56,8 @@ const OVER_ISSUING: [&str; 2] = ["READ_COMMITTED", "REPEATABLE_READ"];
 /// Methods that reserve members in a set: `coupon:issued:{id}`, or the
 /// shards' sets of REDIS_LUA_SHARDED.
 fn reserves_in_set(method: &str) -> bool {
+    // The Python and JavaScript methods do what their Rust namesakes do.
+    let method = method.trim_start_matches("PY_").trim_start_matches("JS_");
     method.starts_with("REDIS_")
         && !["REDIS_LUA_GATE", "REDIS_SPIN_LOCK", "REDIS_PUBSUB_LOCK"].contains(&method)
 }

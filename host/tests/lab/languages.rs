@@ -1,13 +1,17 @@
 //! The strategies in Python and JavaScript: the same methods as the Rust
 //! ones, over the same WIT, keep the same promises under real concurrency;
 //! a strategy that raises or throws fails its own request with its
-//! language's message.
+//! language's message; a new build replaces the served one under load.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::Setup;
+use crate::canary::{drop_in, keep_issuing, new_version, served, until_listed};
+use crate::common::{Setup, component};
 
 /// Each method with its component.
 const METHODS: [(&str, &str); 6] = [
@@ -86,4 +90,44 @@ async fn a_python_raise_and_a_javascript_throw_fail_their_own_request_with_their
     let reply = lab.issue(coupon, members[1], "PY_REDIS_LUA").await;
     assert_eq!(reply.status.as_u16(), 200, "{}", reply.body);
     lab.finish().await;
+}
+
+/// A new build of the Python component written over the served one while
+/// requests keep coming: the server compiles it (seconds, for an
+/// interpreter) while the old one serves, swaps, and no request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_the_python_component_under_load_fails_no_request() {
+    let lab = Arc::new(Setup::with(&["py_redis_lua"]).start().await);
+    let listed = lab.get("/lab/strategies").await.ok().clone();
+    let old_sha = served(&listed, "PY_REDIS_LUA").unwrap()["sha256"].clone();
+    let (members, coupon) = lab.members_and_coupon(20_000, 100_000).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = keep_issuing(&lab, "PY_REDIS_LUA", coupon, members, &stop);
+
+    drop_in(
+        &lab,
+        "py_redis_lua.wasm",
+        &new_version(&component("py_redis_lua")),
+    );
+    until_listed(&lab, "the new build serves", |now| {
+        served(now, "PY_REDIS_LUA").is_some_and(|s| s["sha256"] != old_sha)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let told = load.await.unwrap();
+    let failed: Vec<&(u16, String)> = told.iter().filter(|(status, _)| *status != 200).collect();
+    assert!(told.len() > 100, "the load ran: {} requests", told.len());
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {:?}",
+        failed.len(),
+        told.len(),
+        &failed[..failed.len().min(5)]
+    );
+    Arc::try_unwrap(lab)
+        .ok()
+        .expect("the load is done")
+        .finish()
+        .await;
 }
