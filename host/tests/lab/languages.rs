@@ -131,3 +131,31 @@ async fn replacing_the_python_component_under_load_fails_no_request() {
         .finish()
         .await;
 }
+
+/// A call that reserved and then ran into its deadline is compensated by
+/// its own language's sdk: the host calls `compensate` in a fresh
+/// instance, and the reservation goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_ended_at_its_deadline_is_compensated_in_each_language() {
+    let lab = Setup::with(&["test_py_stall", "test_js_stall"])
+        .tune(|c| c.request_timeout_ms = 1_000)
+        .start()
+        .await;
+    for method in ["TEST_PY_STALL", "TEST_JS_STALL"] {
+        let (members, coupon) = lab.members_and_coupon(1, 10).await;
+        let reply = lab.issue(coupon, members[0], method).await;
+        let message = reply.fails_with(504);
+        assert!(
+            message.contains("compensated: the reservation was removed"),
+            "{method}: {message}"
+        );
+        assert!(lab.reserved_members(coupon).await.is_empty(), "{method}");
+        let result = lab.result(coupon).await;
+        assert_eq!(
+            result["requests"]["byMethod"][method]["compensations"],
+            json!(1),
+            "{method}: {result}"
+        );
+    }
+    lab.finish().await;
+}
