@@ -194,10 +194,15 @@ impl Listener {
         let state = wanted(&self.channels.lock());
         match state {
             Some((true, false)) => {
-                sink.subscribe(channel).await?;
+                // Marked before it is sent: a call dropped at its deadline
+                // while Redis has not confirmed yet leaves the channel to
+                // be unsubscribed by its last subscription, never listened
+                // to with nobody to unsubscribe it. An UNSUBSCRIBE of a
+                // channel never subscribed is harmless.
                 if let Some(entry) = self.channels.lock().get_mut(channel) {
                     entry.subscribed = true;
                 }
+                sink.subscribe(channel).await?;
             }
             Some((false, subscribed)) => {
                 if subscribed {

@@ -139,13 +139,19 @@ impl Drop for LockSession {
         }
         if tokio::runtime::Handle::try_current().is_ok() {
             self.cleanup.spawn(async move {
-                let _ = lent
+                let released = lent
                     .statement(Residue::None, async |conn| {
                         sqlx::query("SELECT RELEASE_ALL_LOCKS()")
                             .execute(&mut **conn)
                             .await
                     })
                     .await;
+                // Refused by the server, the locks may still be held: the
+                // connection is closed, which releases them, rather than
+                // handed to the next borrower.
+                if released.is_err() {
+                    lent.abandon();
+                }
             });
         } else {
             lent.abandon();
