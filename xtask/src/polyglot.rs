@@ -91,10 +91,22 @@ pub fn build() -> anyhow::Result<Vec<Built>> {
                 .replace('-', "_");
             let file = format!("{name}.wasm");
             let path = out.join(&file);
-            println!("building {file} ({})", language.dir());
             let sources = work.join(language.dir()).join(&name);
             stage(language, &method, &sources)?;
             let world = world(language, &method)?;
+            // Building takes seconds a component: one whose sources, WIT
+            // and toolchain are what its last build had is not built again.
+            let inputs = format!("{:016x}", fingerprint(&sources, &tool)?);
+            let recorded = out.join(format!("{name}.inputs"));
+            if path.is_file() && std::fs::read_to_string(&recorded).is_ok_and(|r| r == inputs) {
+                built.push(Built {
+                    file,
+                    path,
+                    fixture,
+                });
+                continue;
+            }
+            println!("building {file} ({})", language.dir());
             let mut command = Command::new(&tool);
             match language {
                 Language::Python => command
@@ -113,6 +125,7 @@ pub fn build() -> anyhow::Result<Vec<Built>> {
                     .arg(&path),
             };
             run(&mut command).with_context(|| format!("cannot build {}", method.display()))?;
+            std::fs::write(&recorded, inputs)?;
             built.push(Built {
                 file,
                 path,
@@ -121,6 +134,29 @@ pub fn build() -> anyhow::Result<Vec<Built>> {
         }
     }
     Ok(built)
+}
+
+/// A hash of what a build reads: the staged sources (app, sdk, contract),
+/// the WIT, and the toolchain as installed (its directory's copy of the
+/// pins).
+fn fingerprint(sources: &Path, tool: &Path) -> anyhow::Result<u64> {
+    let mut files = Vec::new();
+    for dir in [sources.to_path_buf(), root().join("wit")] {
+        for entry in std::fs::read_dir(&dir)? {
+            files.push(entry?.path());
+        }
+    }
+    files.sort();
+    let toolchain = tool
+        .ancestors()
+        .find(|dir| dir.join("installed-from").is_file());
+    files.extend(toolchain.map(|dir| dir.join("installed-from")));
+    let mut bytes = Vec::new();
+    for file in files.iter().filter(|file| file.is_file()) {
+        bytes.extend(file.to_string_lossy().as_bytes());
+        bytes.extend(std::fs::read(file)?);
+    }
+    Ok(crate::strategies::fnv1a(&bytes))
 }
 
 /// The method directories of a language (those holding an app), and its

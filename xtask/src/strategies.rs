@@ -288,7 +288,7 @@ fn write_record(dir: &Path, installed: &BTreeMap<String, u64>) -> anyhow::Result
 
 /// FNV-1a, 64 bits: tells whether a file is still the one the task wrote.
 /// Not a defence against anyone; a file changed by hand just has to differ.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
     })
