@@ -10,7 +10,7 @@
 
 use couponlab_sdk::plain_reads::insert_issue;
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::{IssueResult, Outcome, Step, compensate, coupon, params, settle};
+use couponlab_sdk::{IssueResult, Outcome, Step, coupon, params, settle};
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let tx = sql::begin(IsolationLevel::ReadCommitted)?;
@@ -35,5 +35,4 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 couponlab_sdk::strategy! {
     struct AtomicUpdate { method: "ATOMIC_UPDATE", claims: [Total, Member, Acked], summary: "one conditional UPDATE takes a unit (issued_count < total_count), then the INSERT; a duplicate rolls both back" }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
-    fn compensate(_request) { compensate::nothing() }
 }

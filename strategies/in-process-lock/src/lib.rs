@@ -8,9 +8,7 @@
 //! left, and the coupon is over-issued — only the UNIQUE key still holds.
 
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{
-    IssueResult, Outcome, Step, compensate, keys, plain_reads, process_lock, settle,
-};
+use couponlab_sdk::{IssueResult, Outcome, Step, keys, plain_reads, process_lock, settle};
 
 /// How long a request waits for the lock.
 const WAIT_MS: u32 = 2_000;
@@ -33,5 +31,4 @@ fn issue(request: &couponlab_sdk::IssueRequest) -> Step<IssueResult> {
 couponlab_sdk::strategy! {
     struct InProcessLock { method: "IN_PROCESS_LOCK", claims: [Total, Member, Acked], summary: "a lock of the serving process (synchronized), the plain check-and-insert under it: holds on one host, over-issues on two" }
     fn issue(request) { settle(issue(&request)) }
-    fn compensate(_request) { compensate::nothing() }
 }

@@ -12,9 +12,7 @@
 //! locks is the recipe's fix.
 
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{
-    IssueResult, Outcome, Step, compensate, keys, named_lock, plain_reads, settle,
-};
+use couponlab_sdk::{IssueResult, Outcome, Step, keys, named_lock, plain_reads, settle};
 
 /// How long a request waits for the lock.
 const WAIT_MS: u32 = 2_000;
@@ -37,5 +35,4 @@ fn issue(request: &couponlab_sdk::IssueRequest) -> Step<IssueResult> {
 couponlab_sdk::strategy! {
     struct MysqlNamedLock { method: "MYSQL_NAMED_LOCK", claims: [Total, Member, Acked], summary: "GET_LOCK on a session of its own, the plain check-and-insert under it, RELEASE_LOCK; waiters hold connections" }
     fn issue(request) { settle(issue(&request)) }
-    fn compensate(_request) { compensate::nothing() }
 }

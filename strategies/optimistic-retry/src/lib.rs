@@ -17,7 +17,6 @@
 //! 503 with stock left. Pauses that grow to half a second let the crowd that
 //! won drain first. docs/learning/02-locks.md has the measurements.
 
-use couponlab_sdk::compensate;
 use couponlab_sdk::optimistic::{self, RetryPolicy};
 
 const POLICY: RetryPolicy = RetryPolicy {
@@ -29,5 +28,4 @@ const POLICY: RetryPolicy = RetryPolicy {
 couponlab_sdk::strategy! {
     struct OptimisticRetry { method: "OPTIMISTIC_RETRY", claims: [Total, Member, Acked], summary: "version-checked update, retried on conflict at most 10 times with jittered backoff" }
     fn issue(request) { optimistic::issue_with_retries(&request, &POLICY) }
-    fn compensate(_request) { compensate::nothing() }
 }

@@ -6,10 +6,9 @@
 //! but under contention many requests are refused while stock is left. See
 //! `couponlab_sdk::optimistic`.
 
-use couponlab_sdk::{compensate, optimistic};
+use couponlab_sdk::optimistic;
 
 couponlab_sdk::strategy! {
     struct Optimistic { method: "OPTIMISTIC", claims: [Total, Member, Acked], summary: "version-checked update, no lock to read; a conflict is a 503" }
     fn issue(request) { optimistic::issue_once(&request) }
-    fn compensate(_request) { compensate::nothing() }
 }

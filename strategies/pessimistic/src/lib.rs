@@ -6,7 +6,7 @@
 //! what changes is only that the row is locked before they run.
 
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::{IssueResult, Outcome, Step, compensate, coupon, params, plain_reads, settle};
+use couponlab_sdk::{IssueResult, Outcome, Step, coupon, params, plain_reads, settle};
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let tx = sql::begin(IsolationLevel::RepeatableRead)?;
@@ -35,5 +35,4 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 couponlab_sdk::strategy! {
     struct Pessimistic { method: "PESSIMISTIC", claims: [Total, Member, Acked], summary: "SELECT ... FOR UPDATE on the coupon row, then check and write under the lock" }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
-    fn compensate(_request) { compensate::nothing() }
 }

@@ -5,11 +5,10 @@
 //! together all see the same stock left and all write: the coupon is
 //! over-issued. That is the lesson; see `couponlab_sdk::plain_reads`.
 
+use couponlab_sdk::plain_reads;
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{compensate, plain_reads};
 
 couponlab_sdk::strategy! {
     struct ReadCommitted { method: "READ_COMMITTED", claims: [Member, Acked], summary: "plain reads in a READ COMMITTED transaction, unguarded update: over-issues under concurrency" }
     fn issue(request) { plain_reads::issue(IsolationLevel::ReadCommitted, &request) }
-    fn compensate(_request) { compensate::nothing() }
 }

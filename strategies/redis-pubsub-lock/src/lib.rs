@@ -16,9 +16,7 @@
 use couponlab_sdk::channels::{Renewal, Subscription};
 use couponlab_sdk::redis::RedisError;
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{
-    IssueResult, Outcome, Step, args, clock, compensate, keys, plain_reads, redis, settle,
-};
+use couponlab_sdk::{IssueResult, Outcome, Step, args, clock, keys, plain_reads, redis, settle};
 
 const LOCK: &str = include_str!("../../../lua/hash_lock.lua");
 const UNLOCK: &str = include_str!("../../../lua/hash_unlock.lua");
@@ -97,5 +95,4 @@ fn issue(request: &couponlab_sdk::IssueRequest) -> Step<IssueResult> {
 couponlab_sdk::strategy! {
     struct RedisPubsubLock { method: "REDIS_PUBSUB_LOCK", claims: [Total, Member, Acked], summary: "Redisson's lock: a Lua hash lock with a lease, waiters woken by an unlock message, a watchdog renewing the lease" }
     fn issue(request) { settle(issue(&request)) }
-    fn compensate(_request) { compensate::nothing() }
 }

@@ -10,9 +10,7 @@
 //! unguarded write over-issues: only the UNIQUE key still holds.
 
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{
-    IssueResult, Outcome, Step, args, clock, compensate, plain_reads, redis, settle,
-};
+use couponlab_sdk::{IssueResult, Outcome, Step, args, clock, plain_reads, redis, settle};
 
 const UNLOCK: &str = include_str!("../../../lua/unlock.lua");
 /// How long a lock lives unless released: the critical section must end sooner.
@@ -62,5 +60,4 @@ fn issue(request: &couponlab_sdk::IssueRequest) -> Step<IssueResult> {
 couponlab_sdk::strategy! {
     struct RedisSpinLock { method: "REDIS_SPIN_LOCK", claims: [Total, Member, Acked], summary: "SET NX PX lock, retried with backoff; the plain check-and-insert under it; compare-and-delete release" }
     fn issue(request) { settle(issue(&request)) }
-    fn compensate(_request) { compensate::nothing() }
 }

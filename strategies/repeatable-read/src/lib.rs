@@ -5,11 +5,10 @@
 //! all read stock left from their snapshots and all write: the coupon is
 //! over-issued, as under READ COMMITTED. See `couponlab_sdk::plain_reads`.
 
+use couponlab_sdk::plain_reads;
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{compensate, plain_reads};
 
 couponlab_sdk::strategy! {
     struct RepeatableRead { method: "REPEATABLE_READ", claims: [Member, Acked], summary: "plain reads in a REPEATABLE READ transaction, unguarded update: over-issues under concurrency" }
     fn issue(request) { plain_reads::issue(IsolationLevel::RepeatableRead, &request) }
-    fn compensate(_request) { compensate::nothing() }
 }

@@ -139,7 +139,9 @@ macro_rules! world {
 ///
 /// The bodies are blocks over the `IssueRequest` parameter named in the
 /// parentheses (`_request` when unused), returning `IssueResult` and
-/// `Compensation`. Without a trait the struct implements [`Strategy`] of the
+/// `Compensation`. A method whose failed call leaves nothing to undo (its
+/// writes are one transaction, rolled back) leaves `fn compensate` out: it
+/// answers [`compensate::nothing`]. Without a trait the struct implements [`Strategy`] of the
 /// `issuer` world and the component is exported with [`export_issuer!`]. A
 /// crate of another world names the trait its [`world!`] generated,
 /// `struct RedisStream: strategy::Guest { .. }`, and the macro exports with
@@ -164,6 +166,17 @@ macro_rules! strategy {
         $crate::strategy!(@impl $guest, $ty, { $($descriptor)* },
             $(#[$issue_attr])* $request $issue, $(#[$compensate_attr])* $failed $compensate);
         export!($ty);
+    };
+    // Without `compensate`: a failed call left nothing to undo.
+    (
+        struct $ty:ident $(: $guest:path)? { $($descriptor:tt)* }
+        $(#[$issue_attr:meta])* fn issue($request:ident) $issue:block
+    ) => {
+        $crate::strategy! {
+            struct $ty $(: $guest)? { $($descriptor)* }
+            $(#[$issue_attr])* fn issue($request) $issue
+            fn compensate(_request) { $crate::compensate::nothing() }
+        }
     };
     (
         @impl $guest:path, $ty:ident,

@@ -5,11 +5,10 @@
 //! one: a deadlock, and the database rolls one back (503 DEADLOCK). The total
 //! holds; the price is those 503s. See `couponlab_sdk::plain_reads`.
 
+use couponlab_sdk::plain_reads;
 use couponlab_sdk::sql::IsolationLevel;
-use couponlab_sdk::{compensate, plain_reads};
 
 couponlab_sdk::strategy! {
     struct Serializable { method: "SERIALIZABLE", claims: [Total, Member, Acked], summary: "plain reads in a SERIALIZABLE transaction (shared locks): never over-issues, deadlocks under concurrency" }
     fn issue(request) { plain_reads::issue(IsolationLevel::Serializable, &request) }
-    fn compensate(_request) { compensate::nothing() }
 }

@@ -1,10 +1,9 @@
 //! Test fixture TEST_BUILD, build "a": answers at once, naming its build, so
 //! a hot-reload test can tell which version served each request.
 
-use couponlab_sdk::{IssueResult, compensate};
+use couponlab_sdk::IssueResult;
 
 couponlab_sdk::strategy! {
     struct Build { method: "TEST_BUILD", claims: [], summary: "reports its build (test fixture)" }
     fn issue(_request) { IssueResult::issued().detail("build a") }
-    fn compensate(_request) { compensate::nothing() }
 }

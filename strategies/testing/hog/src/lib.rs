@@ -1,8 +1,6 @@
 //! Test fixture TEST_HOG: grows memory without bound, so the host's memory
 //! limit must stop it.
 
-use couponlab_sdk::compensate;
-
 couponlab_sdk::strategy! {
     struct Hog { method: "TEST_HOG", claims: [], summary: "allocates until it fails (test fixture)" }
     fn issue(_request) {
@@ -11,5 +9,4 @@ couponlab_sdk::strategy! {
             hoard.push(std::hint::black_box(vec![1u8; 1 << 20]));
         }
     }
-    fn compensate(_request) { compensate::nothing() }
 }

@@ -7,8 +7,7 @@ use couponlab_sdk::channels::{Renewal, Subscription};
 use couponlab_sdk::redis::{self, Connection};
 use couponlab_sdk::sql::{self, IsolationLevel};
 use couponlab_sdk::{
-    Confirmation, IssueResult, Outcome, Reply, args, compensate, keys, named_lock, params,
-    process_lock,
+    Confirmation, IssueResult, Outcome, Reply, args, keys, named_lock, params, process_lock,
 };
 
 couponlab_sdk::world!("async-issuer", "../../../wit");
@@ -25,7 +24,6 @@ couponlab_sdk::strategy! {
             Err(stopped) => IssueResult::of(Outcome::Unavailable).detail(stopped),
         }
     }
-    fn compensate(_request) { compensate::nothing() }
 }
 
 impl job_runner::Guest for Hostile {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use couponlab_sdk::redis::{self, Connection};
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
-use couponlab_sdk::{IssueRequest, IssueResult, Outcome, args, clock, compensate, keys, params};
+use couponlab_sdk::{IssueRequest, IssueResult, Outcome, args, clock, keys, params};
 
 /// Raised by every "memory-reset" call: each call must find it at zero.
 static LEFT_BEHIND: AtomicU64 = AtomicU64::new(0);
@@ -21,7 +21,6 @@ couponlab_sdk::strategy! {
             Err(problem) => IssueResult::of(Outcome::Unavailable).detail(problem),
         }
     }
-    fn compensate(_request) { compensate::nothing() }
 }
 
 fn run(scenario: &str, request: &IssueRequest) -> Result<String, String> {

@@ -3,7 +3,7 @@
 //! `quantity` milliseconds — so a test knows every figure the result
 //! endpoint should report.
 
-use couponlab_sdk::{IssueResult, Outcome, clock, compensate};
+use couponlab_sdk::{IssueResult, Outcome, clock};
 
 couponlab_sdk::strategy! {
     struct Script { method: "TEST_SCRIPT", claims: [], summary: "answers as scripted (test fixture)" }
@@ -21,5 +21,4 @@ couponlab_sdk::strategy! {
         };
         IssueResult::of(outcome)
     }
-    fn compensate(_request) { compensate::nothing() }
 }

@@ -1,7 +1,5 @@
 //! Test fixture TEST_SPIN: never returns, so the host's deadline must stop it.
 
-use couponlab_sdk::compensate;
-
 couponlab_sdk::strategy! {
     struct Spin { method: "TEST_SPIN", claims: [], summary: "loops forever (test fixture)" }
     fn issue(_request) {
@@ -10,5 +8,4 @@ couponlab_sdk::strategy! {
             turns = std::hint::black_box(turns.wrapping_add(1));
         }
     }
-    fn compensate(_request) { compensate::nothing() }
 }

@@ -3,7 +3,7 @@
 //! tell which consumer would serve it and must refuse to load it. Nothing
 //! here is ever called.
 
-use couponlab_sdk::{Confirmation, Handled, IssueResult, StreamEntry, compensate};
+use couponlab_sdk::{Confirmation, Handled, IssueResult, StreamEntry};
 
 couponlab_sdk::world!("lab-host", "../../../wit");
 
@@ -14,7 +14,6 @@ use exports::couponlab::strategy::{
 couponlab_sdk::strategy! {
     struct TwoWorlds: strategy::Guest { method: "TEST_TWO_WORLDS", claims: [], summary: "exports the interfaces of every world (must be refused)" }
     fn issue(_request) { IssueResult::issued() }
-    fn compensate(_request) { compensate::nothing() }
 }
 
 const NEVER: &str = "the host refuses this component before calling it";

@@ -7,7 +7,7 @@ use couponlab_sdk::plain_reads::{
     read_coupon, refuse_second_coupon, refuse_when_sold_out, write_issue,
 };
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::{IssueResult, Step, clock, compensate, settle};
+use couponlab_sdk::{IssueResult, Step, clock, settle};
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let tx = sql::begin(IsolationLevel::ReadCommitted)?;
@@ -23,5 +23,4 @@ fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
 couponlab_sdk::strategy! {
     struct Unguarded { method: "TEST_UNGUARDED", claims: [Total, Member, Acked], summary: "check-then-insert without a lock, claiming the total (test fixture)" }
     fn issue(request) { settle(issue(request.coupon_id, request.member_id)) }
-    fn compensate(_request) { compensate::nothing() }
 }
