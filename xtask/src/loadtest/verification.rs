@@ -176,6 +176,8 @@ impl Verification {
 
 #[cfg(test)]
 mod tests {
+    use std::ops::RangeInclusive;
+
     use super::*;
 
     const ALL: &[Claim] = &[Claim::Total, Claim::OnePerMember, Claim::Acked];
@@ -191,6 +193,13 @@ mod tests {
         }
     }
 
+    /// Each of `members` asked once and was told `status` and `outcome`.
+    fn told_each(members: RangeInclusive<u64>, status: u16, outcome: &str) -> Vec<Record> {
+        members
+            .map(|member| told(member, status, outcome))
+            .collect()
+    }
+
     /// A method that keeps its stock in Redis, which would sell `sellable` more.
     fn truth(total: u64, rows: &[(u64, u64)], sellable: u64) -> Truth {
         Truth {
@@ -203,12 +212,8 @@ mod tests {
     #[test]
     fn a_2xx_without_a_row_is_acked_but_lost() {
         // Members 1–3 accepted; the process died before 2 and 3 were confirmed.
-        let records = [
-            told(1, 202, "ACCEPTED"),
-            told(2, 202, "ACCEPTED"),
-            told(3, 202, "ACCEPTED"),
-            told(4, 409, "SOLD_OUT"),
-        ];
+        let mut records = told_each(1..=3, 202, "ACCEPTED");
+        records.push(told(4, 409, "SOLD_OUT"));
         // Three reserved, one row: Redis would sell none of the other two.
         let v = Verification::join(&records, &truth(3, &[(1, 1)], 0), 0);
         assert_eq!(v.acked_but_lost, 2);
@@ -225,13 +230,10 @@ mod tests {
 
     #[test]
     fn a_row_after_a_timeout_or_an_error_is_issued_but_refused() {
-        let records = [
-            told(1, 200, "ISSUED"),
-            told(2, 0, "TIMED_OUT"),
-            told(3, 0, "NO_ANSWER"),
-            told(4, 503, "UNAVAILABLE"),
-            told(5, 503, "UNAVAILABLE"),
-        ];
+        let mut records = vec![told(1, 200, "ISSUED")];
+        // A client that gave up, or never heard back, saw no status.
+        records.extend([told(2, 0, "TIMED_OUT"), told(3, 0, "NO_ANSWER")]);
+        records.extend(told_each(4..=5, 503, "UNAVAILABLE"));
         let v = Verification::join(
             &records,
             &truth(10, &[(1, 1), (2, 1), (3, 1), (4, 1)], 5),
@@ -246,13 +248,9 @@ mod tests {
 
     #[test]
     fn an_unknown_outcome_is_its_own_class_not_a_refusal() {
-        let records = [
-            told(1, 503, "OUTCOME_UNKNOWN"),
-            told(2, 503, "OUTCOME_UNKNOWN"),
-            // Asked again and told yes: a success, not an unknown.
-            told(3, 503, "OUTCOME_UNKNOWN"),
-            told(3, 200, "ISSUED"),
-        ];
+        let mut records = told_each(1..=3, 503, "OUTCOME_UNKNOWN");
+        // Member 3 asked again and was told yes: a success, not an unknown.
+        records.push(told(3, 200, "ISSUED"));
         let v = Verification::join(&records, &truth(10, &[(1, 1), (3, 1)], 8), 0);
         assert_eq!(v.outcome_unknown, 2);
         assert_eq!(v.outcome_unknown_issued, 1);
