@@ -8,6 +8,7 @@
 //! Counters and histograms are updated where things happen; the gauges of
 //! what a run exhausts are read when the server is scraped.
 
+use prometheus::core::Collector;
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
@@ -66,50 +67,37 @@ pub struct Metrics {
     pub stream_pending: IntGaugeVec,
     /// Entries in each stream's dead-letter stream.
     pub stream_dead_letters: IntGaugeVec,
+    /// Request traces kept, by why; dropped, by why.
+    pub traces_kept: IntCounterVec,
+    pub traces_dropped: IntCounterVec,
+    /// Request traces held now.
+    pub traces_held: IntGauge,
 }
 
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let counter = |name: &str, help: &str, labels: &[&str]| {
-            let metric =
-                IntCounterVec::new(Opts::new(name, help), labels).expect("a valid counter");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("a metric registered once");
-            metric
+            let metric = IntCounterVec::new(Opts::new(name, help), labels);
+            registered(&registry, metric.expect("a valid counter"))
         };
         let gauges = |name: &str, help: &str, labels: &[&str]| {
-            let metric = IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid gauge");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("a metric registered once");
-            metric
+            let metric = IntGaugeVec::new(Opts::new(name, help), labels);
+            registered(&registry, metric.expect("a valid gauge"))
         };
         let plain_counter = |name: &str, help: &str| {
-            let metric = IntCounter::new(name, help).expect("a valid counter");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("a metric registered once");
-            metric
+            registered(
+                &registry,
+                IntCounter::new(name, help).expect("a valid counter"),
+            )
         };
         let gauge = |name: &str, help: &str| {
-            let metric = IntGauge::new(name, help).expect("a valid gauge");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("a metric registered once");
-            metric
+            registered(&registry, IntGauge::new(name, help).expect("a valid gauge"))
         };
         let histogram = |name: &str, help: &str| {
-            let metric = HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
-                &["method"],
-            )
-            .expect("a valid histogram");
-            registry
-                .register(Box::new(metric.clone()))
-                .expect("a metric registered once");
-            metric
+            let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+            let metric = HistogramVec::new(opts, &["method"]).expect("a valid histogram");
+            registered(&registry, metric)
         };
         Self {
             issue_requests: counter(
@@ -202,6 +190,20 @@ impl Metrics {
                 "Entries in each stream's dead-letter stream.",
                 &["stream"],
             ),
+            traces_kept: counter(
+                "couponlab_traces_kept_total",
+                "Request traces kept, by reason (served, wrote, failed, compensated, confirmation, first-refusal, sample).",
+                &["reason"],
+            ),
+            traces_dropped: counter(
+                "couponlab_traces_dropped_total",
+                "Request traces dropped, by reason (not-sampled, coupon-full, coupon-evicted).",
+                &["reason"],
+            ),
+            traces_held: gauge(
+                "couponlab_traces_held",
+                "Request traces held in memory now.",
+            ),
             registry,
         }
     }
@@ -221,6 +223,15 @@ impl Metrics {
             .encode_to_string(&self.registry.gather())
             .expect("the text encoding of gathered metrics")
     }
+}
+
+/// `metric`, once `registry` reports it. A name registered twice is a bug of
+/// [`Metrics::new`]'s list, so it panics rather than report half the figures.
+fn registered<M: Collector + Clone + 'static>(registry: &Registry, metric: M) -> M {
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("a metric registered once");
+    metric
 }
 
 impl Default for Metrics {
