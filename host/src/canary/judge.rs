@@ -318,20 +318,16 @@ mod tests {
 
     #[test]
     fn the_unknowns_must_be_told_so() {
-        let (mut asked, truth) = good();
-        asked[0].outcome = Outcome::SoldOut;
-        assert!(
-            failed_check(ALL, &asked, &truth)
-                .check
-                .contains("unknown member")
-        );
-        let (mut asked, truth) = good();
-        asked[1].outcome = Outcome::Duplicate;
-        assert!(
-            failed_check(ALL, &asked, &truth)
-                .check
-                .contains("unknown coupon")
-        );
+        // The check that fails when the `index`th request is told `outcome`.
+        let failed_when_told = |index: usize, outcome| {
+            let (mut asked, truth) = good();
+            asked[index].outcome = outcome;
+            failed_check(ALL, &asked, &truth).check
+        };
+        let member = failed_when_told(0, Outcome::SoldOut);
+        assert!(member.contains("unknown member"), "{member}");
+        let coupon = failed_when_told(1, Outcome::Duplicate);
+        assert!(coupon.contains("unknown coupon"), "{coupon}");
         // A 202 for the unknown member is right once its confirmation said so.
         let (mut asked, mut truth) = good();
         asked[0].outcome = Outcome::Accepted;

@@ -153,43 +153,34 @@ mod tests {
         ProcessLocks::new(&args, IntGauge::new("held", "held").unwrap())
     }
 
+    /// Whether `call` holds `name` after asking for it, waiting at most `wait`.
+    async fn holds(locks: &ProcessLocks, call: &mut HeldLocks, name: &str, wait: Duration) -> bool {
+        locks
+            .acquire(call, name, wait)
+            .await
+            .expect("a name of the lab's locks")
+    }
+
     #[tokio::test]
     async fn a_lock_excludes_other_calls_until_released_or_dropped() {
         let locks = locks();
         let (mut a, mut b) = (HeldLocks::default(), HeldLocks::default());
-        assert_eq!(
-            locks.acquire(&mut a, "coupon:lock:{1}", NOW).await,
-            Ok(true)
-        );
+        let (first, second) = ("coupon:lock:{1}", "coupon:lock:{2}");
+        assert!(holds(&locks, &mut a, first, NOW).await);
         // The holder asking again holds it still.
-        assert_eq!(
-            locks.acquire(&mut a, "coupon:lock:{1}", NOW).await,
-            Ok(true)
-        );
+        assert!(holds(&locks, &mut a, first, NOW).await);
         let waited = Duration::from_millis(20);
-        assert_eq!(
-            locks.acquire(&mut b, "coupon:lock:{1}", waited).await,
-            Ok(false)
-        );
-        assert_eq!(
-            locks.acquire(&mut b, "coupon:lock:{2}", NOW).await,
-            Ok(true)
-        );
+        assert!(!holds(&locks, &mut b, first, waited).await);
+        assert!(holds(&locks, &mut b, second, NOW).await);
         assert_eq!(locks.held.get(), 2);
 
-        assert!(locks.release(&mut a, "coupon:lock:{1}"));
-        assert!(!locks.release(&mut a, "coupon:lock:{1}"), "released twice");
-        assert_eq!(
-            locks.acquire(&mut b, "coupon:lock:{1}", NOW).await,
-            Ok(true)
-        );
+        assert!(locks.release(&mut a, first));
+        assert!(!locks.release(&mut a, first), "released twice");
+        assert!(holds(&locks, &mut b, first, NOW).await);
         // A call that ends, however it ends, lets go of what it holds.
         drop(b);
         assert_eq!(locks.held.get(), 0);
-        assert_eq!(
-            locks.acquire(&mut a, "coupon:lock:{1}", NOW).await,
-            Ok(true)
-        );
+        assert!(holds(&locks, &mut a, first, NOW).await);
     }
 
     #[tokio::test]
