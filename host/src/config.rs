@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::canary::CanaryMode;
 use crate::runtime::CapabilityArgs;
+use crate::traces::TraceArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -141,6 +142,10 @@ pub struct Config {
 
     #[command(flatten)]
     pub consumers: ConsumerConfig,
+
+    /// Which request traces are kept (see `traces`).
+    #[command(flatten)]
+    pub traces: TraceArgs,
 }
 
 /// The confirmation roles: the pub/sub subscriber and the stream consumers.

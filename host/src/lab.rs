@@ -18,6 +18,7 @@ use crate::redis_target::{RedisConn, RedisTarget};
 use crate::runtime::watcher::{self, DirectoryWatcher};
 use crate::runtime::{Admin, Capabilities, Limits, Registry, Runtime};
 use crate::settlements::Settlements;
+use crate::traces::Traces;
 
 /// Cheap to clone: every handler holds one.
 #[derive(Clone)]
@@ -41,6 +42,8 @@ pub struct LabState {
     pub recorder: Recorder,
     /// Requests whose outcome is to be settled later.
     pub settlements: Settlements,
+    /// What each request's component did, call by call: the traces kept.
+    pub traces: Traces,
     /// The coupons whose streams this process announced lately.
     pub announcements: Announcements,
     /// This process among all those sharing the lab's Redis: its stream
@@ -94,7 +97,9 @@ impl Lab {
             memory_bytes: usize::try_from(config.strategy_memory_mib.saturating_mul(1 << 20))
                 .context("COUPONLAB_STRATEGY_MEMORY_MIB is too large")?,
             max_instances: config.max_instances,
+            trace_calls: config.traces.enabled,
         };
+        let traces = Traces::new(config.traces.clone(), metrics.clone());
         let runtime = Runtime::new(Arc::new(caps), limits, metrics)?;
         let dir = config.strategy_dir.clone();
         std::fs::create_dir_all(&dir)
@@ -110,6 +115,7 @@ impl Lab {
             registry: Registry::default(),
             recorder,
             settlements: Settlements::default(),
+            traces,
             announcements: Announcements::default(),
             identity: process_identity(),
             watcher: OnceLock::new(),

@@ -47,6 +47,7 @@ pub mod results;
 pub mod runtime;
 pub mod settlements;
 pub mod telemetry;
+pub mod traces;
 
 use std::future::Future;
 

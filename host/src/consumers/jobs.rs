@@ -45,8 +45,8 @@ async fn run(lab: &Lab, job: Job) {
         lab.runtime.run_job(&job.strategy, &job.payload)
     })
     .await;
-    match ran {
-        Ok(confirmation) => record(lab, &job.strategy, &confirmation).await,
+    match ran.result {
+        Ok(confirmation) => record(lab, &job.strategy, &confirmation, Some(ran.trace)).await,
         // Failed every attempt: the reservation stays and the request stays
         // pending in the result — visible, not silently lost.
         Err(err) => {

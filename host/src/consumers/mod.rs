@@ -28,8 +28,10 @@ use crate::config::Consumer;
 use crate::confirmations;
 use crate::lab::Lab;
 use crate::runtime::bindings::types::Confirmation;
-use crate::runtime::{CallError, Strategy};
+use crate::runtime::trace::CallTrace;
+use crate::runtime::{CallError, Strategy, Traced};
 use crate::settlements;
+use crate::traces::Finished;
 
 /// How long a stopping role may take to finish what it holds.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -119,17 +121,18 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// trapped or ran past its deadline is tried `attempts` times in all
 /// (confirming is idempotent: a second try that finds the row answers
 /// duplicate). Between tries the pause doubles from 5 ms up to 1 s.
-async fn until_answered<R, F>(attempts: u32, mut call: impl FnMut() -> F) -> Result<R, CallError>
+async fn until_answered<R, F>(attempts: u32, mut call: impl FnMut() -> F) -> Traced<R>
 where
-    F: Future<Output = Result<R, CallError>>,
+    F: Future<Output = Traced<R>>,
 {
     let mut pause = RETRY_FIRST;
     let mut failed = 0;
     loop {
-        match call().await {
+        let answered = call().await;
+        match &answered.result {
             Err(CallError::Busy(_)) => {}
             Err(err) if err.ended_midway() && failed + 1 < attempts => failed += 1,
-            answered => return answered,
+            _ => return answered,
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(RETRY_MAX);
@@ -138,9 +141,27 @@ where
 
 /// Records what an accepted request became, and for an issued one how long
 /// after its 202 it was confirmed; one the component could not settle is
-/// kept to be settled later.
-async fn record(lab: &Lab, strategy: &Arc<Strategy>, confirmation: &Confirmation) {
+/// kept to be settled later. `trace`: the call that confirmed it alone,
+/// kept with the request's traces.
+async fn record(
+    lab: &Lab,
+    strategy: &Arc<Strategy>,
+    confirmation: &Confirmation,
+    trace: Option<CallTrace>,
+) {
     let method = &*strategy.method;
+    if let Some(trace) = trace {
+        let finished = Finished {
+            coupon_id: confirmation.coupon_id,
+            member_id: confirmation.member_id,
+            method,
+            sequence: None,
+            arrived_us: u64::MAX,
+            outcome: confirmation.outcome.into(),
+            compensations: confirmation.compensations,
+        };
+        lab.traces.confirmation(finished, trace);
+    }
     if confirmation.settle_later {
         let request = settlements::request_of(confirmation.coupon_id, confirmation.member_id);
         settlements::keep(lab, strategy, &request);

@@ -94,8 +94,8 @@ async fn handle(lab: &Lab, payload: &str) {
     };
     let attempts = lab.config.consumers.max_deliveries;
     let handled = until_answered(attempts, || lab.runtime.handle_message(&strategy, payload)).await;
-    match handled {
-        Ok(Some(confirmation)) => record(lab, &strategy, &confirmation).await,
+    match handled.result {
+        Ok(Some(confirmation)) => record(lab, &strategy, &confirmation, Some(handled.trace)).await,
         Ok(None) => tracing::warn!(method = %strategy.method, payload, "message not understood"),
         // Failed every attempt: the member stays reserved and the request
         // pending in the result.

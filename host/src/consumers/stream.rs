@@ -142,12 +142,12 @@ async fn deliver(
         handled = handling => handled,
         never = keep_claimed => match never {},
     };
-    match handled {
-        Ok(handled) => {
-            if handled.disposition == Disposition::Ack {
+    match handled.result {
+        Ok(answer) => {
+            if answer.disposition == Disposition::Ack {
                 // Recorded before the ack: a crash in between redelivers the
                 // entry, and the first outcome recorded stays.
-                record(lab, &strategy, &handled.confirmation).await;
+                record(lab, &strategy, &answer.confirmation, Some(handled.trace)).await;
                 ack(conn, stream, &[&entry.id]).await?;
             }
         }
@@ -180,9 +180,10 @@ async fn dead_letter(
         return Ok(());
     }
     copy_to_dead_letters(conn, stream, &entry, deliveries).await?;
-    match until_answered(1, || lab.runtime.dead_letter(&strategy, &entry)).await {
+    let answered = until_answered(1, || lab.runtime.dead_letter(&strategy, &entry)).await;
+    match answered.result {
         Ok(confirmation) => {
-            record(lab, &strategy, &confirmation).await;
+            record(lab, &strategy, &confirmation, Some(answered.trace)).await;
             ack(conn, stream, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, deliveries, "stream entry dead-lettered");
         }

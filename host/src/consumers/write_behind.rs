@@ -176,14 +176,18 @@ async fn load_batch(
     strategy: &Arc<Strategy>,
     entries: &[StreamEntry],
 ) -> RedisResult<bool> {
-    match until_answered(1, || lab.runtime.load_batch(strategy, entries)).await {
+    // A batch's one trace is no single request's: it is not kept.
+    match until_answered(1, || lab.runtime.load_batch(strategy, entries))
+        .await
+        .result
+    {
         Ok(Ok(confirmations)) => {
             if confirmations.len() != entries.len() {
                 // Written all the same: the entries are acked.
                 tracing::error!(method = %strategy.method, entries = entries.len(), confirmations = confirmations.len(), "a loaded batch's confirmations do not match its entries");
             }
             for confirmation in &confirmations {
-                record(lab, strategy, confirmation).await;
+                record(lab, strategy, confirmation, None).await;
             }
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
             ack(conn, stream, &ids).await?;
@@ -198,9 +202,10 @@ async fn load_batch(
     }
     let mut all_loaded = true;
     for entry in entries {
-        match until_answered(1, || lab.runtime.load_entry(strategy, entry)).await {
+        let loaded = until_answered(1, || lab.runtime.load_entry(strategy, entry)).await;
+        match loaded.result {
             Ok(Ok(confirmation)) => {
-                record(lab, strategy, &confirmation).await;
+                record(lab, strategy, &confirmation, Some(loaded.trace)).await;
                 ack(conn, stream, &[&entry.id]).await?;
             }
             Ok(Err(err)) => {
@@ -231,9 +236,11 @@ async fn dead_letter(
     // The read that found it over the limit is not a delivery to the component.
     entry.deliveries -= 1;
     copy_to_dead_letters(conn, stream, &entry, entry.deliveries).await?;
-    match until_answered(1, || lab.runtime.write_behind_dead_letter(strategy, &entry)).await {
+    let answered =
+        until_answered(1, || lab.runtime.write_behind_dead_letter(strategy, &entry)).await;
+    match answered.result {
         Ok(confirmation) => {
-            record(lab, strategy, &confirmation).await;
+            record(lab, strategy, &confirmation, Some(answered.trace)).await;
             ack(conn, stream, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
             Ok(true)

@@ -81,6 +81,7 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     // The announcements were deleted: the next request of a coupon
     // announces it afresh.
     lab.announcements.clear();
+    lab.traces.clear();
     Ok(Answer(
         StatusCode::OK,
         Reset {

@@ -79,7 +79,8 @@ async fn seed(
     let answer = lab
         .runtime
         .seed(&strategy, coupon_id, quantity as u32, ttl as u32)
-        .await?
+        .await
+        .result?
         .map_err(|err| ApiError::unavailable(format!("seeding failed: {err}")))?;
     Ok(Answer(
         StatusCode::OK,
@@ -140,7 +141,8 @@ async fn cancel(
     let cancelled = lab
         .runtime
         .cancel(&strategy, coupon_id, member_id, &body.idempotency_key)
-        .await?
+        .await
+        .result?
         .map_err(|err| ApiError::unavailable(format!("cancel failed: {err}")))?;
     Ok(Answer(
         StatusCode::OK,

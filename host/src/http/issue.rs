@@ -22,6 +22,7 @@ use crate::recorder::Ending;
 use crate::runtime::bindings::types::IssueRequest;
 use crate::runtime::{IssueCall, Unanswered};
 use crate::settlements;
+use crate::traces::Finished;
 
 /// Most coupons one request may ask for.
 const MAX_QUANTITY: u64 = 100;
@@ -133,6 +134,7 @@ async fn issue(
     let IssueCall {
         answer,
         scripts_killed,
+        trace,
     } = lab
         .runtime
         .issue(&strategy, &request)
@@ -199,6 +201,16 @@ async fn issue(
     let outcome = ending.outcome;
     span.record("outcome", outcome.name());
     let retries = ending.retries;
+    let finished = Finished {
+        coupon_id,
+        member_id,
+        method: &strategy.method,
+        sequence: Some(sequence),
+        arrived_us: arrival.arrived_us(),
+        outcome,
+        compensations: ending.compensations,
+    };
+    lab.traces.request(finished, trace);
     let latency = lab.recorder.finish(arrival, &strategy.method, ending);
     let metrics = lab.runtime.metrics();
     metrics

@@ -55,6 +55,7 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
         .redis_dedicated_in_use
         .set(caps.redis.dedicated_in_use() as i64);
     metrics.job_queue_depth.set(caps.jobs.depth() as i64);
+    metrics.traces_held.set(lab.traces.count() as i64);
     for (gate, held) in caps.permits.held() {
         metrics
             .permits_in_use

@@ -16,6 +16,7 @@ mod reports;
 mod results;
 mod schema;
 mod strategies;
+mod traces;
 mod write_behind;
 
 use std::sync::Arc;
@@ -38,6 +39,7 @@ pub fn router(lab: Lab) -> Router {
         .merge(coupons::router())
         .merge(issue::router())
         .merge(results::router())
+        .merge(traces::router())
         .merge(data::router())
         .merge(strategies::router())
         .merge(write_behind::router())

@@ -19,7 +19,9 @@ use utoipa::openapi::{OpenApi as Document, RefOr};
 #[cfg(doc)]
 use super::envelope::Answer;
 use super::envelope::{ApiError, ErrorBody};
-use super::{coupons, data, drop, issue, members, reports, results, strategies, write_behind};
+use super::{
+    coupons, data, drop, issue, members, reports, results, strategies, traces, write_behind,
+};
 use crate::lab::Lab;
 
 pub fn router() -> Router<Lab> {
@@ -79,6 +81,7 @@ fn name_the_methods(document: &mut Document, methods: &[String]) {
         coupons::list,
         issue::issue,
         results::result,
+        traces::traces,
         write_behind::reconcile,
         drop::seed,
         drop::cancel,

@@ -63,7 +63,8 @@ async fn reconcile(
     let report = lab
         .runtime
         .reconcile(&strategy, coupon_id)
-        .await?
+        .await
+        .result?
         .map_err(|err| ApiError::unavailable(format!("reconcile failed: {err}")))?;
     Ok(Answer(
         StatusCode::OK,

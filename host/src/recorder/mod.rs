@@ -117,6 +117,13 @@ fn now_us() -> u64 {
         .map_or(0, |since| since.as_micros() as u64)
 }
 
+impl Arrival {
+    /// When it arrived, microseconds since the Unix epoch.
+    pub fn arrived_us(&self) -> u64 {
+        self.arrived_us
+    }
+}
+
 impl Recorder {
     /// Gives `member`'s request its arrival sequence number and time on
     /// `coupon` and starts its clock.

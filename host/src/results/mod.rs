@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use couponlab_contract::keys;
 use serde::Serialize;
 use sqlx::Row;
 use utoipa::ToSchema;
@@ -23,6 +24,8 @@ use crate::lab::Lab;
 use crate::recorder::{self, RequestSummary};
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::ResultLabel;
+use crate::traces::RequestTrace;
+use crate::traces::anomalies::{self, Anomaly, Facts};
 
 mod reservations;
 mod shards;
@@ -75,6 +78,9 @@ pub struct CouponResult {
     /// The stream a stream or write-behind method served this coupon through.
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<StreamSummary>,
+    /// What went wrong, each with the requests that witness it, from this
+    /// host's traces (`GET /lab/coupons/{couponId}/traces` shows them).
+    anomalies: Vec<Anomaly>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -86,6 +92,12 @@ struct Invariants {
     one_per_member: bool,
     /// The counter equals the rows.
     count_matches_rows: bool,
+}
+
+impl CouponResult {
+    pub fn anomalies(&self) -> &[Anomaly] {
+        &self.anomalies
+    }
 }
 
 /// Reads the result of `coupon_id`; `None` when there is no such coupon.
@@ -167,6 +179,15 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
         shard_figures(lab.redis(), coupon_id, &issued_members).await,
         &mut redis,
     );
+    let traces = lab.traces.of_coupon(coupon_id);
+    let traces: Vec<&RequestTrace> = traces.iter().map(|trace| &**trace).collect();
+    let facts = Facts {
+        total: total_count,
+        issued_members: &issued_members,
+        stranded_members: redis.as_ref().map_or(&[], |r| r.stranded_sample()),
+        reservation_key: &keys::issued(coupon_id),
+    };
+    let anomalies = anomalies::find(&traces, &facts);
     Ok(Some(CouponResult {
         coupon_id,
         name: row.try_get("name")?,
@@ -188,6 +209,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
         confirmations,
         label_totals,
         stream,
+        anomalies,
     }))
 }
 

@@ -70,6 +70,15 @@ impl Difference {
     }
 }
 
+impl RedisFigures {
+    /// The smallest stranded members, when the set could be compared.
+    pub(super) fn stranded_sample(&self) -> &[u64] {
+        self.comparison
+            .as_ref()
+            .map_or(&[], |c| c.stranded_members.sample.as_slice())
+    }
+}
+
 /// A figure read from Redis, or `None` with the failure noted in the Redis
 /// section.
 pub(super) fn noting_failure<T>(

@@ -1,7 +1,8 @@
 //! One call into a component: a fresh store and instance, the deadline, the
-//! clean-up of what the call left open, and the typed calls of each world's
-//! exports. Loading a component is a call too (`describe`). How a call that
-//! produced no answer ended is [`super::ended`]'s.
+//! clean-up of what the call left open, the issue call and its
+//! compensation. Loading a component is a call too (`describe`). The other
+//! exports' typed calls are [`super::exports`]'; how a call that produced
+//! no answer ended is [`super::ended`]'s.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,14 +13,10 @@ use tracing::Instrument;
 use wasmtime::component::{Component, Instance, InstancePre};
 use wasmtime::{PoolConcurrencyLimitError, Store, UpdateDeadline};
 
-use super::bindings::types::{
-    Compensation, Confirmation, Handled, IssueRequest, ReconcileReport, SeedAnswer, StreamEntry,
-};
-use super::bindings::{
-    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
-};
+use super::bindings::types::{Compensation, IssueRequest};
 use super::ended::{CallError, Ended, IssueCall, Unanswered};
 use super::engine::Runtime;
+use super::exports::Export;
 use super::registry::{Prepared, Strategy};
 use super::store::HostState;
 use super::world::World;
@@ -53,92 +50,6 @@ impl Drop for InUse<'_> {
 #[derive(Debug, thiserror::Error)]
 #[error("deadline exceeded")]
 struct DeadlineExceeded;
-
-/// The indices of one exported interface, which load its typed guest.
-trait Export {
-    type Guest;
-    /// The interface's name in `wit/strategy.wit`.
-    const NAME: &'static str;
-    fn load(
-        &self,
-        store: &mut Store<HostState>,
-        instance: &Instance,
-    ) -> wasmtime::Result<Self::Guest>;
-}
-
-macro_rules! exports {
-    ($($interface:ident $name:literal),* $(,)?) => {$(
-        impl Export for $interface::GuestIndices {
-            type Guest = $interface::Guest;
-            const NAME: &'static str = $name;
-            fn load(
-                &self,
-                store: &mut Store<HostState>,
-                instance: &Instance,
-            ) -> wasmtime::Result<Self::Guest> {
-                $interface::GuestIndices::load(self, store, instance)
-            }
-        }
-    )*};
-}
-
-exports! {
-    strategy "strategy",
-    job_runner "job-runner",
-    message_handler "message-handler",
-    stream_consumer "stream-consumer",
-    write_behind "write-behind",
-    drop_gate "drop-gate",
-}
-
-/// The host's calls of the world exports, one line each: the name of the
-/// call, its arguments and answer, the world accessor that finds the
-/// export, and the export's function.
-macro_rules! world_calls {
-    ($(
-        $(#[$doc:meta])*
-        $name:ident($($arg:ident: $type:ty),*) -> $answer:ty = $export:ident.$function:ident;
-    )*) => {
-        impl Runtime {$(
-            $(#[$doc])*
-            pub async fn $name(
-                &self,
-                strategy: &Arc<Strategy>,
-                $($arg: $type),*
-            ) -> Result<$answer, CallError> {
-                let export = strategy.world.$export();
-                self.call_export(strategy, export, async |guest, store| {
-                    guest.$function(store, $($arg),*).await
-                })
-                .await
-                .result
-            }
-        )*}
-    };
-}
-
-world_calls! {
-    /// Runs a job `strategy` submitted (stage 4).
-    run_job(payload: &str) -> Confirmation = job_runner.call_run_job;
-    /// Hands one pub/sub message to `strategy` (stage 5).
-    handle_message(payload: &str) -> Option<Confirmation> = message_handler.call_handle_message;
-    /// Hands one stream entry to `strategy` (stage 6).
-    handle_entry(entry: &StreamEntry) -> Handled = stream_consumer.call_handle_entry;
-    /// Asks `strategy` to undo a dead-lettered entry (stage 6).
-    dead_letter(entry: &StreamEntry) -> Confirmation = stream_consumer.call_dead_letter;
-    /// Writes a batch of write-behind entries in one transaction (stage 9).
-    load_batch(entries: &[StreamEntry]) -> Result<Vec<Confirmation>, String> = write_behind.call_load_batch;
-    /// Writes one write-behind entry alone (stage 9).
-    load_entry(entry: &StreamEntry) -> Result<Confirmation, String> = write_behind.call_load_entry;
-    /// Asks `strategy` what a dead-lettered write-behind entry's request became (stage 9).
-    write_behind_dead_letter(entry: &StreamEntry) -> Confirmation = write_behind.call_dead_letter;
-    /// Reconciles one coupon's DB rows with its Redis set (stage 9).
-    reconcile(coupon_id: u64) -> Result<ReconcileReport, String> = write_behind.call_reconcile;
-    /// Cancels a limited-drop reservation.
-    cancel(coupon_id: u64, member_id: u64, idempotency_key: &str) -> Result<bool, String> = drop_gate.call_cancel;
-    /// Seeds a limited drop's stock if it is not seeded yet.
-    seed(coupon_id: u64, quantity: u32, ttl_seconds: u32) -> Result<SeedAnswer, String> = drop_gate.call_seed;
-}
 
 impl Runtime {
     /// Checks a compiled component against the worlds the host knows: every
@@ -187,35 +98,38 @@ impl Runtime {
     /// not hold.
     pub async fn issue(&self, strategy: &Arc<Strategy>, request: &IssueRequest) -> IssueCall {
         let export = Some(&strategy.strategy_export);
-        let issued = self.call_export(strategy, export, async |guest, store| {
-            guest.call_issue(store, request).await
-        });
         let Ended {
             result,
             scripts_killed,
-        } = issued.await;
-        let answered = |answer| IssueCall {
-            answer,
-            scripts_killed,
-        };
-        let error = match result {
-            Ok(result) => return answered(Ok(result)),
-            Err(error) => error,
-        };
-        if !error.ended_midway() {
-            return answered(Err(Unanswered {
+            mut trace,
+        } = self
+            .call_export(strategy, export, async |guest, store| {
+                guest.call_issue(store, request).await
+            })
+            .await;
+        let answer = match result {
+            Ok(result) => Ok(result),
+            Err(error) if !error.ended_midway() => Err(Unanswered {
                 error,
                 compensation: None,
-            }));
+            }),
+            Err(error) => {
+                let compensated = self.compensation(strategy, request).await;
+                trace.append_compensation(compensated.trace);
+                if let Err(failed) = &compensated.result {
+                    tracing::error!(method = %strategy.method, error = %failed, "compensation failed");
+                }
+                Err(Unanswered {
+                    error,
+                    compensation: Some(compensated.result),
+                })
+            }
+        };
+        IssueCall {
+            answer,
+            scripts_killed,
+            trace,
         }
-        let compensation = self.compensate(strategy, request).await;
-        if let Err(failed) = &compensation {
-            tracing::error!(method = %strategy.method, error = %failed, "compensation failed");
-        }
-        answered(Err(Unanswered {
-            error,
-            compensation: Some(compensation),
-        }))
     }
 
     /// Asks `strategy` to undo what `request` may have done: after a call
@@ -225,17 +139,24 @@ impl Runtime {
         strategy: &Arc<Strategy>,
         request: &IssueRequest,
     ) -> Result<Compensation, CallError> {
+        self.compensation(strategy, request).await.result
+    }
+
+    async fn compensation(
+        &self,
+        strategy: &Arc<Strategy>,
+        request: &IssueRequest,
+    ) -> Ended<Compensation> {
         let export = Some(&strategy.strategy_export);
         self.call_export(strategy, export, async |guest, store| {
             guest.call_compensate(store, request).await
         })
         .await
-        .result
     }
 
     /// Calls one export of `strategy` (`None`: its world has no such
     /// export, and the call is `Unsupported`) with `body`.
-    async fn call_export<E: Export, R>(
+    pub(super) async fn call_export<E: Export, R>(
         &self,
         strategy: &Arc<Strategy>,
         export: Option<&E>,
@@ -291,6 +212,7 @@ impl Runtime {
             // it stands, and the store's resources with it below.
             .unwrap_or(Err(CallError::DeadlineExceeded(self.limits.timeout)));
         let scripts_killed = store.data().scripts_killed;
+        let trace = std::mem::take(&mut store.data_mut().trace);
         drop(store);
         cleanup.close();
         if tokio::time::timeout(CLEANUP_LIMIT, cleanup.wait())
@@ -318,6 +240,7 @@ impl Runtime {
         Ended {
             result,
             scripts_killed,
+            trace,
         }
     }
 
@@ -351,7 +274,7 @@ impl Runtime {
             strategy,
             method,
             deadline,
-            self.limits.memory_bytes,
+            &self.limits,
             cleanup,
         );
         let mut store = Store::new(&self.engine, state);

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::bindings::types::{Compensation, IssueResult};
+use super::trace::CallTrace;
 
 /// Why a call produced no answer.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +59,8 @@ pub(super) struct Ended<R> {
     pub(super) result: Result<R, CallError>,
     /// Scripts it sent that outlived its deadline and were killed.
     pub(super) scripts_killed: u32,
+    /// The capability calls it made.
+    pub(super) trace: CallTrace,
 }
 
 /// How an issue request's call ended.
@@ -65,6 +68,23 @@ pub struct IssueCall {
     pub answer: Result<IssueResult, Unanswered>,
     /// Scripts it sent that outlived the call's deadline and were killed.
     pub scripts_killed: u32,
+    /// The capability calls it made, then those of its compensation.
+    pub trace: CallTrace,
+}
+
+/// What a call of a world export answered, and the capability calls it made.
+pub struct Traced<R> {
+    pub result: Result<R, CallError>,
+    pub trace: CallTrace,
+}
+
+impl<R> From<Ended<R>> for Traced<R> {
+    fn from(ended: Ended<R>) -> Self {
+        Traced {
+            result: ended.result,
+            trace: ended.trace,
+        }
+    }
 }
 
 impl<R> Ended<R> {
@@ -72,6 +92,7 @@ impl<R> Ended<R> {
         Ended {
             result: Err(error),
             scripts_killed: 0,
+            trace: CallTrace::default(),
         }
     }
 }

@@ -25,6 +25,8 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Instances alive at once (the pool's size).
     pub max_instances: u32,
+    /// Whether each call records its capability calls (`COUPONLAB_TRACES`).
+    pub trace_calls: bool,
 }
 
 /// How often the engine's epoch advances: the granularity of deadlines, and

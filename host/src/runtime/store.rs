@@ -11,9 +11,11 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::jobs::SubmitError;
 use super::capabilities::Capabilities;
+use super::engine::Limits;
 use super::process_lock::HeldLocks;
 use super::registry::Strategy;
 use super::sql::named_lock::LockSession;
+use super::trace::CallTrace;
 
 /// Bytes of a guest's stderr kept for the error message of a trap (a Rust
 /// panic message lands there).
@@ -57,6 +59,8 @@ pub struct HostState {
     /// The session this call's named locks live on, opened on first use;
     /// its locks are released when the store goes.
     pub(super) lock_session: Option<LockSession>,
+    /// The capability calls this call made, for its request's trace.
+    pub(super) trace: CallTrace,
     /// WASI as std needs it to link, with nothing granted: no preopened
     /// directories, no environment, no sockets, stdin closed.
     wasi: WasiCtx,
@@ -71,7 +75,7 @@ impl HostState {
         strategy: Option<Arc<Strategy>>,
         method: Arc<str>,
         deadline: Instant,
-        memory_bytes: usize,
+        limits: &Limits,
         cleanup: TaskTracker,
     ) -> Self {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
@@ -97,10 +101,11 @@ impl HostState {
             renewals: 0,
             process_locks: HeldLocks::default(),
             lock_session: None,
+            trace: CallTrace::recording(limits.trace_calls),
             wasi,
             stderr,
             limits: StoreLimitsBuilder::new()
-                .memory_size(memory_bytes)
+                .memory_size(limits.memory_bytes)
                 .instances(64)
                 .build(),
         }

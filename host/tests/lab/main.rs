@@ -32,5 +32,6 @@ mod result_endpoint;
 mod sandbox;
 mod several_hosts;
 mod sharded;
+mod traces;
 mod wit_roundtrip;
 mod write_behind;

@@ -39,6 +39,7 @@ use wasmtime::component::Resource;
 use super::bindings::redis::{self as wit, Command, RedisError as WitError};
 use super::capabilities::Admin;
 use super::store::HostState;
+use super::trace::{Pending, Read};
 use crate::metrics::Metrics;
 
 pub use self::channels::Subscription;
@@ -90,6 +91,15 @@ fn to_wit_error(err: RedisError) -> WitError {
 }
 
 impl HostState {
+    /// Records a traced command with what it answered.
+    fn trace_reply(&mut self, pending: Pending, reply: &Result<Vec<wit::Value>, WitError>) {
+        let answer = match reply {
+            Ok(values) => Ok(Read::integer(reply::integer(values))),
+            Err(err) => Err(format!("{err:?}")),
+        };
+        self.trace.finish(pending, answer);
+    }
+
     /// A reply as the guest receives it, unless it is over the cap.
     fn reply(&self, result: Result<Value, RedisError>) -> Result<Vec<wit::Value>, WitError> {
         let value = result.map_err(to_wit_error)?;
@@ -192,6 +202,11 @@ impl wit::Host for HostState {
         if let Some(err) = refused {
             return Ok(Err(err));
         }
+        let pending = self.trace.start("redis", name.as_str());
+        let pending = match args.first() {
+            Some(key) => pending.target(key.as_str()),
+            None => pending,
+        };
         let caps = self.caps.clone();
         let result = watch!(self)
             .reply(
@@ -200,7 +215,9 @@ impl wit::Host for HostState {
                 caps.redis.execute(&name, &args),
             )
             .await;
-        Ok(self.reply(result))
+        let reply = self.reply(result);
+        self.trace_reply(pending, &reply);
+        Ok(reply)
     }
 
     #[tracing::instrument(name = "redis.eval", level = "debug", skip_all, fields(method = %self.method))]
@@ -210,6 +227,7 @@ impl wit::Host for HostState {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> wasmtime::Result<Result<Vec<wit::Value>, WitError>> {
+        let pending = self.trace.start("redis", "EVALSHA").target(keys.join(" "));
         let caps = self.caps.clone();
         // Routed as EVALSHA is: by its first key.
         let routed = [vec![String::new(), keys.len().to_string()], keys.clone()].concat();
@@ -220,7 +238,9 @@ impl wit::Host for HostState {
                 caps.redis.eval(&script, &keys, &args),
             )
             .await;
-        Ok(self.reply(result))
+        let reply = self.reply(result);
+        self.trace_reply(pending, &reply);
+        Ok(reply)
     }
 
     /// Waits for a free dedicated connection no longer than the call's
@@ -261,6 +281,11 @@ impl wit::HostConnection for HostState {
         if let Some(err) = refuse_identity(&name) {
             return Ok(Err(err));
         }
+        let pending = self.trace.start("redis", name.as_str());
+        let pending = match args.first() {
+            Some(key) => pending.target(key.as_str()),
+            None => pending,
+        };
         let borrowed = self.table.get_mut(&conn)?;
         let result = watch!(self)
             .reply(
@@ -269,7 +294,9 @@ impl wit::HostConnection for HostState {
                 borrowed.execute(&name, &args),
             )
             .await;
-        Ok(self.reply(result))
+        let reply = self.reply(result);
+        self.trace_reply(pending, &reply);
+        Ok(reply)
     }
 
     #[tracing::instrument(name = "redis.connection.pipeline", level = "debug", skip_all, fields(method = %self.method))]
@@ -291,6 +318,7 @@ impl wit::HostConnection for HostState {
             .iter()
             .zip(&commands)
             .find_map(|(name, command)| script(name, &command.args));
+        let pending = self.trace.start("redis", names.join(" "));
         let borrowed = self.table.get_mut(&conn)?;
         let values = match watch!(self)
             .reply(
@@ -301,8 +329,14 @@ impl wit::HostConnection for HostState {
             .await
         {
             Ok(values) => values,
-            Err(err) => return Ok(Err(to_wit_error(err))),
+            Err(err) => {
+                let err = to_wit_error(err);
+                self.trace.finish(pending, Err(format!("{err:?}")));
+                return Ok(Err(err));
+            }
         };
+        self.trace
+            .finish(pending, Ok(Read::rows(values.len() as u64)));
         Ok(values
             .into_iter()
             .map(|value| self.reply(Ok(value)))

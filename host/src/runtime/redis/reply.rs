@@ -41,6 +41,21 @@ pub fn flatten(value: Value, out: &mut Vec<wit::Value>) {
     }
 }
 
+/// The integer a reply carries first, as a trace reads it: an integer, a
+/// numeric string (`GET` of a counter), or the first of an array's.
+pub fn integer(reply: &[wit::Value]) -> Option<i64> {
+    reply.iter().find_map(|value| match value {
+        wit::Value::Array(_) => None,
+        wit::Value::Int(i) => Some(Some(*i)),
+        wit::Value::Data(bytes) => Some(
+            std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|text| text.parse().ok()),
+        ),
+        _ => Some(None),
+    })?
+}
+
 /// Roughly the bytes a reply takes once flattened: its payloads plus a
 /// small fixed cost per node.
 pub fn weight(value: &Value) -> usize {

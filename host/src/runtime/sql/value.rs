@@ -7,6 +7,7 @@ use sqlx::query::Query;
 use sqlx::{Column, Row, TypeInfo, ValueRef};
 
 use crate::runtime::bindings::sql::{self as wit, Rows, SqlError};
+use crate::runtime::trace::Read;
 
 pub fn bind<'q>(
     mut query: Query<'q, MySql, MySqlArguments>,
@@ -69,6 +70,20 @@ pub async fn fetch_capped(
         rows.rows.push(values);
     }
     Ok(Ok(rows))
+}
+
+/// What a trace keeps of a result: its rows, and a single row's integers.
+pub fn traced_rows(rows: &Rows) -> Read {
+    let first = rows.rows.first().map(Vec::as_slice).unwrap_or_default();
+    let integers = rows.columns.iter().zip(first).map(|(name, value)| {
+        let value = match value {
+            wit::Value::Int(i) => Some(*i),
+            wit::Value::Uint(u) => i64::try_from(*u).ok(),
+            _ => None,
+        };
+        (name.as_str(), value)
+    });
+    Read::result(rows.rows.len(), integers)
 }
 
 /// Roughly the bytes a value takes in a WIT row.

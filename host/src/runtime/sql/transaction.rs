@@ -1,0 +1,183 @@
+//! The host side of the WIT `transaction` resource: BEGIN at a chosen
+//! isolation level on a lent connection, its statements, COMMIT or
+//! ROLLBACK, and the rollback of one its store was torn down with.
+
+use std::time::Instant;
+
+use tokio_util::task::TaskTracker;
+
+use super::GuestSql;
+use super::lent::{Lent, Limits};
+use super::statement;
+use super::value::{ResultCaps, bind, fetch_capped, to_wit_error};
+use crate::runtime::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
+
+type Params = Vec<wit::Value>;
+
+/// Whether a transaction may write.
+#[derive(Debug, Clone, Copy)]
+pub enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
+/// The host side of the WIT `transaction` resource: one lent connection
+/// inside BEGIN ... COMMIT/ROLLBACK.
+pub struct SqlTransaction {
+    /// `Some` while the transaction is open.
+    pub(super) lent: Option<Lent>,
+    /// Which of its call's transactions it is, and its isolation level, as
+    /// its statements' traces say.
+    pub(super) traced: (u32, &'static str),
+    limits: Limits,
+    result_caps: ResultCaps,
+    /// The call's clean-up tasks: a transaction torn down with its store
+    /// rolls back there, and the host waits for it before compensating.
+    cleanup: TaskTracker,
+}
+
+impl SqlTransaction {
+    pub(super) async fn begin(
+        sql: &GuestSql,
+        limits: Limits,
+        result_caps: ResultCaps,
+        deadline: Instant,
+        cleanup: TaskTracker,
+        level: IsolationLevel,
+        access: Access,
+    ) -> Result<Self, SqlError> {
+        let mut lent = sql.lend().await.map_err(to_wit_error)?;
+        let level = isolation_name(level);
+        let access = match access {
+            Access::ReadWrite => "READ WRITE",
+            Access::ReadOnly => "READ ONLY",
+        };
+        lent.begin(
+            limits,
+            deadline,
+            &format!("ISOLATION LEVEL {level}, {access}"),
+        )
+        .await
+        .map_err(to_wit_error)?;
+        Ok(Self {
+            lent: Some(lent),
+            traced: (0, level),
+            limits,
+            result_caps,
+            cleanup,
+        })
+    }
+
+    fn open(&mut self) -> Result<&mut Lent, SqlError> {
+        match self.lent.as_mut() {
+            Some(lent) if lent.usable() => Ok(lent),
+            Some(_) => Err(SqlError::Other(
+                "the transaction ended: a refused result left its connection to be closed".into(),
+            )),
+            None => Err(SqlError::Other(
+                "the transaction is already committed or rolled back".into(),
+            )),
+        }
+    }
+
+    pub(super) async fn query(
+        &mut self,
+        statement: &str,
+        params: Vec<wit::Value>,
+    ) -> Result<Rows, SqlError> {
+        let caps = self.result_caps;
+        query_on(self.open()?, statement, params, caps).await
+    }
+
+    pub(super) async fn execute(
+        &mut self,
+        statement: &str,
+        params: Params,
+    ) -> Result<ExecResult, SqlError> {
+        let residue = statement::check(statement).map_err(SqlError::Refused)?;
+        let done = self
+            .open()?
+            .statement(residue, async |conn| {
+                bind(sqlx::query(statement), params)
+                    .execute(&mut **conn)
+                    .await
+            })
+            .await
+            .map_err(to_wit_error)?;
+        Ok(ExecResult {
+            rows_affected: done.rows_affected(),
+            last_insert_id: done.last_insert_id(),
+        })
+    }
+
+    /// Ends the transaction with COMMIT or ROLLBACK; the connection goes
+    /// back to the pool only if that succeeded. A COMMIT whose connection
+    /// failed may have committed: its outcome is unknown.
+    pub(super) async fn finish(&mut self, end: &'static str) -> Result<(), SqlError> {
+        let mut lent = self.lent.take().ok_or_else(|| {
+            SqlError::Other("the transaction is already committed or rolled back".into())
+        })?;
+        if !lent.usable() {
+            // Closed when `lent` drops here: the server rolls back.
+            return Err(SqlError::Other(
+                "the transaction ended: a refused result left its connection to be closed".into(),
+            ));
+        }
+        lent.finish(self.limits, end)
+            .await
+            .map_err(|err| match (end, to_wit_error(err)) {
+                ("COMMIT", SqlError::Connection(message)) => SqlError::Indeterminate(format!(
+                    "the COMMIT was sent and its answer lost ({message}); whether it committed is known once the database answers"
+                )),
+                (_, err) => err,
+            })
+    }
+}
+
+impl Drop for SqlTransaction {
+    /// A transaction still open here belongs to a store torn down by a trap
+    /// or a deadline (a guest that drops its handle is rolled back, awaited,
+    /// in `HostTransaction::drop`). Idle between statements, it is rolled
+    /// back on the call's clean-up tracker; any other state closes the
+    /// connection, which makes the server roll back.
+    fn drop(&mut self) {
+        let Some(mut lent) = self.lent.take() else {
+            return;
+        };
+        if lent.in_transaction() && tokio::runtime::Handle::try_current().is_ok() {
+            let limits = self.limits;
+            self.cleanup.spawn(async move {
+                let _ = lent.finish(limits, "ROLLBACK").await;
+            });
+        }
+    }
+}
+
+pub(super) fn isolation_name(level: IsolationLevel) -> &'static str {
+    match level {
+        IsolationLevel::ReadUncommitted => "READ UNCOMMITTED",
+        IsolationLevel::ReadCommitted => "READ COMMITTED",
+        IsolationLevel::RepeatableRead => "REPEATABLE READ",
+        IsolationLevel::Serializable => "SERIALIZABLE",
+    }
+}
+
+/// A query on `lent`, its result read within `caps`.
+pub(super) async fn query_on(
+    lent: &mut Lent,
+    statement: &str,
+    params: Params,
+    caps: ResultCaps,
+) -> Result<Rows, SqlError> {
+    let residue = statement::check(statement).map_err(SqlError::Refused)?;
+    let read = lent
+        .statement(residue, async |conn| {
+            fetch_capped(bind(sqlx::query(statement), params), conn, caps).await
+        })
+        .await
+        .map_err(to_wit_error)?;
+    read.map_err(|cap| {
+        lent.abandon();
+        SqlError::Refused(cap)
+    })
+}

@@ -1,0 +1,100 @@
+use super::*;
+use crate::runtime::trace::{CallTrace, Read};
+
+fn traces(per_coupon: usize, sample: usize, coupons: usize) -> Traces {
+    let args = TraceArgs {
+        enabled: true,
+        traces_per_coupon: per_coupon,
+        trace_sample: sample,
+        traced_coupons: coupons,
+    };
+    Traces::new(args, Arc::new(Metrics::new()))
+}
+
+fn ended(traces: &Traces, coupon_id: u64, member_id: u64, outcome: Outcome) {
+    let mut trace = CallTrace::default();
+    let pending = trace.start("redis", "EVALSHA");
+    trace.finish(pending, Ok(Read::integer(Some(0))));
+    let finished = Finished {
+        coupon_id,
+        member_id,
+        method: "REDIS_LUA",
+        sequence: Some(member_id),
+        arrived_us: member_id,
+        outcome,
+        compensations: 0,
+    };
+    traces.request(finished, trace);
+}
+
+#[test]
+fn two_hundred_thousand_requests_keep_the_served_and_a_sample() {
+    let store = traces(2000, 16, 32);
+    for member in 1..=200_000 {
+        let outcome = if member % 2000 == 0 {
+            Outcome::Issued
+        } else if member % 5000 == 1 {
+            Outcome::Unavailable
+        } else {
+            Outcome::SoldOut
+        };
+        ended(&store, 7, member, outcome);
+    }
+    let kept = store.of_coupon(7);
+    let count = |kind| kept.iter().filter(|t| t.kept == kind).count();
+    // 100 served and 40 failed: every one; the earliest sold-out refusal;
+    // 16 of the rest.
+    assert_eq!(count(Kept::Served), 100);
+    assert_eq!(count(Kept::Failed), 40);
+    assert_eq!(count(Kept::FirstRefusal), 1);
+    assert_eq!(count(Kept::Sample), 16);
+    assert_eq!(kept.len(), store.count());
+    let first = kept.iter().find(|t| t.kept == Kept::FirstRefusal).unwrap();
+    assert_eq!(first.member_id, 2, "the earliest sold-out arrival");
+    // The sample is spread over the run, not its first 16.
+    assert!(
+        kept.iter()
+            .filter(|t| t.kept == Kept::Sample)
+            .any(|t| t.member_id > 100_000)
+    );
+}
+
+#[test]
+fn past_its_cap_a_coupon_drops_even_what_it_would_keep() {
+    let store = traces(10, 2, 32);
+    for member in 1..=25 {
+        ended(&store, 1, member, Outcome::Issued);
+    }
+    assert_eq!(store.of_coupon(1).len(), 10);
+    let dropped = store
+        .metrics
+        .traces_dropped
+        .with_label_values(&["coupon-full"])
+        .get();
+    assert_eq!(dropped, 15);
+}
+
+#[test]
+fn only_the_coupons_traced_last_are_kept() {
+    let store = traces(10, 2, 3);
+    for coupon in 1..=5 {
+        ended(&store, coupon, 1, Outcome::Issued);
+    }
+    let held: Vec<u64> = (1..=5)
+        .filter(|&coupon| !store.of_coupon(coupon).is_empty())
+        .collect();
+    assert_eq!(held, [3, 4, 5]);
+}
+
+#[test]
+fn off_keeps_nothing() {
+    let args = TraceArgs {
+        enabled: false,
+        traces_per_coupon: 10,
+        trace_sample: 2,
+        traced_coupons: 3,
+    };
+    let store = Traces::new(args, Arc::new(Metrics::new()));
+    ended(&store, 1, 1, Outcome::Issued);
+    assert_eq!(store.count(), 0);
+}
