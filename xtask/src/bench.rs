@@ -16,8 +16,10 @@
 //!
 //! For each pair: throughput and p99 at `--connections`, p50 at one
 //! connection, each the median of the rounds; and `redis-benchmark` of the
-//! EVALSHA alone as the physical limit. Both servers share one database
-//! (`couponlab_bench_<migrations>`) and Redis database 11.
+//! EVALSHA alone as the physical limit. A third server, couponlab with
+//! `COUPONLAB_TRACES=off`, runs beside them: the difference is what
+//! recording and keeping each request's trace costs. The servers share one
+//! database (`couponlab_bench_<migrations>`) and Redis database 11.
 
 use std::fmt::Write as _;
 use std::net::TcpListener;
@@ -34,6 +36,8 @@ use crate::loadtest::Api;
 use crate::{release_binary, root, services, strategies};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/11";
+/// The lab with `COUPONLAB_TRACES=off`, as the report names it.
+const UNTRACED: &str = "couponlab, traces off";
 const USAGE: &str = "usage: cargo xtask bench [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]";
 
 struct Options {
@@ -76,20 +80,26 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     crate::build_release()?;
 
     let database = database_url()?;
-    let lab = Process::start(
-        "couponlab",
-        &["serve"],
-        &[
-            ("DATABASE_URL", database.clone()),
-            ("REDIS_URL", REDIS_URL.into()),
-            ("COUPONLAB_STRATEGY_DIR", dist.display().to_string()),
-            ("COUPONLAB_WATCH", "false".into()),
-        ],
-        "COUPONLAB_BIND",
-    )?;
+    let lab_with_traces = |traces: &str| {
+        Process::start(
+            "couponlab",
+            &["serve"],
+            &[
+                ("DATABASE_URL", database.clone()),
+                ("REDIS_URL", REDIS_URL.into()),
+                ("COUPONLAB_STRATEGY_DIR", dist.display().to_string()),
+                ("COUPONLAB_WATCH", "false".into()),
+                ("COUPONLAB_TRACES", traces.into()),
+            ],
+            "COUPONLAB_BIND",
+        )
+    };
+    let lab = lab_with_traces("on")?;
     let api = Api::new(&lab.base_url())?;
     lab.wait_until_answering(&api)?;
     api.delete_data()?;
+    let untraced = lab_with_traces("off")?;
+    untraced.wait_until_answering(&Api::new(&untraced.base_url())?)?;
     let twin = Process::start(
         "native-twin",
         &[],
@@ -97,7 +107,11 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         "--bind",
     )?;
     twin.wait_until_listening()?;
-    let servers = [("couponlab", &lab), ("native twin", &twin)];
+    let servers = [
+        ("couponlab", &lab),
+        (UNTRACED, &untraced),
+        ("native twin", &twin),
+    ];
 
     // Sold out: total 1, issued once.
     let members = api.post("/lab/members", &json!({ "count": 2 }))?;
@@ -133,6 +147,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     println!("redis-benchmark EVALSHA of lua/reserve.lua: {raw:.0} requests/s");
     let rss = [
         ("couponlab", lab.rss_kib()),
+        (UNTRACED, untraced.rss_kib()),
         ("native twin", twin.rss_kib()),
     ];
     let markdown = report.markdown(&options, raw, &rss);
@@ -455,6 +470,31 @@ struct Report {
 }
 
 impl Report {
+    /// What request traces cost: couponlab against itself with
+    /// `COUPONLAB_TRACES=off`, at one connection (latency) and saturated
+    /// (the time per request the two cores spend, 2 s / req/s).
+    fn traces_cost(&self) -> String {
+        let mut out = String::from(
+            "\nRequest traces, on (the default) against `COUPONLAB_TRACES=off`:\n\n| pair | p50 c=1 on | off | added | req/s on | off | core time per request on | off | added |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for pair in ["sold out", "issue"] {
+            let p50 = |server| self.median(pair, server, |_, s| s.p50_us);
+            let rps = |server| self.median(pair, server, |l, _| l.requests_per_s);
+            let (on, off) = (p50("couponlab"), p50(UNTRACED));
+            let (rps_on, rps_off) = (rps("couponlab"), rps(UNTRACED));
+            let core_us = |rps: f64| 2e6 / rps;
+            let _ = writeln!(
+                out,
+                "| {pair} | {on:.0} µs | {off:.0} µs | {:+.0} µs | {rps_on:.0} | {rps_off:.0} | {:.1} µs | {:.1} µs | {:+.1} µs |",
+                on - off,
+                core_us(rps_on),
+                core_us(rps_off),
+                core_us(rps_on) - core_us(rps_off),
+            );
+        }
+        out
+    }
+
     fn add(&mut self, pair: &'static str, server: &'static str, loaded: Run, single: Run) {
         self.runs.push((pair, server, loaded, single));
     }
@@ -506,6 +546,7 @@ impl Report {
                 lab_p50 - twin_p50,
             );
         }
+        out.push_str(&self.traces_cost());
         let _ = writeln!(
             out,
             "\n`redis-benchmark` of the same EVALSHA (50 clients): {raw:.0} requests/s — the \

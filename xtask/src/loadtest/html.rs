@@ -65,6 +65,7 @@ pub fn render(
     outcomes(&mut out, rows, raw);
     latency(&mut out, rows, raw);
     verification(&mut out, rows, raw);
+    super::why::html(&mut out, rows);
     reproduction(&mut out, provenance);
     out.push_str(
         "<p class=\"note\">2xx: issued (200) or accepted (202). Client latencies are k6's; \

@@ -43,6 +43,7 @@ pub mod soak;
 mod soak_report;
 mod truth;
 mod verification;
+mod why;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -8,6 +8,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::verification::Verification;
+use super::why::{self, Why};
 
 /// One method's figures in one run.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +37,8 @@ pub struct Row {
     pub drain_ms: Option<f64>,
     /// What every client was told, joined with the database and Redis.
     pub verification: Option<Verification>,
+    /// The anomalies the server named, and one request's trace.
+    pub why: Why,
 }
 
 impl Row {
@@ -70,6 +73,7 @@ impl Row {
             out_of_turn: number(&result["requests"]["fairness"]["servedAfterEarlierSoldOut"]),
             drain_ms,
             verification,
+            why: Why::of(result),
         }
     }
 
@@ -119,6 +123,7 @@ pub fn markdown(title: &str, description: &str, rows: &[Row], provenance: &Value
          of the load until every accepted request had its outcome.\n",
     );
     verification_table(&mut out, rows);
+    why::markdown(&mut out, rows);
     reproduction(&mut out, provenance);
     out
 }

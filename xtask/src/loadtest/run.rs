@@ -17,6 +17,7 @@ use super::report::Row;
 use super::server::{self, Serve, Server};
 use super::truth::Sources;
 use super::verification::{Claim, Verification};
+use super::why::Why;
 use couponlab_links::{Links, REDIS_UPSTREAM};
 
 /// How long an asynchronous method may take to confirm what it accepted.
@@ -268,6 +269,14 @@ impl Run<'_> {
             .map(|claim| claim.word())
             .collect();
         let claimed: Vec<&str> = claims.iter().map(|c| c.word()).collect();
+        let mut row = Row::from(
+            self.method,
+            &figures,
+            &result,
+            drain_ms,
+            Some(verification.clone()),
+        );
+        row.why.example = example_trace(api, coupon_id, &row.why);
         let raw = json!({
             "couponId": coupon_id,
             "firstMember": first_member,
@@ -279,13 +288,22 @@ impl Run<'_> {
             "brokenClaims": broken,
             "faults": fired.iter().map(Fired::to_json).collect::<Vec<_>>(),
             "hosts": hosts_said,
+            "exampleTrace": row.why.example,
         });
-        Ok(Measured {
-            row: Row::from(self.method, &figures, &result, drain_ms, Some(verification)),
-            raw,
-            claims,
-        })
+        Ok(Measured { row, raw, claims })
     }
+}
+
+/// One request's trace for the report: a witness of the first anomaly
+/// met, else a served request's, else any; `None` when the server kept
+/// none (or is older than traces).
+fn example_trace(api: &Api, coupon_id: u64, why: &Why) -> Option<Value> {
+    why.example_queries().iter().find_map(|query| {
+        let listed = api
+            .get(&format!("/lab/coupons/{coupon_id}/traces?{query}"))
+            .ok()?;
+        listed["traces"].get(0).cloned()
+    })
 }
 
 /// Waits until every accepted request has its outcome and the stream, if
