@@ -18,7 +18,9 @@
 //! connection, each the median of the rounds; and `redis-benchmark` of the
 //! EVALSHA alone as the physical limit. A third server, couponlab with
 //! `COUPONLAB_TRACES=off`, runs beside them: the difference is what
-//! recording and keeping each request's trace costs. The servers share one
+//! recording and keeping each request's trace costs. The sold-out pair is
+//! also run, on the lab alone, with REDIS_LUA written in Python and
+//! JavaScript (`PY_REDIS_LUA`, `JS_REDIS_LUA`): what each language costs. The servers share one
 //! database (`couponlab_bench_<migrations>`) and Redis database 11.
 
 use std::fmt::Write as _;
@@ -36,6 +38,11 @@ use crate::loadtest::Api;
 use crate::{release_binary, root, services, strategies};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/11";
+/// REDIS_LUA written in other languages, and the pair each is reported as.
+const LANGUAGES: [(&str, &str); 2] = [
+    ("PY_REDIS_LUA", "sold out, Python"),
+    ("JS_REDIS_LUA", "sold out, JavaScript"),
+];
 /// The lab with `COUPONLAB_TRACES=off`, as the report names it.
 const UNTRACED: &str = "couponlab, traces off";
 const USAGE: &str = "usage: cargo xtask bench [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]";
@@ -135,6 +142,12 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         report: &mut report,
     };
     bench.pair("sold out", &script, || Ok(sold_out.clone()))?;
+    // The same sold-out path in Python and JavaScript, on the lab alone.
+    for (method, pair) in LANGUAGES {
+        let body = json!({ "memberId": first + 1, "method": method }).to_string();
+        let script = write_script(&format!("sold-out-{method}.lua"), &sold_out_script(&body))?;
+        bench.alone(pair, "couponlab", &lab, &script, &sold_out)?;
+    }
 
     // Issue: a fresh member per request and a fresh coupon per run, so the
     // same million members serve every run.
@@ -181,23 +194,59 @@ impl Bench<'_> {
         );
         for round in 0..options.rounds {
             for &(server, process) in self.servers {
-                let loaded = wrk_run(
-                    self.wrk,
-                    process,
-                    script,
-                    &coupon()?,
-                    options.connections,
-                    &options.duration,
-                )?;
-                let single = wrk_run(self.wrk, process, script, &coupon()?, 1, &options.duration)?;
-                println!(
-                    "  round {}: {server}: {loaded}, c=1 p50 {:.0} µs",
-                    round + 1,
-                    single.p50_us
-                );
-                self.report.add(pair, server, loaded, single);
+                self.round(pair, round, server, process, script, &mut coupon)?;
             }
         }
+        Ok(())
+    }
+
+    /// `options.rounds` rounds of one pair on one server alone.
+    fn alone(
+        &mut self,
+        pair: &'static str,
+        server: &'static str,
+        process: &Process,
+        script: &Path,
+        coupon: &str,
+    ) -> anyhow::Result<()> {
+        println!(
+            "{pair}: {} rounds of {}",
+            self.options.rounds, self.options.duration
+        );
+        for round in 0..self.options.rounds {
+            self.round(pair, round, server, process, script, &mut || {
+                Ok(coupon.to_string())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// One run at `options.connections` connections, then one at one.
+    fn round(
+        &mut self,
+        pair: &'static str,
+        round: usize,
+        server: &'static str,
+        process: &Process,
+        script: &Path,
+        coupon: &mut impl FnMut() -> anyhow::Result<String>,
+    ) -> anyhow::Result<()> {
+        let options = self.options;
+        let loaded = wrk_run(
+            self.wrk,
+            process,
+            script,
+            &coupon()?,
+            options.connections,
+            &options.duration,
+        )?;
+        let single = wrk_run(self.wrk, process, script, &coupon()?, 1, &options.duration)?;
+        println!(
+            "  round {}: {server}: {loaded}, c=1 p50 {:.0} µs",
+            round + 1,
+            single.p50_us
+        );
+        self.report.add(pair, server, loaded, single);
         Ok(())
     }
 }
@@ -495,6 +544,30 @@ impl Report {
         out
     }
 
+    /// The sold-out path in Python and JavaScript against REDIS_LUA in
+    /// Rust, on the same server in the same run.
+    fn languages(&self) -> String {
+        let rust_rps = self.median("sold out", "couponlab", |l, _| l.requests_per_s);
+        let rust_p50 = self.median("sold out", "couponlab", |_, s| s.p50_us);
+        let mut out = format!(
+            "\nThe sold-out path in other languages (the same `lua/reserve.lua`), against REDIS_LUA in Rust on the same server:\n\n| method | req/s | of Rust's | p50 c=1 | added to Rust's |\n|---|---:|---:|---:|---:|\n| REDIS_LUA | {rust_rps:.0} | 1.00× | {rust_p50:.0} µs | — |\n"
+        );
+        for (method, pair) in LANGUAGES {
+            let rps = self.median(pair, "couponlab", |l, _| l.requests_per_s);
+            let p50 = self.median(pair, "couponlab", |_, s| s.p50_us);
+            if rps.is_nan() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "| {method} | {rps:.0} | {:.2}× | {p50:.0} µs | {:+.0} µs |",
+                rps / rust_rps,
+                p50 - rust_p50
+            );
+        }
+        out
+    }
+
     fn add(&mut self, pair: &'static str, server: &'static str, loaded: Run, single: Run) {
         self.runs.push((pair, server, loaded, single));
     }
@@ -547,6 +620,7 @@ impl Report {
             );
         }
         out.push_str(&self.traces_cost());
+        out.push_str(&self.languages());
         let _ = writeln!(
             out,
             "\n`redis-benchmark` of the same EVALSHA (50 clients): {raw:.0} requests/s — the \
