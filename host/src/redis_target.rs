@@ -322,33 +322,28 @@ async fn masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>
 mod tests {
     use super::*;
 
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|arg| arg.to_string()).collect()
-    }
-
     #[test]
     fn the_first_key_is_where_routing_looks_for_it() {
-        assert_eq!(
-            first_key("WATCH", &strings(&["coupon:issued:{1}"])),
-            Some("coupon:issued:{1}")
-        );
-        assert_eq!(
-            first_key(
+        let commands: [(&str, &[&str], Option<&str>); 6] = [
+            ("WATCH", &["coupon:issued:{1}"], Some("coupon:issued:{1}")),
+            (
                 "EVALSHA",
-                &strings(&["abc", "2", "coupon:issued:{1}", "coupon:total:{1}", "7"])
+                &["abc", "2", "coupon:issued:{1}", "coupon:total:{1}", "7"],
+                Some("coupon:issued:{1}"),
             ),
-            Some("coupon:issued:{1}")
-        );
-        assert_eq!(first_key("EVALSHA", &strings(&["abc", "0", "7"])), None);
-        assert_eq!(
-            first_key(
+            ("EVALSHA", &["abc", "0", "7"], None),
+            (
                 "XREADGROUP",
-                &strings(&["GROUP", "g", "c", "STREAMS", "s:{1}", ">"])
+                &["GROUP", "g", "c", "STREAMS", "s:{1}", ">"],
+                Some("s:{1}"),
             ),
-            Some("s:{1}")
-        );
-        assert_eq!(first_key("MULTI", &[]), None);
-        assert_eq!(first_key("EXEC", &[]), None);
+            ("MULTI", &[], None),
+            ("EXEC", &[], None),
+        ];
+        for (name, args, key) in commands {
+            let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+            assert_eq!(first_key(name, &args), key, "{name} {args:?}");
+        }
     }
 
     #[test]
