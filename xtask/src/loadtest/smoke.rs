@@ -65,6 +65,15 @@ pub fn smoke() -> anyhow::Result<()> {
         if told_success(&out, method)?.len() < 10 {
             bail!("the smoke run recorded too few successes for {method}");
         }
+        // Why: one request's calls, read from the server's traces.
+        let why = report.split("\n### ").find(|part| part.starts_with(method));
+        let traced = |part: &str| {
+            part.contains("Example: member")
+                && (part.contains("| sql ") || part.contains("| redis "))
+        };
+        if !why.is_some_and(traced) {
+            bail!("the smoke report's Why section has no example trace for {method}");
+        }
     }
     screenshot(&out.join("report.html"), "report.png")?;
     println!("load test smoke run: report, chart and records as expected");
