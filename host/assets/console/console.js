@@ -7,8 +7,10 @@ const TICK_MS = 1000; // coupons, strategies and reports
 const COUPON_TICK_MS = 500; // the coupon whose charts are open
 const SHOWN = 20; // coupons whose results are read every tick
 const SAMPLES = 600; // five minutes of the open coupon at COUPON_TICK_MS
+const LISTED = 200; // traces listed for the open coupon, the first by start
 
-const selected = { id: null, samples: [], busy: false };
+/** The open coupon; its traces as last listed (by id), and the one drawn. */
+const selected = { id: null, samples: [], busy: false, traces: new Map(), trace: null };
 
 /** A whole number past 2^53 (an id from a large AUTO_INCREMENT) kept as
  *  its digits: as a JavaScript number it would name another coupon. */
@@ -161,6 +163,11 @@ function couponInHash() {
 function openCoupon() {
   selected.id = couponInHash();
   selected.samples = [];
+  selected.traces = new Map();
+  selected.trace = null;
+  // Nothing of the coupon open before stays on show under this one's name.
+  delete document.getElementById('anomalies').dataset.count;
+  for (const part of ['#anomalies', '#traces tbody', '#waterfall']) redraw(document.querySelector(part), '');
   document.getElementById('coupon').hidden = selected.id === null;
   refreshCoupon();
 }
@@ -186,6 +193,7 @@ async function refreshCoupon() {
     selected.samples.push({ t: performance.now() / 1000, result: r });
     if (selected.samples.length > SAMPLES) selected.samples.shift();
     showCoupon(r);
+    await refreshTraces(id, r);
   } catch (e) {
     setStatus(false, `the server does not answer: ${e}`);
   } finally {
@@ -326,6 +334,224 @@ function niceMax(value) {
   return [1, 2, 2.5, 5, 10].map((m) => m * step).find((m) => m >= value);
 }
 
+// Anomalies and traces: why the figures are what they are. The result names
+// each anomaly with its witnesses; `GET /lab/coupons/{id}/traces` lists the
+// requests' capability calls, one of which is drawn as a waterfall.
+
+/** The anomaly kinds the traces route filters by. */
+const KINDS = ['lost-update', 'check-then-act', 'out-of-turn', 'stranded-stock', 'acked-lost', 'refused-but-issued'];
+
+const drawn = new WeakMap();
+
+/** Sets `element`'s markup only when it changed: a button being pressed or
+ *  focused is not replaced by its double every tick. */
+function redraw(element, html) {
+  if (drawn.get(element) === html) return;
+  element.innerHTML = html;
+  drawn.set(element, html);
+}
+
+/** A span of microseconds, readable: µs, ms or s. */
+function micros(value) {
+  const size = Math.abs(value);
+  if (size < 1000) return `${value} µs`;
+  if (size < 1e6) return `${(value / 1000).toFixed(size < 1e4 ? 2 : 1)} ms`;
+  return `${(value / 1e6).toFixed(2)} s`;
+}
+
+/** The integers a call or a witness read: an integer reply as `→ n`. */
+function readValues(read) {
+  return Object.entries(read || {}).map(([name, value]) => (name === 'reply' ? `→ ${value}` : `${name}=${value}`)).join(' ');
+}
+
+/** Microseconds after `base`, signed, or — when there is no time. */
+function after(at, base) {
+  if (at === undefined || at === null) return '—';
+  const delta = at - base;
+  return delta > 0 ? `+${delta}` : String(delta);
+}
+
+function showAnomalies(r) {
+  const anomalies = r.anomalies || [];
+  const container = document.getElementById('anomalies');
+  container.dataset.count = anomalies.length;
+  document.getElementById('anomalies-note').textContent = anomalies.length === 0
+    ? 'None: the traces this server kept explain no figure of this coupon as an anomaly.'
+    : `${anomalies.length} found in the traces this server kept. Pick a witness's trace to draw its calls.`;
+  redraw(container, anomalies.map((anomaly, index) => {
+    const witnesses = anomaly.witnesses;
+    const first = witnesses[0];
+    const base = first ? (first.readAtUs ?? first.arrivedUs) : 0;
+    const from = first ? `µs after member ${first.memberId} ${first.readAtUs !== undefined ? 'read' : 'arrived'}` : '';
+    const rows = witnesses.map((w) => `<tr data-trace="${w.traceId}" data-member="${w.memberId}" data-role="${esc(w.role)}">`
+      + `<td data-field="role">${esc(w.role)}</td>${cell('memberId', w.memberId)}`
+      + `<td data-field="outcome">${outcomeName(w.outcome)}</td><td data-field="read" class="mono">${esc(readValues(w.read) || '—')}</td>`
+      + cell('arrived', after(w.arrivedUs, base)) + cell('readAt', after(w.readAtUs, base)) + cell('wroteAt', after(w.wroteAtUs, base))
+      + `<td data-field="isolation">${esc(w.isolation || '—')}</td>`
+      + `<td><button type="button" data-trace="${w.traceId}" data-kind="${esc(anomaly.kind)}">trace ${w.traceId}</button></td></tr>`).join('');
+    const taxonomy = anomaly.taxonomy ? ` <span class="taxonomy">(${esc(anomaly.taxonomy)})</span>` : '';
+    return `<article class="anomaly" data-kind="${esc(anomaly.kind)}" data-index="${index}">`
+      + `<h4>${esc(anomaly.kind)}${taxonomy}</h4><p class="explanation">${esc(anomaly.explanation)}</p>`
+      + (witnesses.length === 0 ? '<p class="note">No trace of this server witnesses it.</p>' : '<div class="scroll"><table class="witnesses">'
+        + `<caption class="note">witnesses; times in ${esc(from)}</caption>`
+        + '<thead><tr><th scope="col">role</th><th scope="col" class="num">member</th><th scope="col">outcome</th><th scope="col">read</th>'
+        + '<th scope="col" class="num">arrived</th><th scope="col" class="num">read at</th><th scope="col" class="num">wrote at</th>'
+        + `<th scope="col">isolation</th><th scope="col">trace</th></tr></thead><tbody>${rows}</tbody></table></div>`)
+      + '</article>';
+  }).join(''));
+}
+
+/** A select's choices, `''` (any) first; the one picked stays picked. */
+function choices(select, names) {
+  const wanted = ['', ...names];
+  if ([...select.options].map((o) => o.value).join() === wanted.join()) return;
+  const picked = select.value;
+  select.innerHTML = wanted.map((name) => `<option value="${esc(name)}">${esc(name || 'any')}</option>`).join('');
+  select.value = wanted.includes(picked) ? picked : '';
+}
+
+async function refreshTraces(id, r) {
+  showAnomalies(r);
+  const outcome = document.getElementById('trace-outcome');
+  const anomaly = document.getElementById('trace-anomaly');
+  choices(outcome, Object.keys({ ...r.requests.byOutcome, ...(r.asyncResults || {}) }).sort());
+  choices(anomaly, KINDS);
+  const query = new URLSearchParams({ limit: String(LISTED) });
+  if (outcome.value) query.set('outcome', outcome.value);
+  if (anomaly.value) query.set('anomaly', anomaly.value);
+  const reply = await api(`/lab/coupons/${encodeURIComponent(id)}/traces?${query}`);
+  if (id !== selected.id) return;
+  const note = document.getElementById('traces-note');
+  if (!reply.ok) {
+    note.textContent = reply.message;
+    return;
+  }
+  const { held, traces } = reply.response;
+  // The trace drawn stays drawn when the list no longer holds it.
+  const open = selected.trace && selected.traces.get(selected.trace.id);
+  selected.traces = new Map(traces.map((t) => [String(t.id), t]));
+  if (open && !selected.traces.has(selected.trace.id)) selected.traces.set(selected.trace.id, open);
+  note.textContent = `${held} trace${held === 1 ? '' : 's'} held on this server; ${traces.length === LISTED ? `the first ${LISTED}` : traces.length} of them listed by start`
+    + `${outcome.value || anomaly.value ? ' among those that pass the filters' : ''}. Pick one to draw its calls.`;
+  redraw(document.querySelector('#traces tbody'), traces.map((t) => {
+    const current = selected.trace && String(t.id) === selected.trace.id ? ' aria-current="true"' : '';
+    return `<tr data-trace="${t.id}" data-kept="${esc(t.kept)}"${current}>`
+      + `<th scope="row"><button type="button" data-trace="${t.id}">trace ${t.id}</button></th>${cell('memberId', t.memberId)}`
+      + `<td>${esc(t.method)}</td><td data-field="outcome">${outcomeName(t.outcome)}</td><td data-field="kept">${esc(t.kept)}</td>`
+      + `${cell('calls', t.calls.length + t.callsDropped)}<td class="num">${esc(micros(t.durationUs))}</td>`
+      + `<td data-field="anomalies">${esc(t.anomalies.join(' ') || '—')}</td></tr>`;
+  }).join('') || '<tr><td colspan="8">None held: a request of this coupon on this server is traced when it ends.</td></tr>');
+  await showTrace();
+}
+
+/** Draws trace `id`; `kind`, an anomaly it witnesses, finds it when the
+ *  list does not hold it. */
+async function pickTrace(id, kind) {
+  selected.trace = { id: String(id), kind };
+  document.querySelectorAll('#traces tbody tr[data-trace]').forEach((tr) => {
+    if (tr.dataset.trace === selected.trace.id) tr.setAttribute('aria-current', 'true');
+    else tr.removeAttribute('aria-current');
+  });
+  await showTrace();
+  document.getElementById('waterfall').scrollIntoView({ block: 'nearest' });
+}
+
+async function showTrace() {
+  const container = document.getElementById('waterfall');
+  const picked = selected.trace;
+  if (picked === null) {
+    redraw(container, '<p class="note">No trace drawn: pick one in the list above or a witness of an anomaly.</p>');
+    return;
+  }
+  const coupon = selected.id;
+  if (!selected.traces.has(picked.id) && picked.kind) {
+    const reply = await api(`/lab/coupons/${encodeURIComponent(coupon)}/traces?anomaly=${encodeURIComponent(picked.kind)}&limit=1000`);
+    if (coupon !== selected.id || picked !== selected.trace) return;
+    const found = reply.ok && reply.response.traces.find((t) => String(t.id) === picked.id);
+    if (found) selected.traces.set(picked.id, found);
+  }
+  const trace = selected.traces.get(picked.id);
+  container.dataset.trace = picked.id;
+  if (!trace) {
+    redraw(container, `<p class="note">Trace ${esc(picked.id)} is not listed: pick another, or clear the filters.</p>`);
+    return;
+  }
+  let html = waterfall(trace, 'request', `Trace ${trace.id}`);
+  if (trace.confirmation) {
+    const lag = trace.confirmation.startedUs - trace.startedUs;
+    html += waterfall(trace.confirmation, 'confirmation', `Its confirmation, trace ${trace.confirmation.id}, started ${micros(lag)} after this call started`);
+  }
+  redraw(container, html);
+}
+
+/** One trace's calls as bars on its own time: one row a call. */
+function waterfall(trace, part, title) {
+  const [w, left, barW, row, top] = [940, 96, 380, 18, 22];
+  const label = left + barW + 10;
+  const span = Math.max(trace.durationUs, ...trace.calls.map((c) => c.startUs + c.durationUs), 1);
+  const x = (at) => left + (at / span) * barW;
+  const waited = trace.startedUs - trace.arrivedUs;
+  const facts = [`member ${trace.memberId}`, trace.method, trace.sequence !== undefined ? `arrived ${ordinal(trace.sequence)}` : null,
+    waited > 0 ? `waited ${micros(waited)} before its call started` : null, `took ${micros(trace.durationUs)}`,
+    `kept: ${trace.kept}`, trace.anomalies && trace.anomalies.length ? `witnesses ${trace.anomalies.join(', ')}` : null]
+    .filter(Boolean).map(esc).join(' · ');
+  let svg = '';
+  for (let i = 0; i <= 4; i += 1) {
+    const at = (span * i) / 4;
+    svg += `<line class="grid" x1="${x(at)}" x2="${x(at)}" y1="${top - 4}" y2="${top + trace.calls.length * row}"/>`
+      + `<text x="${x(at)}" y="${top - 8}" text-anchor="${i === 0 ? 'start' : i === 4 ? 'end' : 'middle'}">${esc(micros(Math.round(at)))}</text>`;
+  }
+  trace.calls.forEach((call, i) => {
+    const y = top + i * row;
+    const width = Math.max((call.durationUs / span) * barW, 1.5);
+    const text = callLabel(call);
+    const phase = call.phase ? ` data-phase="${esc(call.phase)}"` : '';
+    const failed = call.reply !== 'ok' ? ' data-failed="true"' : '';
+    const detail = `${call.capability} ${text}; started ${micros(call.startUs)}, took ${micros(call.durationUs)}`
+      + `${call.transaction ? `; transaction ${call.transaction} (${call.isolation})` : ''}${call.phase ? `; ${call.phase}` : ''}`;
+    svg += `<g class="call" data-index="${i}" data-capability="${esc(call.capability)}" data-op="${esc(call.op)}"${phase}${failed}`
+      + ` data-start="${call.startUs}" data-duration="${call.durationUs}"><title>${esc(detail)}</title>`
+      + `<text class="capability" x="0" y="${y + 12}">${esc(call.capability)}</text>`
+      + `<rect x="${x(call.startUs).toFixed(1)}" y="${y + 3}" width="${width.toFixed(1)}" height="${row - 6}"/>`
+      + `<text class="label" x="${label}" y="${y + 12}">${esc(text.length > 80 ? `${text.slice(0, 79)}…` : text)}</text></g>`;
+  });
+  const height = top + trace.calls.length * row + 6;
+  const calls = trace.calls.length === 0 ? '<p class="note">It made no capability call.</p>'
+    : `<svg viewBox="0 0 ${w} ${height}" role="img" aria-label="${esc(`${trace.calls.length} capability calls: ${trace.calls.map((c) => c.op).join(', ')}`)}">${svg}</svg>`;
+  const dropped = trace.callsDropped > 0 ? `<p class="note">${trace.callsDropped} more call${trace.callsDropped === 1 ? '' : 's'} past the trace's cap, counted and not kept.</p>` : '';
+  return `<figure class="trace" id="waterfall-${part}" data-trace="${trace.id}" data-outcome-name="${esc(trace.outcome)}">`
+    + `<figcaption><strong>${esc(title)}</strong>: ${outcomeName(trace.outcome)}<br><span class="note">${facts}</span></figcaption>`
+    + `${calls}${dropped}${legend(trace.calls)}</figure>`;
+}
+
+function ordinal(n) {
+  const tens = n % 100;
+  const suffix = tens >= 11 && tens <= 13 ? 'th' : ['th', 'st', 'nd', 'rd'][n % 10] || 'th';
+  return `${n}${suffix}`;
+}
+
+/** What a bar says: the op, its keys or table, its rows, what it read,
+ *  its isolation when it begins a transaction, its error. */
+function callLabel(call) {
+  const parts = [call.phase === 'compensate' ? `↺ ${call.op}` : call.op];
+  if (call.target) parts.push(call.target);
+  if (call.op === 'BEGIN' && call.isolation) parts.push(`(${call.isolation})`);
+  if (call.rows !== undefined) parts.push(`${call.rows} row${call.rows === 1 ? '' : 's'}`);
+  const read = readValues(call.read);
+  if (read) parts.push(read);
+  if (call.reply !== 'ok') parts.push(`✗ ${call.reply}`);
+  return parts.join(' ');
+}
+
+/** The capabilities a waterfall uses, each its colour named. */
+function legend(calls) {
+  const used = [...new Set(calls.map((c) => c.capability))];
+  const compensated = calls.some((c) => c.phase === 'compensate');
+  const items = used.map((name) => `<li><span class="swatch" data-capability="${esc(name)}" aria-hidden="true"></span>${esc(name)}</li>`);
+  if (compensated) items.push('<li><span class="swatch" data-phase="compensate" aria-hidden="true"></span>↺ compensation</li>');
+  return items.length ? `<ul class="legend">${items.join('')}</ul>` : '';
+}
+
 let ticking = false;
 
 async function tick() {
@@ -343,6 +569,11 @@ async function tick() {
 }
 
 window.addEventListener('hashchange', openCoupon);
+document.addEventListener('click', (event) => {
+  const button = event.target.closest('button[data-trace]');
+  if (button) pickTrace(button.dataset.trace, button.dataset.kind);
+});
+for (const filter of ['trace-outcome', 'trace-anomaly']) document.getElementById(filter).addEventListener('change', refreshCoupon);
 openCoupon();
 tick();
 setInterval(tick, TICK_MS);
