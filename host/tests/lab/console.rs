@@ -2,10 +2,13 @@
 //! chromedriver (WebDriver), against a real server. The page must show what
 //! the API answers: a coupon's figures and outcome counts equal to its
 //! result, a component dropped into the directory without a reload, a
-//! refused file's reason, a 404's message, and the reports it lists.
+//! refused file's reason, a 404's message, and the reports it lists; a
+//! request's waterfall bar for bar as its trace's calls, and the
+//! anomalies with the witnesses the result names.
 //!
 //! Each run writes screenshots to `target/artifacts/`: the console during
-//! a spike, at 1280 px and at a phone's 390 px. (The load-test smoke run
+//! a spike, at 1280 px and at a phone's 390 px, and a waterfall under a
+//! READ_COMMITTED over-issue's anomalies. (The load-test smoke run
 //! adds one of a report the runner rendered.)
 
 use std::collections::BTreeMap;
@@ -230,6 +233,212 @@ async fn the_console_shows_a_coupons_figures_as_its_result_answers_them() {
     browser
         .until_is("the 404's message is shown", error, json!(message))
         .await;
+    browser.close().await;
+    lab.finish().await;
+}
+
+/// The anomalies the page shows: each one's kind and its witnesses' trace,
+/// role, member, outcome, values read, and read and write times; `null`
+/// until the page has drawn the open coupon's anomalies.
+const ANOMALIES: &str = "const shown = document.getElementById('anomalies');
+    if (shown.dataset.count === undefined) return null;
+    const field = (tr, name) => tr.querySelector(`[data-field=\"${name}\"]`).textContent;
+    return [...shown.querySelectorAll('.anomaly')].map((a) => ({ kind: a.dataset.kind,
+      witnesses: [...a.querySelectorAll('tbody tr')].map((tr) => [tr.dataset.trace, tr.dataset.role,
+        field(tr, 'memberId'), field(tr, 'outcome'), field(tr, 'read'), field(tr, 'readAt'), field(tr, 'wroteAt')]) }));";
+
+/// What the page should show of the result's anomalies: as [`ANOMALIES`]
+/// reads them, times in µs after the first witness read (or arrived).
+fn anomalies_of(result: &Value) -> Value {
+    let anomalies = result["anomalies"]
+        .as_array()
+        .expect("the result's anomalies");
+    let read = |read: &Value| {
+        let values: Vec<String> = read
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, value)| match name.as_str() {
+                "reply" => format!("→ {value}"),
+                _ => format!("{name}={value}"),
+            })
+            .collect();
+        if values.is_empty() {
+            "—".to_string()
+        } else {
+            values.join(" ")
+        }
+    };
+    let shown: Vec<Value> = anomalies
+        .iter()
+        .map(|anomaly| {
+            let witnesses = anomaly["witnesses"].as_array().unwrap();
+            let first = witnesses.first().unwrap_or(&Value::Null);
+            let base = first["readAtUs"].as_i64().or(first["arrivedUs"].as_i64());
+            let after = |at: &Value| match (at.as_i64(), base) {
+                (Some(at), Some(base)) if at > base => format!("+{}", at - base),
+                (Some(at), Some(base)) => (at - base).to_string(),
+                _ => "—".to_string(),
+            };
+            let witnesses: Vec<Value> = witnesses
+                .iter()
+                .map(|w| {
+                    json!([
+                        shown(&w["traceId"]),
+                        w["role"],
+                        shown(&w["memberId"]),
+                        w["outcome"],
+                        read(&w["read"]),
+                        after(&w["readAtUs"]),
+                        after(&w["wroteAtUs"]),
+                    ])
+                })
+                .collect();
+            json!({ "kind": anomaly["kind"], "witnesses": witnesses })
+        })
+        .collect();
+    json!(shown)
+}
+
+/// The waterfall drawn of `part` (`request` or its `confirmation`): its
+/// trace and, bar by bar, the call's op, capability, start and how many
+/// bars it has; `null` before one is drawn.
+fn waterfall(part: &str) -> String {
+    format!(
+        "const figure = document.getElementById('waterfall-{part}');
+         if (!figure) return null;
+         return {{ trace: figure.dataset.trace, calls: [...figure.querySelectorAll('.call')].map((g) =>
+           [g.dataset.op, g.dataset.capability, g.dataset.start, g.querySelectorAll('rect').length]) }};"
+    )
+}
+
+/// What [`waterfall`] should read of `trace`: one bar a call, in order.
+fn waterfall_of(trace: &Value) -> Value {
+    let calls: Vec<Value> = trace["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|call| json!([call["op"], call["capability"], shown(&call["startUs"]), 1]))
+        .collect();
+    json!({ "trace": shown(&trace["id"]), "calls": calls })
+}
+
+/// Clicks the first element `selector` finds, once the page shows it.
+async fn click(browser: &Browser, what: &str, selector: &str) {
+    let found = format!("return document.querySelector('{selector}') !== null;");
+    browser.until_is(what, &found, json!(true)).await;
+    browser
+        .read(&format!(
+            "document.querySelector('{selector}').click(); return true;"
+        ))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_console_draws_a_requests_calls_and_an_anomalys_witnesses_as_the_api_lists_them() {
+    let lab = Setup::with(&["redis_lua", "read_committed"]).start().await;
+    let members = lab.members(60).await;
+
+    // One REDIS_LUA request: its waterfall is its trace's calls, one bar
+    // each, in order; the coupon's anomalies are the result's (none).
+    let coupon = lab.coupon(5).await;
+    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+    let listed = lab
+        .get(&format!(
+            "/lab/coupons/{coupon}/traces?outcome=ISSUED&method=REDIS_LUA"
+        ))
+        .await;
+    let trace = listed.ok()["traces"][0].clone();
+    let ops = trace["calls"].as_array().unwrap();
+    assert!(ops.iter().any(|c| c["op"] == "EVALSHA"), "{trace:#}");
+    assert!(ops.iter().any(|c| c["op"] == "COMMIT"), "{trace:#}");
+    let browser = Browser::start().await;
+    browser
+        .open(&format!("{}/#/coupons/{coupon}", lab.base))
+        .await;
+    let result = lab.result(coupon).await;
+    let expected = anomalies_of(&result);
+    browser
+        .until_is("the anomalies are the result's", ANOMALIES, expected)
+        .await;
+    let id = &trace["id"];
+    let listed = format!("#traces tbody button[data-trace=\"{id}\"]");
+    click(&browser, "the trace is listed", &listed).await;
+    let drawn = waterfall("request");
+    browser
+        .until_is(
+            "the waterfall is the trace's calls",
+            &drawn,
+            waterfall_of(&trace),
+        )
+        .await;
+    let labels = browser
+        .read("return [...document.querySelectorAll('#waterfall-request .call .label')].map((t) => t.textContent);")
+        .await;
+    let insert = labels
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l.as_str().unwrap().starts_with("INSERT"));
+    assert!(
+        insert.is_some_and(|l| l.as_str().unwrap().contains("1 row")),
+        "{labels}"
+    );
+
+    // A READ_COMMITTED burst over-issues: each anomaly's witnesses are the
+    // result's, and a witness's trace is drawn as the API lists it.
+    let mut over = None;
+    for _ in 0..5 {
+        let coupon = lab.coupon(5).await;
+        lab.issue_all(coupon, &members[1..], "READ_COMMITTED").await;
+        let result = lab.result(coupon).await;
+        if result["overIssued"].as_i64().unwrap() > 0 {
+            over = Some((coupon, result));
+            break;
+        }
+    }
+    let (coupon, result) = over.expect("five bursts of 59 on 5 never over-issued");
+    browser
+        .open(&format!("{}/#/coupons/{coupon}", lab.base))
+        .await;
+    let expected = anomalies_of(&result);
+    assert!(expected.to_string().contains("stale-read"), "{result:#}");
+    browser
+        .until_is("the anomalies are the result's", ANOMALIES, expected)
+        .await;
+    let lost = result["anomalies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == "lost-update")
+        .unwrap();
+    let witness = &lost["witnesses"][1];
+    let listed = lab
+        .get(&format!(
+            "/lab/coupons/{coupon}/traces?anomaly=lost-update&limit=1000"
+        ))
+        .await;
+    let trace = listed.ok()["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == witness["traceId"])
+        .expect("the witness's trace is listed")
+        .clone();
+    let button = format!(
+        "#anomalies .anomaly[data-kind=\"lost-update\"] tr[data-trace=\"{}\"] button",
+        witness["traceId"]
+    );
+    click(&browser, "the witness is shown", &button).await;
+    browser
+        .until_is(
+            "the witness's calls are drawn",
+            &drawn,
+            waterfall_of(&trace),
+        )
+        .await;
+    browser.client.set_window_size(1280, 2400).await.unwrap();
+    browser.screenshot("console-anomalies.png").await;
     browser.close().await;
     lab.finish().await;
 }
