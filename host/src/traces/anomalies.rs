@@ -233,7 +233,7 @@ fn past_the_total(
             kind,
             taxonomy,
             explanation: format!(
-                "member {} read {counted} = {} (below the total {total}) and wrote it as the {after}th; \
+                "member {} read {counted} = {} (below the total {total}) and its write made it {after}; \
                  {} other request(s) wrote between its read and its write, each having read a count below the total",
                 decision.trace.member_id,
                 decision.count,
@@ -296,10 +296,9 @@ fn out_of_turn(requests: &[&RequestTrace]) -> Option<Anomaly> {
         kind: "out-of-turn",
         taxonomy: None,
         explanation: format!(
-            "member {} was refused SOLD_OUT on arriving at {} µs, and {} request(s) that arrived after it were served, \
+            "member {} was refused SOLD_OUT, and {} request(s) that arrived after it were served, \
              the first {} µs later: fairness, which no isolation level promises (Adya and Elle have no name for it)",
             refused.member_id,
-            refused.arrived_us,
             later.len(),
             first.arrived_us - refused.arrived_us,
         ),

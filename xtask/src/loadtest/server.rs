@@ -22,8 +22,10 @@ use couponlab_links::Links;
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
 
-/// How long a started process may take to be ready.
-const START_LIMIT: Duration = Duration::from_secs(60);
+/// How long a started process may take to be ready: a server compiles
+/// every component before it answers, the Python and JavaScript ones taking
+/// seconds each on a busy machine.
+const START_LIMIT: Duration = Duration::from_secs(300);
 
 /// The consumer roles `couponlab consume` runs alone (README "Processes").
 const CONSUMERS: [&str; 3] = ["pubsub", "stream", "write-behind"];
