@@ -10,7 +10,9 @@ use couponlab_contract::ISSUE_STREAM;
 use futures::future::join_all;
 use serde_json::json;
 
-use crate::common::{PUBSUB, Setup, TestLab, hold_coupon_row, outcome, subscriber_listening};
+use crate::common::{
+    PUBSUB, Setup, TestLab, hold_coupon_row, outcome, subscriber_listening, with_call_deadline_ms,
+};
 
 const STALL: &str = "TEST_STALL";
 
@@ -52,10 +54,7 @@ async fn a_call_killed_inside_a_transaction_rolls_back_and_hands_on_a_clean_conn
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_killed_after_reserving_is_compensated_by_its_strategy() {
-    let lab = Setup::with(&["test_stall"])
-        .tune(|c| c.request_timeout_ms = 500)
-        .start()
-        .await;
+    let lab = with_call_deadline_ms(&["test_stall"], 500).await;
     let (members, coupon) = lab.members_and_coupon(1, 10).await;
 
     let reply = stall(&lab, coupon, members[0], "after-reserve").await;
@@ -77,10 +76,7 @@ async fn a_call_killed_after_reserving_is_compensated_by_its_strategy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_cuts_a_statement_at_the_call_deadline() {
-    let lab = Setup::with(&["test_stall"])
-        .tune(|c| c.request_timeout_ms = 1_000)
-        .start()
-        .await;
+    let lab = with_call_deadline_ms(&["test_stall"], 1_000).await;
     let (members, coupon) = lab.members_and_coupon(1, 10).await;
 
     let started = Instant::now();
@@ -102,10 +98,7 @@ async fn the_database_cuts_a_statement_at_the_call_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_stuck_in_describe_is_rejected_and_the_server_starts() {
-    let lab = Setup::with(&["test_stuck_describe", "pessimistic"])
-        .tune(|c| c.request_timeout_ms = 500)
-        .start()
-        .await;
+    let lab = with_call_deadline_ms(&["test_stuck_describe", "pessimistic"], 500).await;
     let listing = lab.get("/lab/strategies").await;
     let listing = listing.ok();
     let rejected = &listing["rejected"][0];

@@ -52,7 +52,7 @@ fn refusal<'a>(strategies: &'a Value, file: &str) -> &'a Value {
 
 /// Writes `bytes` into the strategy directory as `name` at once (a rename),
 /// as a deploy would.
-pub(crate) fn drop_in(lab: &TestLab, name: &str, bytes: &[u8]) {
+fn drop_in(lab: &TestLab, name: &str, bytes: &[u8]) {
     let partial = lab.strategy_dir.join(format!("{name}.partial"));
     std::fs::write(&partial, bytes).unwrap();
     std::fs::rename(&partial, lab.strategy_dir.join(name)).unwrap();
@@ -60,7 +60,7 @@ pub(crate) fn drop_in(lab: &TestLab, name: &str, bytes: &[u8]) {
 
 /// `file`'s component with a custom section appended: the same behaviour,
 /// another sha256 — a new version to the server.
-pub(crate) fn new_version(file: &PathBuf) -> Vec<u8> {
+fn new_version(file: &PathBuf) -> Vec<u8> {
     let mut bytes = std::fs::read(file).unwrap();
     let name = b"couponlab-test-version";
     let payload = b"2";
@@ -70,6 +70,18 @@ pub(crate) fn new_version(file: &PathBuf) -> Vec<u8> {
     bytes.extend_from_slice(name);
     bytes.extend_from_slice(payload);
     bytes
+}
+
+/// Writes a new version of component `name` over the one that serves
+/// `method`, as a deploy would, and waits until the new one serves.
+pub(crate) async fn deploy_new_version(lab: &TestLab, name: &str, method: &str) {
+    let listed = lab.get("/lab/strategies").await.ok().clone();
+    let old_sha = served(&listed, method).unwrap()["sha256"].clone();
+    drop_in(lab, &format!("{name}.wasm"), &new_version(&component(name)));
+    until_listed(lab, "the new version serves", |now| {
+        served(now, method).is_some_and(|s| s["sha256"] != old_sha)
+    })
+    .await;
 }
 
 /// Waits until `GET /lab/strategies` answers what `holds` accepts.
@@ -277,21 +289,12 @@ pub(crate) fn keep_issuing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_load_a_good_version_replaces_the_old_and_a_broken_one_leaves_it_serving() {
     let lab = Arc::new(with_canary(&["redis_lua"]).own_redis_db().start().await);
-    let first = lab.proved().await;
-    let old_sha = served(&first, "REDIS_LUA").unwrap()["sha256"].clone();
+    lab.proved().await;
     let (members, coupon) = lab.members_and_coupon(4_000, 100_000).await;
     let stop = Arc::new(AtomicBool::new(false));
     let load = keep_issuing(&lab, "REDIS_LUA", coupon, members, &stop);
 
-    drop_in(
-        &lab,
-        "redis_lua.wasm",
-        &new_version(&component("redis_lua")),
-    );
-    until_listed(&lab, "the new version serves", |now| {
-        served(now, "REDIS_LUA").unwrap()["sha256"] != old_sha
-    })
-    .await;
+    deploy_new_version(&lab, "redis_lua", "REDIS_LUA").await;
     let good_sha =
         served(&lab.get("/lab/strategies").await.ok().clone(), "REDIS_LUA").unwrap()["sha256"]
             .clone();

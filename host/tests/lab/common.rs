@@ -831,3 +831,17 @@ where
     }
     started.elapsed()
 }
+
+impl Setup {
+    /// Strategy calls end after `ms` milliseconds (`request_timeout_ms`):
+    /// for the tests of what a deadline ends. In place of any other `tune`.
+    pub fn call_deadline_ms(self, ms: u64) -> Self {
+        self.tune(move |c| c.request_timeout_ms = ms)
+    }
+}
+
+/// A server of `components` whose strategy calls end after `ms`
+/// milliseconds: how the tests of what a deadline ends begin.
+pub async fn with_call_deadline_ms(components: &[&'static str], ms: u64) -> TestLab {
+    Setup::with(components).call_deadline_ms(ms).start().await
+}

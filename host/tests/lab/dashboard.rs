@@ -328,7 +328,7 @@ async fn every_dashboard_query_names_what_the_server_exposes_and_parses() {
         "redis_lua_gate",
         "test_spin",
     ])
-    .tune(|c| c.request_timeout_ms = 300)
+    .call_deadline_ms(300)
     .own_redis_db()
     .start()
     .await;

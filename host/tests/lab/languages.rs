@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::canary::{drop_in, keep_issuing, new_version, served, until_listed};
-use crate::common::{Setup, component};
+use crate::canary::{deploy_new_version, keep_issuing};
+use crate::common::{Setup, with_call_deadline_ms};
 
 /// Each method with its component.
 const METHODS: [(&str, &str); 6] = [
@@ -98,21 +98,11 @@ async fn a_python_raise_and_a_javascript_throw_fail_their_own_request_with_their
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replacing_the_python_component_under_load_fails_no_request() {
     let lab = Arc::new(Setup::with(&["py_redis_lua"]).start().await);
-    let listed = lab.get("/lab/strategies").await.ok().clone();
-    let old_sha = served(&listed, "PY_REDIS_LUA").unwrap()["sha256"].clone();
     let (members, coupon) = lab.members_and_coupon(20_000, 100_000).await;
     let stop = Arc::new(AtomicBool::new(false));
     let load = keep_issuing(&lab, "PY_REDIS_LUA", coupon, members, &stop);
 
-    drop_in(
-        &lab,
-        "py_redis_lua.wasm",
-        &new_version(&component("py_redis_lua")),
-    );
-    until_listed(&lab, "the new build serves", |now| {
-        served(now, "PY_REDIS_LUA").is_some_and(|s| s["sha256"] != old_sha)
-    })
-    .await;
+    deploy_new_version(&lab, "py_redis_lua", "PY_REDIS_LUA").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
     let told = load.await.unwrap();
@@ -137,10 +127,7 @@ async fn replacing_the_python_component_under_load_fails_no_request() {
 /// instance, and the reservation goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_ended_at_its_deadline_is_compensated_in_each_language() {
-    let lab = Setup::with(&["test_py_stall", "test_js_stall"])
-        .tune(|c| c.request_timeout_ms = 1_000)
-        .start()
-        .await;
+    let lab = with_call_deadline_ms(&["test_py_stall", "test_js_stall"], 1_000).await;
     for method in ["TEST_PY_STALL", "TEST_JS_STALL"] {
         let (members, coupon) = lab.members_and_coupon(1, 10).await;
         let reply = lab.issue(coupon, members[0], method).await;

@@ -50,7 +50,7 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
     let lab = Setup::with(&["test_hostile", "pessimistic", "redis_lua"])
         .own_redis_db()
         .alone()
-        .tune(|c| c.request_timeout_ms = 5_000)
+        .call_deadline_ms(5_000)
         .start()
         .await;
     let (members, coupon) = lab.members_and_coupon(3, 10).await;

@@ -11,7 +11,9 @@ use std::process::Stdio;
 
 use reqwest::Method;
 
-use crate::common::{Reply, Setup, TestLab, free_port, hold_coupon_row, outcome};
+use crate::common::{
+    Reply, Setup, TestLab, free_port, hold_coupon_row, outcome, with_call_deadline_ms,
+};
 
 /// What each method may answer a member besides 200: 409 for a second ask
 /// or no stock, 503 LOCK_WAIT_TIMEOUT for a lock not free in time.
@@ -198,10 +200,7 @@ async fn an_in_process_lock_holds_on_one_host_and_over_issues_on_two() {
 /// it: the next request takes it and issues.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_is_free_again_when_its_holders_call_ends_at_the_deadline() {
-    let lab = Setup::with(&["in_process_lock", "mysql_named_lock"])
-        .tune(|c| c.request_timeout_ms = 2_000)
-        .start()
-        .await;
+    let lab = with_call_deadline_ms(&["in_process_lock", "mysql_named_lock"], 2_000).await;
     for method in ["IN_PROCESS_LOCK", "MYSQL_NAMED_LOCK"] {
         let (members, coupon) = lab.members_and_coupon(2, 1).await;
         let holding = hold_coupon_row(&lab, coupon).await;

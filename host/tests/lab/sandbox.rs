@@ -5,14 +5,11 @@ use std::time::{Duration, Instant};
 use couponlab_contract::keys;
 use futures::future::join_all;
 
-use crate::common::Setup;
+use crate::common::{Setup, TestLab, with_call_deadline_ms};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_component_fails_its_own_request_within_the_deadline() {
-    let lab = Setup::with(&["pessimistic", "test_spin"])
-        .tune(|c| c.request_timeout_ms = 1_000)
-        .start()
-        .await;
+    let lab = with_call_deadline_ms(&["pessimistic", "test_spin"], 1_000).await;
     let (members, coupon) = lab.members_and_coupon(1, 10).await;
 
     let started = Instant::now();
@@ -31,10 +28,7 @@ async fn a_looping_component_fails_its_own_request_within_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_component_does_not_hold_up_other_requests() {
-    let lab = Setup::with(&["pessimistic", "test_spin"])
-        .tune(|c| c.request_timeout_ms = 3_000)
-        .start()
-        .await;
+    let lab = with_call_deadline_ms(&["pessimistic", "test_spin"], 3_000).await;
     let (members, coupon) = lab.members_and_coupon(20, 20).await;
 
     // A spinning request holds one core until its deadline while twenty
@@ -60,12 +54,18 @@ async fn a_looping_component_does_not_hold_up_other_requests() {
     lab.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_greedy_component_fails_its_own_request() {
-    let lab = Setup::with(&["pessimistic", "test_hog"])
+/// A server of `components` whose instances may hold 16 MiB of memory, less
+/// than TEST_HOG asks for.
+async fn with_small_instances(components: &[&'static str]) -> TestLab {
+    Setup::with(components)
         .tune(|c| c.strategy_memory_mib = 16)
         .start()
-        .await;
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greedy_component_fails_its_own_request() {
+    let lab = with_small_instances(&["pessimistic", "test_hog"]).await;
     let (members, coupon) = lab.members_and_coupon(1, 10).await;
 
     let started = Instant::now();
@@ -98,10 +98,7 @@ async fn memory_kept_resident_is_reset_for_every_call() {
 /// have warmed the pool's slots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_greedy_component_fails_after_the_pool_is_warm() {
-    let lab = Setup::with(&["test_hog", "test_probe"])
-        .tune(|c| c.strategy_memory_mib = 16)
-        .start()
-        .await;
+    let lab = with_small_instances(&["test_hog", "test_probe"]).await;
     let coupon = lab.coupon(1).await;
     for round in 0..3 {
         join_all((0..20).map(|_| lab.issue_keyed(coupon, 1, "TEST_PROBE", "memory-reset")))
