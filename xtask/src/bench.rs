@@ -159,6 +159,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     let script = write_script("issue.lua", &issue_script(pool))?;
     bench.pair("issue", &script, || create_coupon(&api, 100_000_000))?;
 
+    let trace_cost = trace_cost()?;
     let raw = redis_benchmark(sold_out.parse().context("coupon id")?, first + 1)?;
     println!("redis-benchmark EVALSHA of lua/reserve.lua: {raw:.0} requests/s");
     let rss = [
@@ -166,7 +167,11 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         (UNTRACED, untraced.rss_kib()),
         ("native twin", twin.rss_kib()),
     ];
-    let markdown = report.markdown(&options, raw, &rss);
+    let mut markdown = report.markdown(&options, raw, &rss);
+    let _ = writeln!(
+        markdown,
+        "\nThe same, measured alone on the request's path (`cargo test --release -p couponlab --lib -- trace_cost_benchmark --ignored`: a REDIS_LUA request's calls recorded and its trace kept or sampled, a million times): {trace_cost}."
+    );
     crate::write_between_markers(&options.out, "bench", &markdown)?;
     println!("\n{markdown}\nwritten to {}", options.out.display());
     Ok(())
@@ -334,6 +339,22 @@ impl Drop for Process {
     fn drop(&mut self) {
         crate::terminate(&mut self.child);
     }
+}
+
+/// What recording and keeping a request's trace costs, measured alone:
+/// the line the host's benchmark test prints.
+fn trace_cost() -> anyhow::Result<String> {
+    let output = Command::new("cargo")
+        .args(["test", "--release", "-p", "couponlab", "--lib", "--"])
+        .args(["trace_cost_benchmark", "--ignored", "--nocapture"])
+        .current_dir(root())
+        .output()
+        .context("cannot run the trace cost benchmark")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .find_map(|line| line.strip_prefix("trace cost per request: "))
+        .map(str::to_string)
+        .with_context(|| format!("the trace cost benchmark printed no figure: {text}"))
 }
 
 /// The scratch database, named after the migrations it holds.

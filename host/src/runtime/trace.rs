@@ -8,6 +8,7 @@
 //! Recording is on every call's path, so it stays cheap: a clock read and
 //! a push per capability call, the texts it keeps short.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -17,6 +18,10 @@ use utoipa::ToSchema;
 /// Most capability calls one trace keeps; a call that makes more (a spin
 /// lock's retries) keeps its first ones and counts the rest.
 const MAX_CALLS: usize = 64;
+
+/// A name or text a trace keeps: most are the host's own constants, kept
+/// without a copy.
+pub type Text = Cow<'static, str>;
 
 /// Most integers one read keeps (the columns of a single-row result).
 const MAX_READ: usize = 4;
@@ -30,7 +35,8 @@ pub struct TracedCall {
     pub capability: &'static str,
     /// The Redis command (`EVALSHA`, `SCARD`), the statement's first word
     /// (`SELECT`, `INSERT`, `BEGIN`, `COMMIT`) or the capability's function.
-    pub op: Box<str>,
+    #[schema(value_type = String)]
+    pub op: Text,
     /// The keys of a Redis command, or the table of a statement.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<Box<str>>,
@@ -46,9 +52,11 @@ pub struct TracedCall {
     /// The integers it read: an integer reply under `reply`, or the
     /// integer columns of a single-row result under their names.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub read: BTreeMap<Box<str>, i64>,
+    #[schema(value_type = BTreeMap<String, i64>)]
+    pub read: BTreeMap<Text, i64>,
     /// `ok`, or the error it answered (`deadlock: ...`).
-    pub reply: Box<str>,
+    #[schema(value_type = String)]
+    pub reply: Text,
     /// When it started, in microseconds since the call's own start.
     pub start_us: u64,
     pub duration_us: u64,
@@ -124,7 +132,7 @@ impl CallTrace {
     }
 
     /// Starts tracing one capability call.
-    pub fn start(&self, capability: &'static str, op: impl Into<Box<str>>) -> Pending {
+    pub fn start(&self, capability: &'static str, op: impl Into<Text>) -> Pending {
         Pending {
             started: Instant::now(),
             call: self.recording.then(|| TracedCall {
@@ -135,7 +143,7 @@ impl CallTrace {
                 isolation: None,
                 rows: None,
                 read: BTreeMap::new(),
-                reply: "ok".into(),
+                reply: Cow::Borrowed("ok"),
                 start_us: 0,
                 duration_us: 0,
                 phase: None,
@@ -195,7 +203,7 @@ impl CallTrace {
 #[derive(Debug, Default)]
 pub struct Read {
     pub rows: Option<u64>,
-    pub values: BTreeMap<Box<str>, i64>,
+    pub values: BTreeMap<Text, i64>,
 }
 
 impl Read {
@@ -210,7 +218,7 @@ impl Read {
     pub fn integer(value: Option<i64>) -> Self {
         let mut values = BTreeMap::new();
         if let Some(value) = value {
-            values.insert("reply".into(), value);
+            values.insert(Cow::Borrowed("reply"), value);
         }
         Self { rows: None, values }
     }
@@ -228,7 +236,7 @@ impl Read {
                     break;
                 }
                 if let Some(value) = value {
-                    read.values.insert(name.into(), value);
+                    read.values.insert(Cow::Owned(name.to_string()), value);
                 }
             }
         }
@@ -237,14 +245,22 @@ impl Read {
 }
 
 /// The first word of a statement (its kind) and the table it names.
-pub fn statement_shape(statement: &str) -> (Box<str>, Option<Box<str>>) {
+pub fn statement_shape(statement: &str) -> (Text, Option<Box<str>>) {
+    /// The kinds a trace names without a copy.
+    const KINDS: [&str; 8] = [
+        "SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "BEGIN", "COMMIT", "ROLLBACK",
+    ];
     let mut words = statement.split_whitespace();
-    let kind = words.next().unwrap_or("").to_ascii_uppercase();
-    let after = match kind.as_str() {
+    let first = words.next().unwrap_or("");
+    let kind: Text = match KINDS.iter().find(|kind| kind.eq_ignore_ascii_case(first)) {
+        Some(kind) => Cow::Borrowed(kind),
+        None => Cow::Owned(first.to_ascii_uppercase()),
+    };
+    let after = match &*kind {
         "SELECT" | "DELETE" => "FROM",
         "INSERT" | "REPLACE" => "INTO",
         "UPDATE" => "",
-        _ => return (kind.into(), None),
+        _ => return (kind, None),
     };
     let table = if after.is_empty() {
         words.next()
@@ -259,14 +275,14 @@ pub fn statement_shape(statement: &str) -> (Box<str>, Option<Box<str>>) {
             .trim_matches(|c: char| c == '`' || c == '(' || c == ',' || c == ';')
             .into()
     });
-    (kind.into(), table)
+    (kind, table)
 }
 
 /// An error's text as a trace keeps it: its first 120 characters.
-fn short(text: &str) -> Box<str> {
+fn short(text: &str) -> Text {
     match text.char_indices().nth(120) {
-        Some((end, _)) => format!("{}…", &text[..end]).into(),
-        None => text.into(),
+        Some((end, _)) => Cow::Owned(format!("{}…", &text[..end])),
+        None => Cow::Owned(text.to_string()),
     }
 }
 

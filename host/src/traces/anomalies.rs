@@ -14,7 +14,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::{Kept, RequestTrace};
-use crate::runtime::trace::TracedCall;
+use crate::runtime::trace::{Text, TracedCall};
 
 /// Every kind of anomaly, as `kind` names it.
 pub const KINDS: [&str; 6] = [
@@ -61,7 +61,8 @@ pub struct Witness {
     pub arrived_us: u64,
     /// The integers its deciding read brought back.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub read: BTreeMap<Box<str>, i64>,
+    #[schema(value_type = BTreeMap<String, i64>)]
+    pub read: BTreeMap<Text, i64>,
     /// When that read started and when its write took effect (the COMMIT
     /// or the SADD answered), microseconds since the Unix epoch.
     #[serde(skip_serializing_if = "Option::is_none")]

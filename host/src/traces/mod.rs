@@ -45,8 +45,10 @@ pub struct TraceArgs {
     /// Other refusals kept per coupon and method: a uniform sample.
     #[arg(long, env = "COUPONLAB_TRACE_SAMPLE", default_value_t = 16)]
     pub trace_sample: usize,
-    /// Coupons whose traces are kept: those traced last.
-    #[arg(long, env = "COUPONLAB_TRACED_COUPONS", default_value_t = 32)]
+    /// Coupons whose traces are kept: those traced last. At the defaults
+    /// they hold at most about 50 MiB (a REDIS_LUA issue's trace takes
+    /// 1.6 KiB; `trace_cost_benchmark`).
+    #[arg(long, env = "COUPONLAB_TRACED_COUPONS", default_value_t = 16)]
     pub traced_coupons: usize,
 }
 
@@ -205,6 +207,9 @@ impl Traces {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let duration = trace.started.elapsed();
         let started_us = wall_us(trace.started);
+        let mut calls = trace.calls;
+        // Kept for minutes: no room for calls that never came.
+        calls.shrink_to_fit();
         let built = |kept| {
             Arc::new(RequestTrace {
                 id,
@@ -217,7 +222,7 @@ impl Traces {
                 duration_us: duration.as_micros() as u64,
                 outcome: finished.outcome.name().to_string(),
                 kept,
-                calls: trace.calls,
+                calls,
                 calls_dropped: trace.calls_dropped,
             })
         };

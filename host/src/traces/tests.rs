@@ -98,3 +98,86 @@ fn off_keeps_nothing() {
     ended(&store, 1, 1, Outcome::Issued);
     assert_eq!(store.count(), 0);
 }
+
+/// One request's calls as a traced REDIS_LUA makes them: the reservation
+/// script, then (issuing) the confirm transaction.
+fn traced_request(store: &Traces, coupon_id: u64, member_id: u64, issuing: bool) {
+    let mut trace = CallTrace::default();
+    let pending = trace
+        .start("redis", "EVALSHA")
+        .target("coupon:total:{1} coupon:issued:{1}");
+    trace.finish(pending, Ok(Read::integer(Some(i64::from(issuing)))));
+    if issuing {
+        let number = trace.next_transaction();
+        for (op, table, rows) in [
+            ("BEGIN", None, None),
+            ("INSERT", Some("coupon_issues"), Some(1)),
+            ("UPDATE", Some("coupons"), Some(1)),
+            ("COMMIT", None, None),
+        ] {
+            let pending = trace
+                .start("sql", op)
+                .in_transaction(number, "REPEATABLE READ");
+            let pending = match table {
+                Some(table) => pending.target(table),
+                None => pending,
+            };
+            let read = rows.map_or_else(Read::default, Read::rows);
+            trace.finish(pending, Ok(read));
+        }
+    }
+    let finished = Finished {
+        coupon_id,
+        member_id,
+        method: "REDIS_LUA",
+        sequence: Some(member_id),
+        arrived_us: member_id,
+        outcome: if issuing {
+            Outcome::Issued
+        } else {
+            Outcome::SoldOut
+        },
+        compensations: 0,
+    };
+    store.request(finished, trace);
+}
+
+/// Not a pass/fail test: what recording and keeping a request's trace
+/// costs on its path, per request, for the bench's two pairs (`cargo
+/// xtask bench` runs it and reports the figures beside its own).
+/// `cargo test --release -p couponlab --lib -- trace_cost_benchmark --ignored --nocapture`
+#[test]
+#[ignore = "benchmark; run explicitly"]
+fn trace_cost_benchmark() {
+    let store = traces(2000, 16, 16);
+    let sold_out = 1_000_000u64;
+    let started = std::time::Instant::now();
+    for member in 0..sold_out {
+        traced_request(&store, 1, member, false);
+    }
+    let sold_out_ns = started.elapsed().as_nanos() as f64 / sold_out as f64;
+    let rss_mib = || {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+        let pages: f64 = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0.0);
+        pages * 4096.0 / f64::from(1 << 20)
+    };
+    store.clear();
+    let before = rss_mib();
+    // A fresh coupon every 2,000 issued, as the bench's issue pair has.
+    let issued = 200_000u64;
+    let started = std::time::Instant::now();
+    for member in 0..issued {
+        traced_request(&store, 2 + member / 2000, member, true);
+    }
+    let issue_ns = started.elapsed().as_nanos() as f64 / issued as f64;
+    let grown = rss_mib() - before;
+    println!(
+        "trace cost per request: sold out {sold_out_ns:.0} ns, issue {issue_ns:.0} ns; \
+         the {} traces held at the end (16 coupons' 2,000) took {grown:.0} MiB",
+        store.count()
+    );
+}

@@ -202,7 +202,7 @@ impl wit::Host for HostState {
         if let Some(err) = refused {
             return Ok(Err(err));
         }
-        let pending = self.trace.start("redis", name.as_str());
+        let pending = self.trace.start("redis", name.clone());
         let pending = match args.first() {
             Some(key) => pending.target(key.as_str()),
             None => pending,
@@ -281,7 +281,7 @@ impl wit::HostConnection for HostState {
         if let Some(err) = refuse_identity(&name) {
             return Ok(Err(err));
         }
-        let pending = self.trace.start("redis", name.as_str());
+        let pending = self.trace.start("redis", name.clone());
         let pending = match args.first() {
             Some(key) => pending.target(key.as_str()),
             None => pending,

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use super::*;
 
 /// A call `start_us` after its request's start, lasting `duration_us`.
-fn call(op: &str, target: &str, start_us: u64, duration_us: u64) -> TracedCall {
+fn call(op: &'static str, target: &str, start_us: u64, duration_us: u64) -> TracedCall {
     TracedCall {
         capability: if target.starts_with("coupon:") {
             "redis"
@@ -23,7 +23,7 @@ fn call(op: &str, target: &str, start_us: u64, duration_us: u64) -> TracedCall {
     }
 }
 
-fn reading(mut call: TracedCall, name: &str, value: i64) -> TracedCall {
+fn reading(mut call: TracedCall, name: &'static str, value: i64) -> TracedCall {
     call.read.insert(name.into(), value);
     call
 }
