@@ -11,11 +11,9 @@ fn traces(per_coupon: usize, sample: usize, coupons: usize) -> Traces {
     Traces::new(args, Arc::new(Metrics::new()))
 }
 
-fn ended(traces: &Traces, coupon_id: u64, member_id: u64, outcome: Outcome) {
-    let mut trace = CallTrace::default();
-    let pending = trace.start("redis", "EVALSHA");
-    trace.finish(pending, Ok(Read::integer(Some(0))));
-    let finished = Finished {
+/// A REDIS_LUA request of `member_id`, arrived at `member_id` µs.
+fn finished(coupon_id: u64, member_id: u64, outcome: Outcome) -> Finished<'static> {
+    Finished {
         coupon_id,
         member_id,
         method: "REDIS_LUA",
@@ -23,8 +21,14 @@ fn ended(traces: &Traces, coupon_id: u64, member_id: u64, outcome: Outcome) {
         arrived_us: member_id,
         outcome,
         compensations: 0,
-    };
-    traces.request(finished, trace);
+    }
+}
+
+fn ended(traces: &Traces, coupon_id: u64, member_id: u64, outcome: Outcome) {
+    let mut trace = CallTrace::default();
+    let pending = trace.start("redis", "EVALSHA");
+    trace.finish(pending, Ok(Read::integer(Some(0))));
+    traces.request(finished(coupon_id, member_id, outcome), trace);
 }
 
 #[test]
@@ -126,20 +130,12 @@ fn traced_request(store: &Traces, coupon_id: u64, member_id: u64, issuing: bool)
             trace.finish(pending, Ok(read));
         }
     }
-    let finished = Finished {
-        coupon_id,
-        member_id,
-        method: "REDIS_LUA",
-        sequence: Some(member_id),
-        arrived_us: member_id,
-        outcome: if issuing {
-            Outcome::Issued
-        } else {
-            Outcome::SoldOut
-        },
-        compensations: 0,
+    let outcome = if issuing {
+        Outcome::Issued
+    } else {
+        Outcome::SoldOut
     };
-    store.request(finished, trace);
+    store.request(finished(coupon_id, member_id, outcome), trace);
 }
 
 /// Not a pass/fail test: what recording and keeping a request's trace
