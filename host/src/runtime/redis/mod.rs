@@ -91,13 +91,28 @@ fn to_wit_error(err: RedisError) -> WitError {
 }
 
 impl HostState {
-    /// Records a traced command with what it answered.
-    fn trace_reply(&mut self, pending: Pending, reply: &Result<Vec<wit::Value>, WitError>) {
-        let answer = match reply {
+    /// Starts the trace of a command, on the keys of its first argument.
+    fn trace_command(&self, name: &str, args: &[String]) -> Pending {
+        let pending = self.trace.start("redis", name.to_string());
+        match args.first() {
+            Some(key) => pending.target(key.as_str()),
+            None => pending,
+        }
+    }
+
+    /// The reply as the guest receives it, recorded in the call's trace.
+    fn traced_reply(
+        &mut self,
+        pending: Pending,
+        result: Result<Value, RedisError>,
+    ) -> Result<Vec<wit::Value>, WitError> {
+        let reply = self.reply(result);
+        let answer = match &reply {
             Ok(values) => Ok(Read::integer(reply::integer(values))),
             Err(err) => Err(format!("{err:?}")),
         };
         self.trace.finish(pending, answer);
+        reply
     }
 
     /// A reply as the guest receives it, unless it is over the cap.
@@ -202,11 +217,7 @@ impl wit::Host for HostState {
         if let Some(err) = refused {
             return Ok(Err(err));
         }
-        let pending = self.trace.start("redis", name.clone());
-        let pending = match args.first() {
-            Some(key) => pending.target(key.as_str()),
-            None => pending,
-        };
+        let pending = self.trace_command(&name, &args);
         let caps = self.caps.clone();
         let result = watch!(self)
             .reply(
@@ -215,9 +226,7 @@ impl wit::Host for HostState {
                 caps.redis.execute(&name, &args),
             )
             .await;
-        let reply = self.reply(result);
-        self.trace_reply(pending, &reply);
-        Ok(reply)
+        Ok(self.traced_reply(pending, result))
     }
 
     #[tracing::instrument(name = "redis.eval", level = "debug", skip_all, fields(method = %self.method))]
@@ -238,9 +247,7 @@ impl wit::Host for HostState {
                 caps.redis.eval(&script, &keys, &args),
             )
             .await;
-        let reply = self.reply(result);
-        self.trace_reply(pending, &reply);
-        Ok(reply)
+        Ok(self.traced_reply(pending, result))
     }
 
     /// Waits for a free dedicated connection no longer than the call's
@@ -281,11 +288,7 @@ impl wit::HostConnection for HostState {
         if let Some(err) = refuse_identity(&name) {
             return Ok(Err(err));
         }
-        let pending = self.trace.start("redis", name.clone());
-        let pending = match args.first() {
-            Some(key) => pending.target(key.as_str()),
-            None => pending,
-        };
+        let pending = self.trace_command(&name, &args);
         let borrowed = self.table.get_mut(&conn)?;
         let result = watch!(self)
             .reply(
@@ -294,9 +297,7 @@ impl wit::HostConnection for HostState {
                 borrowed.execute(&name, &args),
             )
             .await;
-        let reply = self.reply(result);
-        self.trace_reply(pending, &reply);
-        Ok(reply)
+        Ok(self.traced_reply(pending, result))
     }
 
     #[tracing::instrument(name = "redis.connection.pipeline", level = "debug", skip_all, fields(method = %self.method))]

@@ -127,6 +127,20 @@ impl HostState {
         self.trace.finish(pending, answer);
     }
 
+    /// Runs `run` on the open transaction `tx`, traced as `statement`.
+    async fn on_transaction<T>(
+        &mut self,
+        tx: &Tx,
+        statement: &str,
+        read: fn(&T) -> Read,
+        run: impl AsyncFnOnce(&mut SqlTransaction) -> Result<T, SqlError>,
+    ) -> Answer<T> {
+        let pending = self.trace_statement(statement, Some(tx));
+        let answer = run(self.table.get_mut(tx)?).await;
+        self.trace_answer(pending, &answer, read);
+        Ok(answer)
+    }
+
     async fn begin_transaction(&mut self, isolation: IsolationLevel, access: Access) -> Answer<Tx> {
         let number = self.trace.next_transaction();
         let pending = self
@@ -225,34 +239,34 @@ impl wit::Host for HostState {
 impl wit::HostTransaction for HostState {
     #[tracing::instrument(name = "sql.transaction.query", level = "debug", skip_all, fields(method = %self.method))]
     async fn query(&mut self, tx: Tx, statement: String, params: Params) -> Answer<Rows> {
-        let pending = self.trace_statement(&statement, Some(&tx));
-        let rows = self.table.get_mut(&tx)?.query(&statement, params).await;
-        self.trace_answer(pending, &rows, traced_rows);
-        Ok(rows)
+        self.on_transaction(&tx, &statement, traced_rows, async |tx| {
+            tx.query(&statement, params).await
+        })
+        .await
     }
 
     #[tracing::instrument(name = "sql.transaction.execute", level = "debug", skip_all, fields(method = %self.method))]
     async fn execute(&mut self, tx: Tx, statement: String, params: Params) -> Answer<ExecResult> {
-        let pending = self.trace_statement(&statement, Some(&tx));
-        let done = self.table.get_mut(&tx)?.execute(&statement, params).await;
-        self.trace_answer(pending, &done, affected);
-        Ok(done)
+        self.on_transaction(&tx, &statement, affected, async |tx| {
+            tx.execute(&statement, params).await
+        })
+        .await
     }
 
     #[tracing::instrument(name = "sql.transaction.commit", level = "debug", skip_all, fields(method = %self.method))]
     async fn commit(&mut self, tx: Tx) -> Answer<()> {
-        let pending = self.trace_statement("COMMIT", Some(&tx));
-        let done = self.table.get_mut(&tx)?.finish("COMMIT").await;
-        self.trace_answer(pending, &done, |_| Read::default());
-        Ok(done)
+        let nothing = |_: &()| Read::default();
+        self.on_transaction(&tx, "COMMIT", nothing, async |tx| tx.finish("COMMIT").await)
+            .await
     }
 
     #[tracing::instrument(name = "sql.transaction.rollback", level = "debug", skip_all, fields(method = %self.method))]
     async fn rollback(&mut self, tx: Tx) -> Answer<()> {
-        let pending = self.trace_statement("ROLLBACK", Some(&tx));
-        let done = self.table.get_mut(&tx)?.finish("ROLLBACK").await;
-        self.trace_answer(pending, &done, |_| Read::default());
-        Ok(done)
+        let nothing = |_: &()| Read::default();
+        self.on_transaction(&tx, "ROLLBACK", nothing, async |tx| {
+            tx.finish("ROLLBACK").await
+        })
+        .await
     }
 
     #[tracing::instrument(name = "sql.transaction.drop", level = "debug", skip_all, fields(method = %self.method))]
