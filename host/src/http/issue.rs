@@ -77,7 +77,6 @@ struct Issued {
 #[utoipa::path(
     post,
     path = "/lab/coupons/{couponId}/issue",
-    operation_id = "issue",
     tag = "coupons",
     params(CouponPath),
     request_body = IssueBody,

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 use super::envelope::{Answer, ApiError};
-use super::schema::{CouponPath, ServerFailed, Success, UnknownCoupon};
+use super::schema::{CouponId, CouponPath, ServerFailed, Success};
 use crate::lab::Lab;
 use crate::results::{self, CouponResult};
 
@@ -18,13 +18,11 @@ pub fn router() -> Router<Lab> {
 #[utoipa::path(
     get,
     path = "/lab/coupons/{couponId}/result",
-    operation_id = "result",
     tag = "coupons",
     params(CouponPath),
     responses(
         (status = 200, description = "The coupon's result", body = Success<CouponResult>),
-        (status = 400, description = "A coupon id that is not a positive integer", body = ApiError),
-        UnknownCoupon,
+        CouponId,
         (status = 503, description = "The database is unavailable (Redis being down is a figure of the result)", body = ApiError),
         ServerFailed,
     )

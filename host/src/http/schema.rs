@@ -5,10 +5,11 @@
 //! schema of a flattened optional field.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
-use utoipa::openapi::{Ref, RefOr};
-use utoipa::{IntoParams, PartialSchema, ToSchema};
+use utoipa::openapi::{Ref, RefOr, Response};
+use utoipa::{IntoParams, IntoResponses, PartialSchema, ToSchema};
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -110,6 +111,33 @@ pub enum UnknownCoupon {
     /// The coupon does not exist.
     #[response(status = 404)]
     NotFound(ApiError),
+}
+
+/// What a route about one coupon whose only input is the id in its path
+/// ([`CouponPath`]) answers when that id is refused: not a positive integer
+/// (400), or no such coupon ([`UnknownCoupon`]).
+pub struct CouponId;
+
+impl IntoResponses for CouponId {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let mut responses = NotPositive::responses();
+        responses.extend(UnknownCoupon::responses());
+        responses
+    }
+}
+
+/// The 400 of [`CouponId`].
+#[derive(IntoResponses)]
+#[expect(
+    dead_code,
+    reason = "it describes responses in the document; handlers answer ApiError"
+)]
+enum NotPositive {
+    #[response(
+        status = 400,
+        description = "A coupon id that is not a positive integer"
+    )]
+    CouponId(ApiError),
 }
 
 /// What any route may answer: the server failed while answering (its

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::envelope::{Answer, ApiError};
-use super::schema::{CouponPath, ServerFailed, Success, UnknownCoupon};
+use super::schema::{CouponPath, DatabaseFailed, Success, UnknownCoupon};
 use crate::lab::Lab;
 use crate::results;
 use crate::traces::anomalies::KINDS;
@@ -107,8 +107,7 @@ struct TraceView {
         (status = 200, description = "The coupon's traces on this host", body = Success<TraceList>),
         (status = 400, description = "A coupon id that is not a positive integer, a limit out of range or an unknown anomaly kind", body = ApiError),
         UnknownCoupon,
-        (status = 503, description = "The database is unavailable", body = ApiError),
-        ServerFailed,
+        DatabaseFailed,
     )
 )]
 async fn traces(

@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
-use super::schema::{ComponentFailed, CouponPath, Success, UnknownCoupon};
+use super::schema::{ComponentFailed, CouponId, CouponPath, Success};
 use super::serving_coupon;
 use crate::lab::Lab;
 use crate::runtime::World;
@@ -44,13 +44,11 @@ struct Reconciled {
 #[utoipa::path(
     post,
     path = "/lab/write-behind/coupons/{couponId}/reconcile",
-    operation_id = "reconcile",
     tag = "write-behind",
     params(CouponPath),
     responses(
         (status = 200, description = "The coupon was reconciled", body = Success<Reconciled>),
-        (status = 400, description = "A coupon id that is not a positive integer", body = ApiError),
-        UnknownCoupon,
+        CouponId,
         (status = 503, description = "Not reconciled: the database is unavailable, no write-behind-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
         ComponentFailed,
     )
