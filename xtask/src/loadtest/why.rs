@@ -71,8 +71,12 @@ fn calls(trace: &Value) -> Vec<[String; 3]> {
             if let Some(target) = call["target"].as_str() {
                 let _ = write!(what, " {target}");
             }
-            if let Some(rows) = call["rows"].as_u64() {
-                let _ = write!(what, ", {rows} rows");
+            match call["rows"].as_u64() {
+                Some(1) => what.push_str(", 1 row"),
+                Some(rows) => {
+                    let _ = write!(what, ", {rows} rows");
+                }
+                None => {}
             }
             if let Some(read) = call["read"].as_object() {
                 for (name, value) in read {
