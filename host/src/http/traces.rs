@@ -32,11 +32,10 @@ pub fn router() -> Router<Lab> {
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct TraceFilter {
-    /// An outcome name (`ISSUED`, `SOLD_OUT`, ...), case-insensitive.
-    #[param(pattern = "^[A-Za-z_]{1,40}$")]
+    /// An outcome name (`ISSUED`, `SOLD_OUT`, ...), case-insensitive; any
+    /// other text matches no trace.
     outcome: Option<String>,
-    /// A method name, case-insensitive.
-    #[param(pattern = "^[A-Za-z0-9_]{1,64}$")]
+    /// A method name, case-insensitive; any other text matches no trace.
     method: Option<String>,
     /// An anomaly kind: only the traces that witness one of that kind.
     #[param(value_type = Option<String>, pattern = "^(lost-update|check-then-act|out-of-turn|stranded-stock|acked-lost|refused-but-issued)$")]
