@@ -131,6 +131,12 @@ impl CallTrace {
         }
     }
 
+    /// Whether calls are recorded: a caller skips the work of describing
+    /// one (parsing a statement, joining keys) when they are not.
+    pub fn is_recording(&self) -> bool {
+        self.recording
+    }
+
     /// Starts tracing one capability call.
     pub fn start(&self, capability: &'static str, op: impl Into<Text>) -> Pending {
         Pending {

@@ -93,6 +93,9 @@ fn to_wit_error(err: RedisError) -> WitError {
 impl HostState {
     /// Starts the trace of a command, on the keys of its first argument.
     fn trace_command(&self, name: &str, args: &[String]) -> Pending {
+        if !self.trace.is_recording() {
+            return self.trace.start("redis", "");
+        }
         let pending = self.trace.start("redis", name.to_string());
         match args.first() {
             Some(key) => pending.target(key.as_str()),
@@ -236,7 +239,10 @@ impl wit::Host for HostState {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> wasmtime::Result<Result<Vec<wit::Value>, WitError>> {
-        let pending = self.trace.start("redis", "EVALSHA").target(keys.join(" "));
+        let mut pending = self.trace.start("redis", "EVALSHA");
+        if self.trace.is_recording() {
+            pending = pending.target(keys.join(" "));
+        }
         let caps = self.caps.clone();
         // Routed as EVALSHA is: by its first key.
         let routed = [vec![String::new(), keys.len().to_string()], keys.clone()].concat();
