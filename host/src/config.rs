@@ -69,6 +69,7 @@ const INSTALLED_COMPONENTS: &str = "strategies/dist";
 
 /// Where `cargo xtask loadtest` writes its reports, one directory a run.
 const LOAD_TEST_REPORTS: &str = "loadtest/reports";
+const COMPILE_CACHE: &str = "target/compile-cache";
 
 /// Everything a server needs to start.
 #[derive(Debug, Clone, Args)]
@@ -116,6 +117,15 @@ pub struct Config {
     /// Linear memory one strategy instance may grow to.
     #[arg(long, env = "COUPONLAB_STRATEGY_MEMORY_MIB", default_value_t = 32)]
     pub strategy_memory_mib: u64,
+
+    /// Where compiled components are kept between runs (wasmtime's cache,
+    /// keyed by a component's content and the engine's settings), so a
+    /// start compiles only what it has not compiled before; `off` keeps
+    /// none. What is there is native code the server runs unchecked: only
+    /// the server's user may write to it, and it is never the strategy
+    /// directory.
+    #[arg(long, env = "COUPONLAB_COMPILE_CACHE", default_value = COMPILE_CACHE)]
+    pub compile_cache: PathBuf,
 
     /// Strategy instances that may run at once (the pooling allocator's size).
     #[arg(long, env = "COUPONLAB_MAX_INSTANCES", default_value_t = 1000)]
@@ -201,6 +211,11 @@ impl Config {
 
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// The compile cache's directory, unless it is `off`.
+    pub fn compile_cache(&self) -> Option<&std::path::Path> {
+        (self.compile_cache.as_os_str() != "off").then_some(self.compile_cache.as_path())
     }
 }
 

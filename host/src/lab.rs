@@ -100,7 +100,7 @@ impl Lab {
             trace_calls: config.traces.enabled,
         };
         let traces = Traces::new(config.traces.clone(), metrics.clone());
-        let runtime = Runtime::new(Arc::new(caps), limits, metrics)?;
+        let runtime = Runtime::new(Arc::new(caps), limits, config.compile_cache(), metrics)?;
         let dir = config.strategy_dir.clone();
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the strategy directory {}", dir.display()))?;

@@ -3,13 +3,18 @@
 //! capability, and the cache of compiled components.
 
 use std::collections::VecDeque;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use parking_lot::Mutex;
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy,
+    PoolingAllocationConfig,
+};
 
 use super::bindings::LabHost;
 use super::capabilities::Capabilities;
@@ -73,34 +78,11 @@ impl Runtime {
     pub fn new(
         caps: Arc<Capabilities>,
         limits: Limits,
+        compile_cache: Option<&Path>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
-        let instances = limits.max_instances.max(1);
-        let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(instances)
-            .total_core_instances(instances.saturating_mul(CORE_INSTANCES_PER_INSTANCE))
-            .total_memories(instances.saturating_mul(MEMORIES_PER_INSTANCE))
-            .total_tables(instances.saturating_mul(TABLES_PER_INSTANCE))
-            .total_stacks(instances)
-            .max_tables_per_module(4)
-            .max_memory_size(limits.memory_bytes)
-            // A slot's pages stay mapped between calls and are reset in place
-            // (the pages a call dirtied are found with PAGEMAP_SCAN where the
-            // kernel has it): returning them to the kernel after every call
-            // cost a TLB shootdown on both cores per call and a page fault
-            // per page touched by the next one. Isolation is unchanged: each
-            // call still starts from the component's initial memory.
-            .linear_memory_keep_resident(KEEP_RESIDENT)
-            .table_keep_resident(KEEP_RESIDENT)
-            .pagemap_scan(Enabled::Auto)
-            // What still goes back to the kernel (memory a call grew past
-            // the resident part) goes in batches: one shootdown per batch.
-            .decommit_batch_size(DECOMMIT_BATCH);
-
-        let mut config = Config::new();
-        config
-            .epoch_interruption(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let mut config = engine_config(&limits);
+        config.cache(compile_cache.map(open_compile_cache).transpose()?);
         let engine = Engine::new(&config)
             .map_err(anyhow::Error::from)
             .context("cannot create the wasm engine")?;
@@ -199,6 +181,62 @@ impl Runtime {
         }
         Ok(component)
     }
+}
+
+/// The engine's settings for `limits`: the pooling allocator sized for
+/// them, and epoch interruption for deadlines.
+pub(super) fn engine_config(limits: &Limits) -> Config {
+    let instances = limits.max_instances.max(1);
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(instances)
+        .total_core_instances(instances.saturating_mul(CORE_INSTANCES_PER_INSTANCE))
+        .total_memories(instances.saturating_mul(MEMORIES_PER_INSTANCE))
+        .total_tables(instances.saturating_mul(TABLES_PER_INSTANCE))
+        .total_stacks(instances)
+        .max_tables_per_module(4)
+        .max_memory_size(limits.memory_bytes)
+        // A slot's pages stay mapped between calls and are reset in place
+        // (the pages a call dirtied are found with PAGEMAP_SCAN where the
+        // kernel has it): returning them to the kernel after every call
+        // cost a TLB shootdown on both cores per call and a page fault
+        // per page touched by the next one. Isolation is unchanged: each
+        // call still starts from the component's initial memory.
+        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .table_keep_resident(KEEP_RESIDENT)
+        .pagemap_scan(Enabled::Auto)
+        // What still goes back to the kernel (memory a call grew past
+        // the resident part) goes in batches: one shootdown per batch.
+        .decommit_batch_size(DECOMMIT_BATCH);
+
+    let mut config = Config::new();
+    config
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+/// wasmtime's compile cache in `dir`, created readable and writable by this
+/// user alone: a component compiled once (by this server or another
+/// sharing the directory, the tests' many servers among them) loads in
+/// milliseconds at the next start instead of seconds.
+fn open_compile_cache(dir: &Path) -> anyhow::Result<Cache> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .and_then(|()| std::fs::canonicalize(dir))
+        .map_err(anyhow::Error::from)
+        .and_then(|dir| {
+            let mut config = CacheConfig::new();
+            config.with_directory(dir);
+            Cache::new(config).map_err(anyhow::Error::from)
+        })
+        .with_context(|| {
+            format!(
+                "cannot open the compile cache {} (COUPONLAB_COMPILE_CACHE; `off` keeps none)",
+                dir.display()
+            )
+        })
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] for as long as the

@@ -54,6 +54,19 @@ pub fn component(name: &str) -> PathBuf {
     path
 }
 
+/// One compile cache for every test server, the workspace's: each
+/// component is compiled once per build of it, not once per test.
+pub fn compile_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/compile-cache")
+}
+
+/// Redis shared with the other tests, as a test server holds it: a test
+/// that talks to Redis without a server holds this, so that it never runs
+/// under a test that floods Redis for everyone.
+pub async fn sharing_redis() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    REDIS_LOAD.read().await
+}
+
 pub struct TestLab {
     pub base: String,
     pub client: reqwest::Client,
@@ -191,6 +204,7 @@ impl Setup {
         config.database_url = format!("{MYSQL}/{db_name}");
         config.redis_url = self.redis_url.clone();
         config.strategy_dir = strategy_dir.clone();
+        config.compile_cache = compile_cache();
         config.capabilities.sql.db_pool_size = 20;
         config.max_instances = 600;
         // The many servers of the tests serve their components at once;
@@ -646,6 +660,7 @@ impl TestLab {
                 self.config.redis_cluster.to_string(),
             )
             .env("COUPONLAB_STRATEGY_DIR", &self.config.strategy_dir)
+            .env("COUPONLAB_COMPILE_CACHE", &self.config.compile_cache)
             .env("COUPONLAB_MAX_INSTANCES", "100")
             // As the harness's own servers: the canary's tests turn it on.
             .env("COUPONLAB_CANARY", "off")

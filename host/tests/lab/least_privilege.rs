@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::Executor;
 
-use crate::common::{MYSQL, REDIS, Reply, Setup, TestLab};
+use crate::common::{MYSQL, REDIS, Reply, Setup, TestLab, compile_cache, sharing_redis};
 
 const HOSTILE: &str = "TEST_HOSTILE";
 
@@ -143,6 +143,7 @@ async fn refused_start_names(database_url: &str, redis_url: &str, needs: &[&str]
     config.database_url = database_url.to_string();
     config.redis_url = redis_url.to_string();
     config.strategy_dir = strategy_dir.clone();
+    config.compile_cache = compile_cache();
     config.watch = false;
     let refused = couponlab::Lab::start(config)
         .await
@@ -158,6 +159,7 @@ async fn refused_start_names(database_url: &str, redis_url: &str, needs: &[&str]
 /// A Redis user that may do everything but administer users.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_up_without_permission_to_create_the_redis_user_says_what_it_needs() {
+    let _redis = sharing_redis().await;
     let name = format!("couponlab-test-noacl-{}", std::process::id());
     let mut admin = redis::Client::open(format!("{REDIS}/0"))
         .unwrap()
