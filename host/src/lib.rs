@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //!
+//! - [`budget`]: where a request's time goes, stage by stage, when
+//!   `COUPONLAB_BUDGET` asks for it (`cargo xtask bench --budget`).
 //! - [`canary`]: a new or changed component proves its claims on a scratch
 //!   coupon before it serves.
 //! - [`config`]: command line and environment configuration; each
@@ -32,6 +34,7 @@
 //!   process sees it.
 //! - [`telemetry`]: tracing set-up.
 
+pub mod budget;
 pub mod canary;
 pub mod config;
 pub mod confirmations;
@@ -65,7 +68,9 @@ pub async fn run(cli: config::Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot listen on {}", config.bind))?;
             let lab = Lab::start(config).await?;
             tracing::info!(address = %listener.local_addr()?, "couponlab is serving /lab");
-            serve(listener, lab, shutdown_signal()).await
+            let served = serve(listener, lab, shutdown_signal()).await;
+            budget::write()?;
+            served
         }
         config::Command::Consume {
             consumer,

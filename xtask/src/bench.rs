@@ -4,8 +4,11 @@
 //! run, alternating A B A B, under `wrk`, and writes `docs/performance.md`.
 //!
 //! ```text
-//! cargo xtask bench [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]
+//! cargo xtask bench [--budget] [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]
 //! ```
+//!
+//! `--budget` measures instead where one sold-out request's time goes at
+//! one connection, stage by stage (see `budget`).
 //!
 //! Two pairs:
 //!
@@ -33,6 +36,8 @@ use anyhow::Context;
 use couponlab_contract::keys;
 use serde_json::json;
 
+mod budget;
+
 use crate::flags::Flags;
 use crate::loadtest::Api;
 use crate::{release_binary, root, services, strategies};
@@ -48,13 +53,15 @@ const LANGUAGES: [(&str, &str); 2] = [
 ];
 /// The lab with `COUPONLAB_TRACES=off`, as the report names it.
 const UNTRACED: &str = "couponlab, traces off";
-const USAGE: &str = "usage: cargo xtask bench [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]";
+const USAGE: &str = "usage: cargo xtask bench [--budget] [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]";
 
 struct Options {
     duration: String,
     rounds: usize,
     connections: usize,
     out: PathBuf,
+    /// Measure the latency budget at one connection instead (`budget`).
+    budget: bool,
 }
 
 impl Options {
@@ -64,6 +71,7 @@ impl Options {
             rounds: 3,
             connections: 50,
             out: root().join("docs").join("performance.md"),
+            budget: false,
         };
         let mut flags = Flags::new(args, USAGE);
         while let Some(flag) = flags.next_flag() {
@@ -72,6 +80,7 @@ impl Options {
                 "--rounds" => options.rounds = flags.parsed(flag, "a count")?,
                 "--connections" => options.connections = flags.parsed(flag, "a count")?,
                 "--out" => options.out = PathBuf::from(flags.value(flag)?),
+                "--budget" => options.budget = true,
                 other => return Err(flags.unknown(other)),
             }
         }
@@ -88,22 +97,13 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     let dist = root().join("strategies").join("dist");
     strategies::build_and_install(&dist)?;
     crate::build_release()?;
+    if options.budget {
+        return budget::main(&options, &wrk, &dist);
+    }
 
     let database = database_url()?;
-    let lab_with_traces = |traces: &str| {
-        Process::start(
-            "couponlab",
-            &["serve"],
-            &[
-                ("DATABASE_URL", database.clone()),
-                ("REDIS_URL", REDIS_URL.into()),
-                ("COUPONLAB_STRATEGY_DIR", dist.display().to_string()),
-                ("COUPONLAB_WATCH", "false".into()),
-                ("COUPONLAB_TRACES", traces.into()),
-            ],
-            "COUPONLAB_BIND",
-        )
-    };
+    let lab_with_traces =
+        |traces: &str| start_lab(&database, &dist, ("COUPONLAB_TRACES", traces.into()));
     let lab = lab_with_traces("on")?;
     let api = Api::new(&lab.base_url())?;
     lab.wait_until_answering(&api)?;
@@ -123,14 +123,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         ("native twin", &twin),
     ];
 
-    // Sold out: total 1, issued once.
-    let members = api.post("/lab/members", &json!({ "count": 2 }))?;
-    let first = members["firstId"].as_u64().context("firstId")?;
-    let sold_out = create_coupon(&api, 1)?;
-    api.post(
-        &format!("/lab/coupons/{sold_out}/issue"),
-        &json!({ "memberId": first, "method": "REDIS_LUA" }),
-    )?;
+    let (sold_out, first) = sold_out_coupon(&api)?;
     let sold_out_body = json!({ "memberId": first + 1, "method": "REDIS_LUA" }).to_string();
     let script = write_script("sold-out.lua", &sold_out_script(&sold_out_body))?;
 
@@ -159,7 +152,8 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     let script = write_script("issue.lua", &issue_script(pool))?;
     bench.pair("issue", &script, || create_coupon(&api, 100_000_000))?;
 
-    let trace_cost = trace_cost()?;
+    // What recording and keeping a request's trace costs, measured alone.
+    let trace_cost = host_benchmark("trace_cost_benchmark", "trace cost per request: ")?;
     let raw = redis_benchmark(sold_out.parse().context("coupon id")?, first + 1)?;
     println!("redis-benchmark EVALSHA of lua/reserve.lua: {raw:.0} requests/s");
     let rss = [
@@ -259,6 +253,36 @@ impl Bench<'_> {
     }
 }
 
+/// A lab serving `dist` on the bench's database and Redis, with one more
+/// setting.
+fn start_lab(database: &str, dist: &Path, setting: (&str, String)) -> anyhow::Result<Process> {
+    Process::start(
+        "couponlab",
+        &["serve"],
+        &[
+            ("DATABASE_URL", database.into()),
+            ("REDIS_URL", REDIS_URL.into()),
+            ("COUPONLAB_STRATEGY_DIR", dist.display().to_string()),
+            ("COUPONLAB_WATCH", "false".into()),
+            setting,
+        ],
+        "COUPONLAB_BIND",
+    )
+}
+
+/// A coupon of total 1, issued once: its id, and the member it went to (the
+/// next member is refused it).
+fn sold_out_coupon(api: &Api) -> anyhow::Result<(String, u64)> {
+    let members = api.post("/lab/members", &json!({ "count": 2 }))?;
+    let first = members["firstId"].as_u64().context("firstId")?;
+    let sold_out = create_coupon(api, 1)?;
+    api.post(
+        &format!("/lab/coupons/{sold_out}/issue"),
+        &json!({ "memberId": first, "method": "REDIS_LUA" }),
+    )?;
+    Ok((sold_out, first))
+}
+
 fn create_coupon(api: &Api, total: u64) -> anyhow::Result<String> {
     let coupon = api.post(
         "/lab/coupons",
@@ -305,9 +329,15 @@ impl Process {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// Waits until the lab answers and every component serves or was
+    /// refused (a component new to the database proves itself first).
     fn wait_until_answering(&self, api: &Api) -> anyhow::Result<()> {
         let started = Instant::now();
-        while api.get("/lab/strategies").is_err() {
+        let serving = || {
+            api.get("/lab/strategies")
+                .is_ok_and(|loaded| loaded["awaiting"].as_array().is_some_and(Vec::is_empty))
+        };
+        while !serving() {
             anyhow::ensure!(
                 started.elapsed() < START_LIMIT,
                 "the lab did not answer within {START_LIMIT:?}"
@@ -341,20 +371,20 @@ impl Drop for Process {
     }
 }
 
-/// What recording and keeping a request's trace costs, measured alone:
-/// the line the host's benchmark test prints.
-fn trace_cost() -> anyhow::Result<String> {
+/// The figure one of the host's benchmark tests (`test`, ignored unless
+/// asked for) prints after `prefix`.
+fn host_benchmark(test: &str, prefix: &str) -> anyhow::Result<String> {
     let output = Command::new("cargo")
         .args(["test", "--release", "-p", "couponlab", "--lib", "--"])
-        .args(["trace_cost_benchmark", "--ignored", "--nocapture"])
+        .args([test, "--ignored", "--nocapture"])
         .current_dir(root())
         .output()
-        .context("cannot run the trace cost benchmark")?;
+        .with_context(|| format!("cannot run {test}"))?;
     let text = String::from_utf8_lossy(&output.stdout);
     text.lines()
-        .find_map(|line| line.strip_prefix("trace cost per request: "))
+        .find_map(|line| line.strip_prefix(prefix))
         .map(str::to_string)
-        .with_context(|| format!("the trace cost benchmark printed no figure: {text}"))
+        .with_context(|| format!("{test} printed no figure: {text}"))
 }
 
 /// The scratch database, named after the migrations it holds.
@@ -417,6 +447,8 @@ struct Run {
     refused_per_s: f64,
     p50_us: f64,
     p99_us: f64,
+    /// wrk's mean latency: the figure a budget's stages add up to.
+    mean_us: f64,
 }
 
 impl std::fmt::Display for Run {
@@ -484,7 +516,13 @@ fn parse_wrk(text: &str) -> Option<Run> {
         .find_map(|line| line.trim().strip_prefix("Non-2xx or 3xx responses:"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0.0);
+    // "    Latency   251.00us  120.00us   3.00ms   90.00%"
+    let mean_us = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Latency "))
+        .and_then(|rest| micros(rest.split_whitespace().next()?))?;
     Some(Run {
+        mean_us,
         requests_per_s,
         refused_per_s: refused / seconds,
         p50_us: percentile("50.000%").or_else(|| percentile("50%"))?,
@@ -682,12 +720,13 @@ mod tests {
 
     #[test]
     fn wrk_reports_are_read() {
-        let text = "Running 10s test @ http://x\n  2 threads and 50 connections\n  Latency Distribution\n     50%  221.00us\n     75%  400.00us\n     90%    1.20ms\n     99%    7.10ms\n  120000 requests in 10.00s, 20.00MB read\nRequests/sec:  12200.50\nTransfer/sec:      2.00MB\n";
+        let text = "Running 10s test @ http://x\n  2 threads and 50 connections\n  Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency   301.50us  120.00us   9.00ms   90.00%\n  Latency Distribution\n     50%  221.00us\n     75%  400.00us\n     90%    1.20ms\n     99%    7.10ms\n  120000 requests in 10.00s, 20.00MB read\nRequests/sec:  12200.50\nTransfer/sec:      2.00MB\n";
         let run = parse_wrk(text).unwrap();
         assert_eq!(run.requests_per_s, 12200.5);
         assert_eq!(run.refused_per_s, 0.0);
         assert_eq!(run.p50_us, 221.0);
         assert_eq!(run.p99_us, 7100.0);
+        assert_eq!(run.mean_us, 301.5);
         assert_eq!(micros("1.5s"), Some(1_500_000.0));
     }
 }

@@ -15,12 +15,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use clap::Parser;
+use couponlab::budget::{self, Stage};
 use couponlab_contract::keys;
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
@@ -80,11 +82,14 @@ async fn main() -> anyhow::Result<()> {
     });
     let app = Router::new()
         .route("/lab/coupons/{coupon_id}/issue", post(issue))
+        .layer(middleware::from_fn(run_to_end))
         .with_state(twin);
     let listener = tokio::net::TcpListener::bind(args.bind).await?;
     println!("native twin serving on {}", listener.local_addr()?);
-    axum::serve(listener, app).await?;
-    Ok(())
+    axum::serve(listener, app)
+        .with_graceful_shutdown(couponlab::shutdown_signal())
+        .await?;
+    budget::write()
 }
 
 #[derive(Deserialize)]
@@ -114,15 +119,11 @@ fn failure(status: StatusCode, message: String) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// Runs in a task of its own, as the lab's handlers do: a client that hangs
-/// up (wrk closing its connections at the end of a run) must not leave a
-/// pooled connection inside a half-begun transaction.
-async fn issue(
-    State(twin): State<Arc<Twin>>,
-    Path(coupon_id): Path<i64>,
-    body: Result<Json<Body>, JsonRejection>,
-) -> Response {
-    tokio::spawn(answer(twin, coupon_id, body))
+/// Runs every request in a task of its own, as the lab does: a client that
+/// hangs up (wrk closing its connections at the end of a run) must not
+/// leave a pooled connection inside a half-begun transaction.
+async fn run_to_end(request: Request, next: Next) -> Response {
+    tokio::spawn(budget::timed(next.run(request)))
         .await
         .unwrap_or_else(|_| {
             failure(
@@ -132,11 +133,12 @@ async fn issue(
         })
 }
 
-async fn answer(
-    twin: Arc<Twin>,
-    coupon_id: i64,
+async fn issue(
+    State(twin): State<Arc<Twin>>,
+    Path(coupon_id): Path<i64>,
     body: Result<Json<Body>, JsonRejection>,
 ) -> Response {
+    budget::lap(Stage::Extract);
     let Ok(Json(body)) = body else {
         return failure(StatusCode::BAD_REQUEST, "malformed body".into());
     };
@@ -151,7 +153,10 @@ async fn answer(
         let counter = twin.arrivals.lock().entry(coupon_id).or_default().clone();
         counter.fetch_add(1, Ordering::Relaxed) + 1
     };
-    let outcome = match twin.reserve_and_confirm(coupon_id, member_id).await {
+    budget::lap(Stage::Handler);
+    let reserved = twin.reserve_and_confirm(coupon_id, member_id).await;
+    budget::lap(Stage::HostCalls);
+    let outcome = match reserved {
         Ok(outcome) => outcome,
         Err(err) => {
             return failure(

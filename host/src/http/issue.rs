@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 use super::envelope::{Answer, ApiError, AppJson, idempotency_key, positive, positive_up_to};
 use super::integer::{integer, optional_integer};
 use super::schema::{ComponentFailed, CouponPath, Success};
+use crate::budget::{self, Stage};
 use crate::confirmations;
 use crate::consumers::announce;
 use crate::lab::Lab;
@@ -95,6 +96,7 @@ async fn issue(
     CouponPath(coupon_id): CouponPath,
     AppJson(body): AppJson<IssueBody>,
 ) -> Result<Answer<Issued>, ApiError> {
+    budget::lap(Stage::Extract);
     let member_id = positive("memberId", body.member_id)?;
     let quantity = positive_up_to("quantity", body.quantity.unwrap_or(1), MAX_QUANTITY)?;
     if let Some(key) = &body.idempotency_key {
@@ -235,6 +237,7 @@ async fn issue(
         });
     }
 
+    budget::lap(Stage::Record);
     let status = outcome.status();
     if status.is_success() {
         Ok(Answer(

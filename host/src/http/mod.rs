@@ -27,6 +27,7 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
+use crate::budget;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 
@@ -59,7 +60,7 @@ pub fn router(lab: Lab) -> Router {
 /// which finishes — the strategy call, its recording, its connections
 /// given back clean — whether anyone still waits for the answer.
 async fn run_to_end(request: Request, next: Next) -> Response {
-    match tokio::spawn(next.run(request)).await {
+    match tokio::spawn(budget::timed(next.run(request))).await {
         Ok(response) => response,
         Err(failed) => {
             tracing::error!(error = %failed, "a request handler panicked");

@@ -20,6 +20,7 @@ use super::exports::Export;
 use super::registry::{Prepared, Strategy};
 use super::store::HostState;
 use super::world::World;
+use crate::budget::{self, Stage};
 
 /// Extra time the async timeout allows past the deadline, so a guest that is
 /// executing wasm is stopped by its epoch deadline (a clean trap) and the
@@ -193,18 +194,21 @@ impl Runtime {
         if let Some(quarantine) = strategy.quarantined() {
             return Ended::without_running(CallError::Quarantined(quarantine.reason.clone()));
         }
+        budget::lap(Stage::Handler);
         let cleanup = TaskTracker::new();
         let mut store = self.new_store(
             Some(strategy.clone()),
             strategy.method.clone(),
             cleanup.clone(),
         );
+        budget::lap(Stage::Store);
         let call = async {
             let instance = self.instantiate(&strategy.pre, &mut store).await?;
+            budget::lap(Stage::Instantiate);
             let _in_use = InUse::count(&self.metrics.instances_in_use);
-            body(&mut store, &instance)
-                .await
-                .map_err(|err| self.call_error(err, &store))
+            let result = body(&mut store, &instance).await;
+            budget::lap(Stage::Boundary);
+            result.map_err(|err| self.call_error(err, &store))
         };
         let result = tokio::time::timeout(self.limits.timeout + TIMEOUT_GRACE, call)
             .await
@@ -213,6 +217,17 @@ impl Runtime {
             .unwrap_or(Err(CallError::DeadlineExceeded(self.limits.timeout)));
         let scripts_killed = store.data().scripts_killed;
         let trace = std::mem::take(&mut store.data_mut().trace);
+        if result.is_ok() && store.data().holds_nothing() {
+            // Nothing to release or clean up: the store (its slot's memory
+            // reset in place) goes after the answer, off the request's path.
+            tokio::spawn(async move { drop(store) });
+            budget::lap(Stage::Teardown);
+            return Ended {
+                result,
+                scripts_killed,
+                trace,
+            };
+        }
         drop(store);
         cleanup.close();
         if tokio::time::timeout(CLEANUP_LIMIT, cleanup.wait())
@@ -237,6 +252,7 @@ impl Runtime {
                 .with_label_values(&[&*strategy.method, error.reason()])
                 .inc();
         }
+        budget::lap(Stage::Teardown);
         Ended {
             result,
             scripts_killed,
@@ -279,6 +295,12 @@ impl Runtime {
         );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| state.limiter());
+        if budget::enabled() {
+            store.call_hook(|_, crossing| {
+                budget::crossing(crossing);
+                Ok(())
+            });
+        }
         store.set_epoch_deadline(1);
         // Checked at every tick while wasm runs: past the deadline the guest
         // traps; before it, the guest yields so a busy loop cannot hold a

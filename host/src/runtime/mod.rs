@@ -14,6 +14,8 @@
 
 pub mod bindings;
 mod call;
+#[cfg(test)]
+mod call_benchmark;
 pub mod capabilities;
 mod clock;
 mod ended;

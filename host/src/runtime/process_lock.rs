@@ -42,6 +42,12 @@ pub struct ProcessLocks {
 #[derive(Default)]
 pub struct HeldLocks(HashMap<String, Held>);
 
+impl HeldLocks {
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 struct Held {
     _guard: OwnedMutexGuard<()>,
     gauge: IntGauge,

@@ -111,6 +111,18 @@ impl HostState {
         }
     }
 
+    /// Whether the call holds nothing that dropping its store would release
+    /// or clean up: no connection, transaction, lock, subscription or
+    /// renewal.
+    pub(super) fn holds_nothing(&self) -> bool {
+        self.open_connections == 0
+            && self.open_transactions == 0
+            && self.subscriptions == 0
+            && self.renewals == 0
+            && self.process_locks.is_empty()
+            && self.lock_session.is_none()
+    }
+
     /// What the guest wrote to stderr, lossily decoded.
     pub(super) fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.stderr.contents())
