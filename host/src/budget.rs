@@ -12,8 +12,9 @@
 //! the guest. The native twin marks the same stages it has.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -87,9 +88,9 @@ pub struct Stopwatch {
     /// Host calls the guest is inside (a host call's result lowered into
     /// the guest enters the guest again).
     depth: u32,
-    /// Whether the request reached a strategy call (or the twin's Redis
-    /// call): the others (scrapes, the console) are not budgeted.
-    called: bool,
+    /// The method whose call the request reached (the twin: its Redis
+    /// call); the others (scrapes, the console) are not budgeted.
+    method: Option<Arc<str>>,
 }
 
 impl Stopwatch {
@@ -98,7 +99,7 @@ impl Stopwatch {
             last: Instant::now(),
             spent: [Duration::ZERO; Stage::ALL.len()],
             depth: 0,
-            called: false,
+            method: None,
         }
     }
 
@@ -106,9 +107,6 @@ impl Stopwatch {
         let now = Instant::now();
         self.spent[stage as usize] += now - self.last;
         self.last = now;
-        if stage == Stage::Handler {
-            self.called = true;
-        }
     }
 }
 
@@ -121,13 +119,13 @@ static BUDGET: LazyLock<Option<Budget>> = LazyLock::new(|| {
     let file = std::env::var_os("COUPONLAB_BUDGET")?;
     Some(Budget {
         file: PathBuf::from(file),
-        stages: Mutex::new(Totals::default()),
+        methods: Mutex::new(BTreeMap::new()),
     })
 });
 
 struct Budget {
     file: PathBuf,
-    stages: Mutex<Totals>,
+    methods: Mutex<BTreeMap<Arc<str>, Totals>>,
 }
 
 /// Nanoseconds per stage, and of the whole, over every budgeted request.
@@ -172,17 +170,18 @@ pub fn timed<R>(request: impl Future<Output = R>) -> impl Future<Output = R> {
             })
             .await;
         if let (Some(budget), Some(stopwatch)) = (BUDGET.as_ref(), stopwatch)
-            && stopwatch.called
+            && let Some(method) = &stopwatch.method
         {
-            budget.add(&stopwatch);
+            budget.add(method, &stopwatch);
         }
         answer
     }
 }
 
 impl Budget {
-    fn add(&self, stopwatch: &Stopwatch) {
-        let mut totals = self.stages.lock();
+    fn add(&self, method: &Arc<str>, stopwatch: &Stopwatch) {
+        let mut methods = self.methods.lock();
+        let totals = methods.entry(method.clone()).or_default();
         let mut total = 0;
         for (histogram, spent) in totals.stages.iter_mut().zip(stopwatch.spent) {
             let nanos = spent.as_nanos() as u64;
@@ -191,6 +190,17 @@ impl Budget {
         }
         totals.total.saturating_record(total);
     }
+}
+
+/// The request reaches `method`'s call: the handler's stage ends, and the
+/// request is budgeted under the method.
+pub fn call_starts(method: &Arc<str>) {
+    let _ = STOPWATCH.try_with(|cell| {
+        if let Some(stopwatch) = cell.borrow_mut().as_mut() {
+            stopwatch.lap(Stage::Handler);
+            stopwatch.method.get_or_insert_with(|| method.clone());
+        }
+    });
 }
 
 /// Charges the time since the request's previous mark to `stage`.
@@ -229,31 +239,43 @@ pub fn crossing(hook: CallHook) {
     });
 }
 
-/// Writes the budget kept so far to its file, if one is kept: per stage
-/// (and for the whole) the requests, the mean and the median in µs.
+/// Writes the budget kept so far to its file, if one is kept: per method,
+/// per stage (and for the whole) the requests, the mean and the median in
+/// µs.
 pub fn write() -> anyhow::Result<()> {
     let Some(budget) = BUDGET.as_ref() else {
         return Ok(());
     };
-    let totals = budget.stages.lock();
-    let figures = |histogram: &Histogram<u64>| {
-        serde_json::json!({
-            "mean_us": histogram.mean() / 1e3,
-            "p50_us": histogram.value_at_quantile(0.5) as f64 / 1e3,
-        })
-    };
-    let stages: serde_json::Map<String, serde_json::Value> = Stage::ALL
+    let methods: serde_json::Map<String, serde_json::Value> = budget
+        .methods
+        .lock()
         .iter()
-        .zip(&totals.stages)
-        .map(|(stage, histogram)| (stage.name().to_string(), figures(histogram)))
+        .map(|(method, totals)| (method.to_string(), totals.figures()))
         .collect();
-    let written = serde_json::json!({
-        "requests": totals.total.len(),
-        "total": figures(&totals.total),
-        "stages": stages,
-    });
+    let written = serde_json::json!({ "methods": methods });
     std::fs::write(&budget.file, serde_json::to_vec_pretty(&written)?)
         .with_context(|| format!("cannot write the budget to {}", budget.file.display()))
+}
+
+impl Totals {
+    fn figures(&self) -> serde_json::Value {
+        let figures = |histogram: &Histogram<u64>| {
+            serde_json::json!({
+                "mean_us": histogram.mean() / 1e3,
+                "p50_us": histogram.value_at_quantile(0.5) as f64 / 1e3,
+            })
+        };
+        let stages: serde_json::Map<String, serde_json::Value> = Stage::ALL
+            .iter()
+            .zip(&self.stages)
+            .map(|(stage, histogram)| (stage.name().to_string(), figures(histogram)))
+            .collect();
+        serde_json::json!({
+            "requests": self.total.len(),
+            "total": figures(&self.total),
+            "stages": stages,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -301,7 +323,7 @@ mod tests {
         assert_eq!(stopwatch.depth, 0);
         let total: Duration = stopwatch.spent.iter().sum();
         assert!(total <= elapsed && total >= ms(17));
-        // Not a strategy call's request: not budgeted.
-        assert!(!stopwatch.called);
+        // No strategy call began: not budgeted.
+        assert!(stopwatch.method.is_none());
     }
 }

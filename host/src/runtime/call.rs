@@ -194,7 +194,7 @@ impl Runtime {
         if let Some(quarantine) = strategy.quarantined() {
             return Ended::without_running(CallError::Quarantined(quarantine.reason.clone()));
         }
-        budget::lap(Stage::Handler);
+        budget::call_starts(&strategy.method);
         let cleanup = TaskTracker::new();
         let mut store = self.new_store(
             Some(strategy.clone()),

@@ -1,6 +1,7 @@
 //! `cargo xtask bench --budget`: where one sold-out REDIS_LUA request's
 //! time goes at one connection, stage by stage, in couponlab and in the
-//! native twin side by side, written to `docs/performance.md`.
+//! native twin side by side, and in the same lab for the same method in
+//! Python and JavaScript; written to `docs/performance.md`.
 //!
 //! Both servers run with `COUPONLAB_BUDGET=<file>` (see the host's
 //! `budget` module): each request's time in the server is split into the
@@ -87,22 +88,30 @@ pub(super) fn main(options: &Options, wrk: &Path, dist: &Path) -> anyhow::Result
     twin.wait_until_listening()?;
 
     let (coupon, first) = sold_out_coupon(&api)?;
-    let body = json!({ "memberId": first + 1, "method": "REDIS_LUA" }).to_string();
-    let script = write_script("budget.lua", &sold_out_script(&body))?;
-    let servers = [("couponlab", &lab), ("native twin", &twin)];
-    for (_, process) in servers {
+    // The lab's REDIS_LUA, the twin's, then the lab's other languages.
+    let runs = [
+        ("couponlab", &lab, LAB_METHOD),
+        ("native twin", &twin, LAB_METHOD),
+        ("couponlab", &lab, LANGUAGES[0]),
+        ("couponlab", &lab, LANGUAGES[1]),
+    ];
+    let mut scripts = Vec::new();
+    for (_, process, method) in runs {
+        let body = json!({ "memberId": first + 1, "method": method }).to_string();
+        let script = write_script(&format!("budget-{method}.lua"), &sold_out_script(&body))?;
         wrk_run(wrk, process, &script, &coupon, 1, "2s")?;
+        scripts.push(script);
     }
     println!(
         "budget at one connection: {} rounds of {}",
         options.rounds, options.duration
     );
-    let mut means = [Vec::new(), Vec::new()];
+    let mut means = vec![Vec::new(); runs.len()];
     for round in 0..options.rounds {
-        for (index, (server, process)) in servers.iter().enumerate() {
-            let run = wrk_run(wrk, process, &script, &coupon, 1, &options.duration)?;
+        for (index, (server, process, method)) in runs.iter().enumerate() {
+            let run = wrk_run(wrk, process, &scripts[index], &coupon, 1, &options.duration)?;
             println!(
-                "  round {}: {server}: mean {:.0} µs, p50 {:.0} µs",
+                "  round {}: {server} {method}: mean {:.0} µs, p50 {:.0} µs",
                 round + 1,
                 run.mean_us,
                 run.p50_us
@@ -116,15 +125,61 @@ pub(super) fn main(options: &Options, wrk: &Path, dist: &Path) -> anyhow::Result
     let lab_budget = read(&lab_file)?;
     let twin_budget = read(&twin_file)?;
     let alone = host_benchmark("wasmtime_call_benchmark", "wasmtime alone: ")?;
-    let markdown = markdown(
+    let means: Vec<f64> = means.iter().map(|runs| mean(runs)).collect();
+    let mut markdown = markdown(
         options,
-        [&lab_budget, &twin_budget],
-        [mean(&means[0]), mean(&means[1])],
+        [
+            &lab_budget["methods"][LAB_METHOD],
+            &twin_budget["methods"][LAB_METHOD],
+        ],
+        [means[0], means[1]],
         &alone,
     );
+    markdown.push_str(&languages(&lab_budget, &means));
     crate::write_between_markers(&options.out, "budget", &markdown)?;
     println!("\n{markdown}\nwritten to {}", options.out.display());
     Ok(())
+}
+
+/// The method the lab and the twin are compared on, and the same written
+/// in Python and JavaScript.
+const LAB_METHOD: &str = "REDIS_LUA";
+const LANGUAGES: [&str; 2] = ["PY_REDIS_LUA", "JS_REDIS_LUA"];
+
+/// The same stages for REDIS_LUA in each language, on the same lab.
+fn languages(lab: &Value, means: &[f64]) -> String {
+    let methods = [LAB_METHOD, LANGUAGES[0], LANGUAGES[1]];
+    let wrk_means = [means[0], means[2], means[3]];
+    let mut out = String::from(
+        "\nThe same sold-out call written in Rust, Python and JavaScript, on the same lab (means, µs):\n\n| stage | REDIS_LUA | PY_REDIS_LUA | JS_REDIS_LUA |\n|---|---:|---:|---:|\n",
+    );
+    let mean_of = |method: &str, stage: Option<&str>| {
+        figures(&lab["methods"][method], stage).map_or(0.0, |(mean, _)| mean)
+    };
+    for (stage, _) in STAGES {
+        let _ = writeln!(
+            out,
+            "| {stage} | {:.1} | {:.1} | {:.1} |",
+            mean_of(methods[0], Some(stage)),
+            mean_of(methods[1], Some(stage)),
+            mean_of(methods[2], Some(stage)),
+        );
+    }
+    let totals = methods.map(|method| mean_of(method, None));
+    let _ = writeln!(
+        out,
+        "| **in the server** | {:.1} | {:.1} | {:.1} |\n| outside | {:.1} | {:.1} | {:.1} |\n| **wrk, one connection** | {:.1} | {:.1} | {:.1} |",
+        totals[0],
+        totals[1],
+        totals[2],
+        wrk_means[0] - totals[0],
+        wrk_means[1] - totals[1],
+        wrk_means[2] - totals[2],
+        wrk_means[0],
+        wrk_means[1],
+        wrk_means[2],
+    );
+    out
 }
 
 fn read(file: &Path) -> anyhow::Result<Value> {
@@ -161,8 +216,9 @@ fn markdown(options: &Options, budgets: [&Value; 2], wrk_means: [f64; 2], alone:
     let _ = writeln!(
         out,
         "Measured by `cargo xtask bench --budget --duration {} --rounds {}`: one connection, \
-         a sold-out coupon (one EVALSHA), couponlab's REDIS_LUA and `native-twin` alternating \
-         run by run, {} and {} requests timed in each server. Means add up; medians are \
+         a sold-out coupon (one EVALSHA), couponlab's REDIS_LUA and `native-twin` (then \
+         PY_REDIS_LUA and JS_REDIS_LUA on the same lab) alternating run by run, {} and {} \
+         REDIS_LUA requests timed in each server. Means add up; medians are \
          each stage's own. µs.\n",
         options.duration, options.rounds, lab["requests"], twin["requests"],
     );
