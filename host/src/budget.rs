@@ -1,8 +1,8 @@
 //! The latency budget of a request, stage by stage, for `cargo xtask bench
 //! --budget`: with `COUPONLAB_BUDGET=<file>` a server times where each
 //! strategy call's request spends its time and, when it shuts down, writes
-//! each stage's mean and median to that file as JSON. Unset (the default),
-//! nothing is timed: a mark costs one task-local read.
+//! each method's stages, their means and medians, to that file as JSON. Unset
+//! (the default), nothing is timed: a mark costs one task-local read.
 //!
 //! A request carries a [`Stopwatch`] in a task-local; each mark charges the
 //! time since the previous mark to the stage that just ended, so the stages
