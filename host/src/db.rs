@@ -4,7 +4,9 @@
 //! pool of [`runtime::sql::user`](crate::runtime::sql::user), as a
 //! restricted user.
 
+use std::future::Future;
 use std::str::FromStr;
+use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
@@ -42,7 +44,12 @@ pub async fn connect(config: &Config) -> anyhow::Result<Server> {
     let url = &config.database_url;
     let options = MySqlConnectOptions::from_str(url)
         .with_context(|| format!("DATABASE_URL is not a MySQL URL: {}", redacted(url)))?;
-    let statement_limit = create_database_if_missing(&options).await?;
+    let statement_limit = answered(
+        "creating the database",
+        STEP_LIMIT,
+        create_database_if_missing(&options),
+    )
+    .await?;
     let lock_wait = config.capabilities.sql.lock_wait_timeout_s;
     let pool = pool_options(config.admin_db_pool_size, lock_wait, None)
         // Unlike the components' pool, which the measured requests use, the
@@ -64,6 +71,25 @@ pub async fn connect(config: &Config) -> anyhow::Result<Server> {
 /// How long a server waits for another one's migrations to finish.
 const MIGRATION_LOCK_WAIT_S: u32 = 300;
 
+/// How long one step of the start may wait for the database's answer.
+pub const STEP_LIMIT: Duration = Duration::from_secs(30);
+
+/// `step`, or an error once `limit` passed without its answer. A link that
+/// lost a statement or its answer on the way leaves the connection waiting
+/// for ever (sqlx sets no read timeout): failing the start instead lets
+/// whoever supervises the server start it again, on new connections.
+pub async fn answered<T>(
+    what: &str,
+    limit: Duration,
+    step: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::time::timeout(limit, step).await.unwrap_or_else(|_| {
+        Err(anyhow::anyhow!(
+            "the database did not answer {what} within {limit:?}"
+        ))
+    })
+}
+
 /// Runs the migrations, one server at a time: several servers starting on
 /// one new database would otherwise apply the same migration at once, and
 /// all but one fail ("partially applied"). sqlx's own migration lock asks
@@ -72,11 +98,17 @@ const MIGRATION_LOCK_WAIT_S: u32 = 300;
 async fn migrate(pool: &MySqlPool) -> anyhow::Result<()> {
     let mut holder = pool.acquire().await?;
     let name = "couponlab_migrations";
-    let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(CONCAT(?, '_', DATABASE()), ?)")
-        .bind(name)
-        .bind(MIGRATION_LOCK_WAIT_S)
-        .fetch_one(&mut *holder)
-        .await?;
+    let lock_wait = Duration::from_secs(MIGRATION_LOCK_WAIT_S.into()) + STEP_LIMIT;
+    let locked: Option<i64> = answered("the migration lock", lock_wait, async {
+        Ok(
+            sqlx::query_scalar("SELECT GET_LOCK(CONCAT(?, '_', DATABASE()), ?)")
+                .bind(name)
+                .bind(MIGRATION_LOCK_WAIT_S)
+                .fetch_one(&mut *holder)
+                .await?,
+        )
+    })
+    .await?;
     anyhow::ensure!(
         locked == Some(1),
         "another server held the migration lock for {MIGRATION_LOCK_WAIT_S} s"

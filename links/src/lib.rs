@@ -29,6 +29,13 @@
 //! for the answers would delay the requests, and an answer held back would
 //! be a request that never reached the server. Every toxic change here is
 //! followed by one more relink, which swaps them back.
+//!
+//! A relink also drops what the old links held: a chunk the latency toxic
+//! was delaying when the latency came or went is lost, and the connection
+//! it was on waits for an answer that never comes, as behind a link that
+//! swallowed a segment for good. What talks through a link must not wait
+//! for ever on one connection: the lab bounds every step of its start
+//! (`db::answered`) and every strategy call.
 
 use std::net::TcpListener;
 use std::sync::Mutex;

@@ -33,6 +33,7 @@ use chrono::Utc;
 
 use self::judge::Verdict;
 use self::scratch::Scratch;
+use crate::db;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 use crate::runtime::registry::{self, Candidate, components_in};
@@ -46,6 +47,9 @@ pub const MEMBERS: usize = 48;
 /// left without a verdict; and the pause between two.
 const TRIES: u32 = 3;
 const RETRY_PAUSE: Duration = Duration::from_secs(2);
+/// How long the record of passed canaries is waited for before the
+/// component is proved again instead.
+const PASSES_LIMIT: Duration = Duration::from_secs(5);
 
 /// When a component proves its claims before it serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -146,7 +150,13 @@ async fn known(lab: &Lab, candidate: &Candidate) -> Option<Option<CanaryReport>>
     match lab.config.canary {
         CanaryMode::Off => Some(None),
         CanaryMode::Always => None,
-        CanaryMode::Changed => match passes::remembered(lab.db(), &candidate.0.sha256).await {
+        CanaryMode::Changed => match db::answered(
+            "reading the passed canaries",
+            PASSES_LIMIT,
+            passes::remembered(lab.db(), &candidate.0.sha256),
+        )
+        .await
+        {
             Ok(report) => report.map(Some),
             Err(err) => {
                 tracing::warn!(error = %err, "cannot read the passed canaries; proving the component again");

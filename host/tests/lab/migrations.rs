@@ -1,12 +1,13 @@
 //! Several servers starting at once on one new database: each waits for
-//! the one migrating it, and all of them come up.
+//! the one migrating it, and all of them come up. A database that never
+//! answers fails the start instead of holding it.
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use sqlx::Executor;
 
-use crate::common::{MYSQL, Setup, free_port};
+use crate::common::{MYSQL, Setup, compile_cache, free_port};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_starting_together_on_a_new_database_migrate_it_once_and_all_come_up() {
@@ -81,4 +82,39 @@ async fn servers_starting_together_on_a_new_database_migrate_it_once_and_all_com
         .await
         .unwrap();
     lab.finish().await;
+}
+
+/// A peer that takes the connection and never says a word, as a link that
+/// lost the database's answers: the start fails, naming the step, once its
+/// limit passed, so a supervisor can start the server again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_never_answers_fails_the_start_within_its_step_limit() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut connections = Vec::new();
+        while let Ok((connection, _)) = silent.accept().await {
+            connections.push(connection);
+        }
+    });
+    let strategy_dir =
+        std::env::temp_dir().join(format!("couponlab-silent-db-{}", std::process::id()));
+    let mut config = couponlab::config::Config::parse_from_env();
+    config.database_url = format!("mysql://root@{address}/couponlab_silent");
+    config.strategy_dir = strategy_dir.clone();
+    config.compile_cache = compile_cache();
+    config.watch = false;
+    let limit = couponlab::db::STEP_LIMIT + Duration::from_secs(30);
+    let refused = tokio::time::timeout(limit, couponlab::Lab::start(config))
+        .await
+        .unwrap_or_else(|_| panic!("the start still waited after {limit:?}"))
+        .err()
+        .expect("a start on a silent database fails");
+    held.abort();
+    let _ = std::fs::remove_dir_all(strategy_dir);
+    let message = format!("{refused:#}");
+    assert!(
+        message.contains("the database did not answer creating the database within"),
+        "{message}"
+    );
 }

@@ -109,7 +109,12 @@ pub async fn connect(
         })?,
         None => {
             let password = derived_password(STRATEGY_USER, admin.url);
-            ensure_user(admin.pool, admin.options, &password).await?;
+            crate::db::answered(
+                "setting up the components' user",
+                crate::db::STEP_LIMIT,
+                ensure_user(admin.pool, admin.options, &password),
+            )
+            .await?;
             admin
                 .options
                 .clone()
