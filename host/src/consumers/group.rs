@@ -9,6 +9,7 @@
 //! ([`super::active`]); nothing is created in a Redis no stream method
 //! uses.
 
+use std::future::Future;
 use std::time::Duration;
 
 use couponlab_contract::{Stream, fields};
@@ -271,14 +272,44 @@ pub(super) async fn delivery_counts(
         .collect())
 }
 
+/// The entries a consumer holds: their stream and ids.
+pub(super) type Held = Vec<(CouponStream, Vec<String>)>;
+
+/// Runs `work` on entries `consumer` holds, keeping every one of them
+/// claimed until it ends. A batch is handled one entry after another: one
+/// still waiting its turn would otherwise go idle past the claim limit, be
+/// claimed and delivered (or dead-lettered, its reservation removed) by
+/// another consumer, and then be delivered here as well.
+pub(super) async fn holding<T>(
+    lab: &Lab,
+    conn: RedisConn,
+    consumer: &str,
+    held: Held,
+    work: impl Future<Output = T>,
+) -> T {
+    let claim_idle = Duration::from_millis(lab.config.consumers.claim_idle_ms);
+    let keeping = async {
+        let each = held
+            .iter()
+            .map(|(stream, ids)| keep_claimed(conn.clone(), stream, consumer, ids, claim_idle));
+        futures::future::join_all(each).await;
+        // Only when nothing is held: nothing to keep.
+        std::future::pending::<std::convert::Infallible>().await
+    };
+    tokio::select! {
+        done = work => done,
+        never = keeping => match never {},
+    }
+}
+
 /// Resets the idle time of `ids` of `stream` a few times per claim interval
 /// for as long as it is polled (XCLAIM with JUSTID does not count a
 /// delivery, and skips an id acked meanwhile).
-pub(super) async fn keep_claimed(
+async fn keep_claimed(
     mut conn: RedisConn,
     stream: &CouponStream,
     consumer: &str,
-    ids: &[&str],
+    ids: &[String],
     claim_idle: Duration,
 ) -> std::convert::Infallible {
     let every = (claim_idle / 3).max(Duration::from_millis(10));

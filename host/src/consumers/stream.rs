@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::group::{
-    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, keep_claimed,
+    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, holding,
     keep_running, to_wit,
 };
 use super::{pause_unless_cancelled, record, until_answered};
@@ -71,14 +71,29 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
 }
 
 /// A consumer: new entries, one batch at a time, until cancelled. A batch
-/// in hand is finished before stopping.
+/// in hand is finished before stopping, all of it kept claimed meanwhile.
 async fn read_new(mut consumer: Consumer<'_>) -> RedisResult<()> {
     while !consumer.cancel.is_cancelled() {
-        for (stream, entries) in consumer.read(">", BATCH, true).await? {
-            for entry in entries {
-                deliver(&mut consumer, &stream, entry, 1).await?;
+        let batches = consumer.read(">", BATCH, true).await?;
+        let held = batches
+            .iter()
+            .map(|(stream, entries)| {
+                (
+                    stream.clone(),
+                    entries.iter().map(|e| e.id.clone()).collect(),
+                )
+            })
+            .collect();
+        let (lab, conn, name) = (consumer.lab, consumer.conn.clone(), consumer.name);
+        holding(lab, conn, name, held, async {
+            for (stream, entries) in batches {
+                for entry in entries {
+                    deliver(&mut consumer, &stream, entry, 1).await?;
+                }
             }
-        }
+            RedisResult::Ok(())
+        })
+        .await?;
     }
     Ok(())
 }
@@ -97,15 +112,24 @@ async fn claim_idle(mut consumer: Consumer<'_>) -> RedisResult<()> {
                     // XAUTOCLAIM counted this claim as a delivery; read the
                     // count of exactly the entries claimed.
                     let deliveries = delivery_counts(consumer.conn, &stream, &claimed).await?;
-                    for (entry, delivered) in claimed.into_iter().zip(deliveries) {
-                        if delivered > settings.max_deliveries {
-                            // This claim is not a delivery to the component.
-                            let conn = &mut *consumer.conn;
-                            dead_letter(lab, conn, &stream, entry, delivered - 1).await?;
-                        } else {
-                            deliver(&mut consumer, &stream, entry, delivered).await?;
+                    let held = vec![(
+                        stream.clone(),
+                        claimed.iter().map(|e| e.id.clone()).collect(),
+                    )];
+                    let (conn, name) = (consumer.conn.clone(), consumer.name);
+                    holding(lab, conn, name, held, async {
+                        for (entry, delivered) in claimed.into_iter().zip(deliveries) {
+                            if delivered > settings.max_deliveries {
+                                // This claim is not a delivery to the component.
+                                let conn = &mut *consumer.conn;
+                                dead_letter(lab, conn, &stream, entry, delivered - 1).await?;
+                            } else {
+                                deliver(&mut consumer, &stream, entry, delivered).await?;
+                            }
                         }
-                    }
+                        RedisResult::Ok(())
+                    })
+                    .await?;
                 }
                 if consumer.cancel.is_cancelled() {
                     return Ok(());
@@ -117,8 +141,8 @@ async fn claim_idle(mut consumer: Consumer<'_>) -> RedisResult<()> {
 }
 
 /// Hands one entry to its component; acks it when the component says so.
-/// While the component works, the entry is kept claimed by `consumer`, so
-/// the claimer never hands an entry still being confirmed to anyone else.
+/// The caller holds the entry ([`holding`]), so the claimer never hands an
+/// entry still being confirmed to anyone else.
 async fn deliver(
     consumer: &mut Consumer<'_>,
     stream: &CouponStream,
@@ -129,19 +153,7 @@ async fn deliver(
     let Some((entry, strategy)) = owned(lab, entry, deliveries, "confirm") else {
         return Ok(());
     };
-    let ids = [entry.id.as_str()];
-    let keep_claimed = keep_claimed(
-        conn.clone(),
-        stream,
-        consumer.name,
-        &ids,
-        Duration::from_millis(lab.config.consumers.claim_idle_ms),
-    );
-    let handling = until_answered(1, || lab.runtime.handle_entry(&strategy, &entry));
-    let handled = tokio::select! {
-        handled = handling => handled,
-        never = keep_claimed => match never {},
-    };
+    let handled = until_answered(1, || lab.runtime.handle_entry(&strategy, &entry)).await;
     match handled.result {
         Ok(answer) => {
             if answer.disposition == Disposition::Ack {

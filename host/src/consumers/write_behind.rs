@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::group::{
-    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, keep_claimed,
+    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, holding,
     keep_running, to_wit,
 };
 use super::{pause_unless_cancelled, record, until_answered};
@@ -79,18 +79,24 @@ async fn load(mut consumer: Consumer<'_>) -> RedisResult<()> {
         if rounds.is_empty() {
             continue;
         }
-        let mut all_loaded = true;
-        for (stream, entries) in rounds {
-            let ids: Vec<String> = entries.iter().map(|entry| entry.id.clone()).collect();
-            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-            let idle_limit = Duration::from_millis(settings.claim_idle_ms);
-            let conn = &mut *consumer.conn;
-            let keep_claimed = keep_claimed(conn.clone(), &stream, consumer.name, &ids, idle_limit);
-            all_loaded &= tokio::select! {
-                loaded = load_round(lab, conn, &stream, entries) => loaded?,
-                never = keep_claimed => match never {},
-            };
-        }
+        let held = rounds
+            .iter()
+            .map(|(stream, entries)| {
+                (
+                    stream.clone(),
+                    entries.iter().map(|e| e.id.clone()).collect(),
+                )
+            })
+            .collect();
+        let conn = &mut *consumer.conn;
+        let all_loaded = holding(lab, conn.clone(), consumer.name, held, async {
+            let mut all_loaded = true;
+            for (stream, entries) in rounds {
+                all_loaded &= load_round(lab, conn, &stream, entries).await?;
+            }
+            RedisResult::Ok(all_loaded)
+        })
+        .await?;
         // Whatever failed is pending now; the next round starts with it.
         own_pending_first = true;
         if !all_loaded && !pause_unless_cancelled(consumer.cancel, AFTER_FAILURE).await {

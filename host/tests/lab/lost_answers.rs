@@ -2,7 +2,8 @@
 //! (a noxious proxy) cuts the link mid-burst, or between a COMMIT and its
 //! answer. A commit that happened is never undone, a reservation nobody can
 //! confirm is given back once the database answers, and no session of a
-//! lost connection keeps its row locks.
+//! lost connection keeps its row locks. A slowed link keeps a batch of
+//! stream entries waiting its turn: none is delivered twice meanwhile.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,10 +15,13 @@ use serde_json::{Value, json};
 
 use crate::common::{Reply, Setup, TestLab, outcome, until};
 
-/// A lab whose MariaDB (`db`) or Redis link runs through `links`.
+/// A lab whose MariaDB (`db`) or Redis link runs through `links`, on a
+/// Redis database of its own: no other test's stream consumers confirm or
+/// dead-letter its entries against their own databases.
 async fn linked_lab(links: &Arc<Links>, link: Link, components: &[&'static str]) -> TestLab {
     let links = links.clone();
     Setup::with(components)
+        .own_redis_db()
         .tune(move |c| match link {
             Link::Database => c.database_url = links.through(&c.database_url).unwrap(),
             Link::Redis => c.redis_url = links.through(&c.redis_url).unwrap(),
@@ -315,5 +319,51 @@ async fn a_commit_whose_answer_is_lost_is_settled_from_the_database_as_issued() 
         members,
         "settled as issued, it stays"
     );
+    lab.finish().await;
+}
+
+/// One consumer reads 16 entries at a time and confirms them one after
+/// another over a database link slowed to 60 ms a round trip, so the last
+/// of a batch waits seconds for its turn, many times the claim limit. The
+/// whole batch stays claimed: the claimer, which would dead-letter any
+/// entry it claims (`max_deliveries` 1) and remove its reservation, never
+/// takes one, and Redis ends equal to the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_waiting_its_turn_on_a_slow_database_stays_claimed_and_is_confirmed_once() {
+    let links = start_links().await;
+    let through = links.clone();
+    let lab = Setup::with(&["redis_stream_atomic"])
+        .own_redis_db()
+        .tune(move |c| {
+            c.database_url = through.through(&c.database_url).unwrap();
+            c.consumers.stream_consumers = 1;
+            c.consumers.claim_idle_ms = 300;
+            c.consumers.claim_interval_ms = 50;
+            c.consumers.max_deliveries = 1;
+        })
+        .start()
+        .await;
+    const TOTAL: u64 = 40;
+    let coupon = lab.coupon_for("REDIS_STREAM_ATOMIC", TOTAL).await;
+    // Slowed while every connection is idle: nothing is in flight to lose.
+    on_links(&links, |links| links.add_latency(Link::Database, 60)).await;
+    let members = lab.members(TOTAL).await;
+    let replies = lab.issue_all(coupon, &members, "REDIS_STREAM_ATOMIC").await;
+    assert!(
+        replies.iter().all(|reply| reply.status == 202),
+        "{replies:?}"
+    );
+    until("the stream drained", Duration::from_secs(60), || async {
+        let stream = &lab.result(coupon).await["stream"];
+        stream["pending"] == json!(0) && stream["undelivered"] == json!(0)
+    })
+    .await;
+    assert_eq!(lab.result(coupon).await["stream"]["deadLetters"], json!(0));
+    assert_eq!(lab.issue_rows(coupon).await, TOTAL as usize);
+    assert_eq!(
+        json!(lab.reserved_members(coupon).await),
+        json!(lab.issued_members(coupon).await)
+    );
+    on_links(&links, |links| links.remove_latency(Link::Database)).await;
     lab.finish().await;
 }
