@@ -275,6 +275,19 @@ pub(super) async fn delivery_counts(
 /// The entries a consumer holds: their stream and ids.
 pub(super) type Held = Vec<(CouponStream, Vec<String>)>;
 
+/// The ids of the entries of `batches`, by stream.
+pub(super) fn held_ids<E>(batches: &[(CouponStream, Vec<E>)], id: fn(&E) -> &String) -> Held {
+    batches
+        .iter()
+        .map(|(stream, entries)| {
+            (
+                stream.clone(),
+                entries.iter().map(|e| id(e).clone()).collect(),
+            )
+        })
+        .collect()
+}
+
 /// Runs `work` on entries `consumer` holds, keeping every one of them
 /// claimed until it ends. A batch is handled one entry after another: one
 /// still waiting its turn would otherwise go idle past the claim limit, be

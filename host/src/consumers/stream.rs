@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::group::{
-    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, holding,
+    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, held_ids, holding,
     keep_running, to_wit,
 };
 use super::{pause_unless_cancelled, record, until_answered};
@@ -75,15 +75,7 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
 async fn read_new(mut consumer: Consumer<'_>) -> RedisResult<()> {
     while !consumer.cancel.is_cancelled() {
         let batches = consumer.read(">", BATCH, true).await?;
-        let held = batches
-            .iter()
-            .map(|(stream, entries)| {
-                (
-                    stream.clone(),
-                    entries.iter().map(|e| e.id.clone()).collect(),
-                )
-            })
-            .collect();
+        let held = held_ids(&batches, |entry| &entry.id);
         let (lab, conn, name) = (consumer.lab, consumer.conn.clone(), consumer.name);
         holding(lab, conn, name, held, async {
             for (stream, entries) in batches {

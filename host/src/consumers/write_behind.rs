@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::group::{
-    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, holding,
+    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, held_ids, holding,
     keep_running, to_wit,
 };
 use super::{pause_unless_cancelled, record, until_answered};
@@ -79,15 +79,7 @@ async fn load(mut consumer: Consumer<'_>) -> RedisResult<()> {
         if rounds.is_empty() {
             continue;
         }
-        let held = rounds
-            .iter()
-            .map(|(stream, entries)| {
-                (
-                    stream.clone(),
-                    entries.iter().map(|e| e.id.clone()).collect(),
-                )
-            })
-            .collect();
+        let held = held_ids(&rounds, |entry| &entry.id);
         let conn = &mut *consumer.conn;
         let all_loaded = holding(lab, conn.clone(), consumer.name, held, async {
             let mut all_loaded = true;
