@@ -113,11 +113,21 @@ async fn migrate(pool: &MySqlPool) -> anyhow::Result<()> {
         locked == Some(1),
         "another server held the migration lock for {MIGRATION_LOCK_WAIT_S} s"
     );
-    let migrated = MIGRATOR.run(pool).await.context("migrations failed");
-    sqlx::query("SELECT RELEASE_LOCK(CONCAT(?, '_', DATABASE()))")
-        .bind(name)
-        .execute(&mut *holder)
-        .await?;
+    // As long as another server waits for the lock: migrations that take
+    // longer fail the servers waiting for them anyway.
+    let migrations_limit = Duration::from_secs(MIGRATION_LOCK_WAIT_S.into());
+    let migrated = answered("the migrations", migrations_limit, async {
+        MIGRATOR.run(pool).await.context("migrations failed")
+    })
+    .await;
+    answered("releasing the migration lock", STEP_LIMIT, async {
+        sqlx::query("SELECT RELEASE_LOCK(CONCAT(?, '_', DATABASE()))")
+            .bind(name)
+            .execute(&mut *holder)
+            .await?;
+        Ok(())
+    })
+    .await?;
     migrated
 }
 
