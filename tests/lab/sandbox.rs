@@ -118,7 +118,7 @@ async fn a_greedy_component_fails_after_the_pool_is_warm() {
 /// Not a pass/fail test: what one call costs the host, without HTTP —
 /// instantiating a component and calling it (TEST_BUILD answers at once),
 /// then REDIS_LUA on a sold-out coupon (one EVALSHA).
-/// `cargo test --release -p couponlab --test lab -- call_cost_benchmark --ignored --nocapture`
+/// `cargo test --release --workspace --test lab -- call_cost_benchmark --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark; run explicitly"]
 async fn call_cost_benchmark() {
@@ -150,7 +150,7 @@ async fn call_cost_benchmark() {
         );
     }
     let redis = &server.runtime.capabilities().redis;
-    let script = include_str!("../../../lua/reserve.lua");
+    let script = include_str!("../../lua/reserve.lua");
     let script_keys = [keys::issued(coupon), keys::total(coupon)];
     let args = [members[1].to_string()];
     let started = Instant::now();

@@ -15,7 +15,7 @@ const DOCUMENT: &str = "/lab/openapi.json";
 /// `(method, path)` of every row of the README's API table: its lines
 /// `| POST | `/lab/...` | ...`.
 fn readme_routes() -> BTreeSet<(String, String)> {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../README.md");
     let routes: BTreeSet<(String, String)> = readme
         .lines()
         .filter_map(|line| {

@@ -2,7 +2,7 @@
 //! coupon id range (so Redis keys never collide between tests), and the
 //! components it asks for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -52,6 +52,25 @@ pub fn component(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The `couponlab` binary of this build. It is another package's, so cargo
+/// names no path for it here: it lies beside the directory this test binary
+/// is in (`<target>/release/deps/lab-…` and `<target>/release/couponlab`),
+/// built by the same `cargo test --workspace`.
+pub fn server_binary() -> PathBuf {
+    let test = std::env::current_exe().expect("the test binary's path");
+    let binary = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lies in <target>/<profile>/deps")
+        .join("couponlab");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace (`cargo test --release --workspace`, as `cargo xtask test` does)",
+        binary.display()
+    );
+    binary
 }
 
 /// One compile cache for every test server, the workspace's: each
@@ -651,7 +670,7 @@ impl TestLab {
         env: &[(&str, &str)],
         stdout: std::process::Stdio,
     ) -> tokio::process::Child {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_couponlab"))
+        tokio::process::Command::new(server_binary())
             .args(args)
             .env("DATABASE_URL", &self.config.database_url)
             .env("REDIS_URL", &self.config.redis_url)
