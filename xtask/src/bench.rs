@@ -40,7 +40,7 @@ mod budget;
 
 use crate::flags::Flags;
 use crate::loadtest::Api;
-use crate::{release_binary, root, services, strategies};
+use crate::{release_binary, root, services};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/11";
 /// How long a lab may take to start: it compiles every component first,
@@ -95,8 +95,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     services::ensure()?;
     let wrk = services::ensure_debian("wrk", "wrk")?;
     let dist = root().join("strategies").join("dist");
-    strategies::build_and_install(&dist)?;
-    crate::build_release()?;
+    crate::build_all(&dist, &[])?;
     if options.budget {
         return budget::main(&options, &wrk, &dist);
     }

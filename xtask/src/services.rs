@@ -5,7 +5,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 
 use crate::run;
 
@@ -128,14 +128,31 @@ pub fn ensure_debian(binary: &str, package: &str) -> anyhow::Result<std::path::P
     Ok(path)
 }
 
-/// `apt-get install package`.
+/// `apt-get install package`. Its output is shown only if it fails: it
+/// runs beside the build, whose output it would bury.
 pub fn install_debian(package: &str) -> anyhow::Result<()> {
     println!("apt-get install {package}");
-    let install = || run(Command::new("apt-get").args(["install", "-y", "-q", package]));
+    let install = || apt_get(&["install", "-y", "-q", package]);
     if install().is_err() {
         // Package lists older than the archive name files it no longer has.
-        run(Command::new("apt-get").args(["update", "-q"]))?;
+        apt_get(&["update", "-q"])?;
         install()?;
+    }
+    Ok(())
+}
+
+/// `apt-get args`, its output kept and printed only when it fails.
+fn apt_get(args: &[&str]) -> anyhow::Result<()> {
+    let mut command = Command::new("apt-get");
+    command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+    let shown = format!("{command:?}");
+    let output = command
+        .output()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !output.status.success() {
+        print!("{}", String::from_utf8_lossy(&output.stdout));
+        eprint!("{}", String::from_utf8_lossy(&output.stderr));
+        bail!("{shown} failed with {}", output.status);
     }
     Ok(())
 }

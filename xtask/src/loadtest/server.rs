@@ -17,7 +17,7 @@ use anyhow::{Context, bail};
 
 use super::http::Api;
 use super::process_log;
-use crate::{release_binary, root, services, strategies, strategy_dir};
+use crate::{release_binary, root, services, strategy_dir};
 use couponlab_links::Links;
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
@@ -96,8 +96,7 @@ impl Server {
         services::ensure()?;
         let dist = strategy_dir();
         if serve.build {
-            strategies::build_and_install(&dist)?;
-            crate::build_release()?;
+            crate::build_all(&dist, &[])?;
         }
         let redis_url = serve.redis_url.unwrap_or(REDIS_URL);
         let (database_url, redis_url) = match serve.links {
