@@ -249,7 +249,7 @@ mod tests {
     /// Not a pass/fail test: what the metrics add to one issue request (a
     /// counter and a histogram, found by their labels), on two threads at
     /// once as under load.
-    /// `cargo test --release -p couponlab --lib -- metrics_cost --ignored --nocapture`
+    /// `cargo test --release --workspace --lib -- metrics_cost --ignored --nocapture`
     #[test]
     #[ignore = "benchmark; run explicitly"]
     fn metrics_cost_benchmark() {

@@ -156,7 +156,7 @@ fn config_text() -> String {
 /// The pinned Schemathesis in its virtual environment, installed again
 /// when missing or when the pins changed since (the venv keeps a copy of
 /// the requirements it was made from).
-fn ensure_schemathesis() -> anyhow::Result<PathBuf> {
+pub fn ensure_schemathesis() -> anyhow::Result<PathBuf> {
     let venv = target_dir().join("schemathesis-venv");
     let binary = venv.join("bin").join("schemathesis");
     let requirements = root()
@@ -170,21 +170,11 @@ fn ensure_schemathesis() -> anyhow::Result<PathBuf> {
     if same_pins && installed_version(&binary).as_deref() == Some(SCHEMATHESIS) {
         return Ok(binary);
     }
-    let python = services::ensure_debian("python3", "python3")?;
-    // Debian's python3 makes virtual environments with python3-venv only.
-    let has_venv = Command::new(&python)
-        .args(["-c", "import ensurepip, venv"])
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !has_venv {
-        services::install_debian("python3-venv")?;
-    }
     println!(
         "installing Schemathesis {SCHEMATHESIS} into {}",
         venv.display()
     );
-    std::fs::remove_dir_all(&venv).ok();
-    run(Command::new(python).args(["-m", "venv"]).arg(&venv))?;
+    services::fresh_venv(&venv)?;
     // Every package pinned, Schemathesis's own dependencies too.
     run(Command::new(venv.join("bin").join("pip"))
         .args(["install", "--quiet", "--disable-pip-version-check", "-r"])

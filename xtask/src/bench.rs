@@ -95,7 +95,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     services::ensure()?;
     let wrk = services::ensure_debian("wrk", "wrk")?;
     let dist = root().join("strategies").join("dist");
-    crate::build_all(&dist, &[])?;
+    crate::build_all(&dist, || Ok(()))?;
     if options.budget {
         return budget::main(&options, &wrk, &dist);
     }
@@ -152,7 +152,10 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     bench.pair("issue", &script, || create_coupon(&api, 100_000_000))?;
 
     // What recording and keeping a request's trace costs, measured alone.
-    let trace_cost = host_benchmark("trace_cost_benchmark", "trace cost per request: ")?;
+    let trace_cost = figure(
+        &host_benchmark("trace_cost_benchmark")?,
+        "trace cost per request: ",
+    )?;
     let raw = redis_benchmark(sold_out.parse().context("coupon id")?, first + 1)?;
     println!("redis-benchmark EVALSHA of lua/reserve.lua: {raw:.0} requests/s");
     let rss = [
@@ -163,7 +166,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     let mut markdown = report.markdown(&options, raw, &rss);
     let _ = writeln!(
         markdown,
-        "\nThe same, measured alone on the request's path (`cargo test --release -p couponlab --lib -- trace_cost_benchmark --ignored`: a REDIS_LUA request's calls recorded and its trace kept or sampled, a million times): {trace_cost}."
+        "\nThe same, measured alone on the request's path (`cargo test --release --workspace --lib -- trace_cost_benchmark --ignored`: a REDIS_LUA request's calls recorded and its trace kept or sampled, a million times): {trace_cost}."
     );
     crate::write_between_markers(&options.out, "bench", &markdown)?;
     println!("\n{markdown}\nwritten to {}", options.out.display());
@@ -370,20 +373,25 @@ impl Drop for Process {
     }
 }
 
-/// The figure one of the host's benchmark tests (`test`, ignored unless
-/// asked for) prints after `prefix`.
-fn host_benchmark(test: &str, prefix: &str) -> anyhow::Result<String> {
+/// What one of the host's benchmark tests (`test`, ignored unless asked
+/// for) prints.
+fn host_benchmark(test: &str) -> anyhow::Result<String> {
     let output = Command::new("cargo")
-        .args(["test", "--release", "-p", "couponlab", "--lib", "--"])
+        .args(["test", "--release", "--workspace", "--lib", "--"])
         .args([test, "--ignored", "--nocapture"])
         .current_dir(root())
         .output()
         .with_context(|| format!("cannot run {test}"))?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    text.lines()
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The figure a benchmark's output prints after `prefix`.
+fn figure(output: &str, prefix: &str) -> anyhow::Result<String> {
+    output
+        .lines()
         .find_map(|line| line.strip_prefix(prefix))
         .map(str::to_string)
-        .with_context(|| format!("{test} printed no figure: {text}"))
+        .with_context(|| format!("no line starts with {prefix:?} in: {output}"))
 }
 
 /// The scratch database, named after the migrations it holds.

@@ -54,7 +54,7 @@ fn main() -> anyhow::Result<()> {
         "services" => services::ensure(),
         "run" => {
             services::ensure()?;
-            build_all(&strategy_dir(), &[])?;
+            build_all(&strategy_dir(), || Ok(()))?;
             run(Command::new(release_binary("couponlab"))
                 .arg("serve")
                 .args(&rest)
@@ -62,7 +62,7 @@ fn main() -> anyhow::Result<()> {
         }
         "test" => {
             services::ensure()?;
-            build_all(&strategy_dir(), TEST_TOOLS)?;
+            build_all(&strategy_dir(), prepare_for_tests)?;
             let mut test = vec!["test", "--release", "--workspace"];
             test.extend(rest.iter().map(String::as_str));
             cargo(&test)?;
@@ -132,31 +132,38 @@ fn strategy_dir() -> PathBuf {
     }
 }
 
-/// Debian's tools the tests use, as (binary, package).
-const TEST_TOOLS: &[(&str, &str)] = &[
-    // The metrics tests check the exposition and scrape it.
-    ("promtool", "prometheus"),
-    // The console tests drive a headless Chromium through WebDriver.
-    ("chromium", "chromium"),
-    ("chromedriver", "chromium-driver"),
-    // The cluster tests start their own Redis Cluster.
-    ("redis-server", "redis-server"),
-    ("redis-cli", "redis-tools"),
-];
+/// What the tests need besides the build: Debian's tools, and the Python
+/// tools the load test smoke and the API check run.
+fn prepare_for_tests() -> anyhow::Result<()> {
+    for (binary, package) in [
+        // The metrics tests check the exposition and scrape it.
+        ("promtool", "prometheus"),
+        // The console tests drive a headless Chromium through WebDriver.
+        ("chromium", "chromium"),
+        ("chromedriver", "chromium-driver"),
+        // The cluster tests start their own Redis Cluster.
+        ("redis-server", "redis-server"),
+        ("redis-cli", "redis-tools"),
+    ] {
+        services::ensure_debian(binary, package)?;
+    }
+    loadtest::k6::K6::ensure(None)?;
+    api_check::ensure_schemathesis()?;
+    Ok(())
+}
 
 /// Builds the host's release binaries ([`build_release`]) and, beside that
-/// build, installs `tools` from Debian and builds and installs every
-/// component into `dir`. The host's build keeps both cores busy until its
-/// last crates, which compile one or two at a time; the work beside it runs
-/// at the lowest CPU priority, so it takes what the build leaves (and the
-/// downloads, which wait on the network) instead of minutes before it.
-pub fn build_all(dir: &Path, tools: &'static [(&'static str, &'static str)]) -> anyhow::Result<()> {
+/// build, builds and installs every component into `dir` after `prepare`
+/// (what else the task needs installed). The host's build keeps both cores
+/// busy until its last crates, which compile one or two at a time; the work
+/// beside it runs at the lowest CPU priority, so it takes what the build
+/// leaves (and the downloads, which wait on the network) instead of minutes
+/// before it.
+pub fn build_all(dir: &Path, prepare: fn() -> anyhow::Result<()>) -> anyhow::Result<()> {
     let dir = dir.to_path_buf();
     let beside = std::thread::spawn(move || -> anyhow::Result<()> {
         lower_this_threads_priority();
-        for (binary, package) in tools {
-            services::ensure_debian(binary, package)?;
-        }
+        prepare()?;
         strategies::build_and_install(&dir)
     });
     let host = build_release();

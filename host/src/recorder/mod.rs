@@ -305,7 +305,7 @@ mod tests {
     }
 
     /// Not a pass/fail test: what recording a million requests and reading
-    /// the summary cost. `cargo test --release -p couponlab --lib -- recorder_benchmark --ignored --nocapture`
+    /// the summary cost. `cargo test --release --workspace --lib -- recorder_benchmark --ignored --nocapture`
     #[test]
     #[ignore = "benchmark; run explicitly"]
     fn recorder_benchmark() {

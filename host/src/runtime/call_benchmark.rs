@@ -4,7 +4,7 @@
 //! instantiate`, one export call (`describe`, which calls no import), the
 //! store dropped. `cargo xtask bench --budget` runs it and sets its line
 //! beside the lab's budget, as the floor a call cannot go below.
-//! `cargo test --release -p couponlab --lib -- wasmtime_call_benchmark --ignored --nocapture`
+//! `cargo test --release --workspace --lib -- wasmtime_call_benchmark --ignored --nocapture`
 
 use std::time::{Duration, Instant};
 

@@ -141,7 +141,7 @@ fn traced_request(store: &Traces, coupon_id: u64, member_id: u64, issuing: bool)
 /// Not a pass/fail test: what recording and keeping a request's trace
 /// costs on its path, per request, for the bench's two pairs (`cargo
 /// xtask bench` runs it and reports the figures beside its own).
-/// `cargo test --release -p couponlab --lib -- trace_cost_benchmark --ignored --nocapture`
+/// `cargo test --release --workspace --lib -- trace_cost_benchmark --ignored --nocapture`
 #[test]
 #[ignore = "benchmark; run explicitly"]
 fn trace_cost_benchmark() {

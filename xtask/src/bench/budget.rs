@@ -20,8 +20,8 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::{
-    Options, Process, REDIS_URL, database_url, host_benchmark, sold_out_coupon, sold_out_script,
-    start_lab, write_script, wrk_run,
+    Options, Process, REDIS_URL, database_url, figure, host_benchmark, sold_out_coupon,
+    sold_out_script, start_lab, write_script, wrk_run,
 };
 use crate::loadtest::Api;
 use crate::root;
@@ -124,7 +124,10 @@ pub(super) fn main(options: &Options, wrk: &Path, dist: &Path) -> anyhow::Result
     drop(twin);
     let lab_budget = read(&lab_file)?;
     let twin_budget = read(&twin_file)?;
-    let alone = host_benchmark("wasmtime_call_benchmark", "wasmtime alone: ")?;
+    let alone = figure(
+        &host_benchmark("wasmtime_call_benchmark")?,
+        "wasmtime alone: ",
+    )?;
     let means: Vec<f64> = means.iter().map(|runs| mean(runs)).collect();
     let mut markdown = markdown(
         options,
@@ -259,7 +262,7 @@ fn markdown(options: &Options, budgets: [&Value; 2], wrk_means: [f64; 2], alone:
     );
     let _ = writeln!(
         out,
-        "\nWhat wasmtime itself costs for the call, measured alone (`cargo test --release -p couponlab --lib -- wasmtime_call_benchmark --ignored`: REDIS_LUA's component, no server, no Redis): {alone}."
+        "\nWhat wasmtime itself costs for the call, measured alone (`cargo test --release --workspace --lib -- wasmtime_call_benchmark --ignored`: REDIS_LUA's component, no server, no Redis): {alone}."
     );
     out
 }

@@ -30,7 +30,7 @@ mod faults;
 mod html;
 pub mod http;
 pub mod idle;
-mod k6;
+pub mod k6;
 mod own_redis;
 mod process_log;
 mod provenance;

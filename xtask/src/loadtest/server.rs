@@ -96,7 +96,7 @@ impl Server {
         services::ensure()?;
         let dist = strategy_dir();
         if serve.build {
-            crate::build_all(&dist, &[])?;
+            crate::build_all(&dist, || Ok(()))?;
         }
         let redis_url = serve.redis_url.unwrap_or(REDIS_URL);
         let (database_url, redis_url) = match serve.links {

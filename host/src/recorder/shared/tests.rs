@@ -138,7 +138,7 @@ fn a_new_generation_forgets_the_record() {
 
 /// Not a pass/fail test: what publishing and merging cost for a coupon
 /// of a million requests (1,000 served).
-/// `cargo test --release -p couponlab --lib -- snapshot_benchmark --ignored --nocapture`
+/// `cargo test --release --workspace --lib -- snapshot_benchmark --ignored --nocapture`
 #[test]
 #[ignore = "benchmark; run explicitly"]
 fn snapshot_benchmark() {
