@@ -200,13 +200,11 @@ pub(super) fn engine_config(limits: &Limits) -> Config {
         // kernel has it): returning them to the kernel after every call
         // cost a TLB shootdown on both cores per call and a page fault
         // per page touched by the next one. Each call still starts from
-        // the component's initial memory; the one exception reported
-        // upstream (wasmtime#14357) is a dirty page the kernel swapped
-        // out: the scan skips it, so on a host with swap it could reach
-        // the next call.
-        // wasmtime 48's scan also stops after 32 runs of dirty pages and
-        // drops the rest, so an interpreter's heap is still faulted in
-        // again every call (docs/learning/16-languages.md).
+        // the component's initial memory. The scan is wasmtime 50's
+        // (vendor/README.md): 48's stopped after 32 runs of dirty pages and
+        // dropped the rest, so an interpreter's heap was faulted in again
+        // every call, and it skipped a dirty page the kernel had swapped
+        // out, which could reach the next call.
         .linear_memory_keep_resident(KEEP_RESIDENT)
         .table_keep_resident(KEEP_RESIDENT)
         .pagemap_scan(Enabled::Auto)
