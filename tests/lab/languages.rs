@@ -4,14 +4,16 @@
 //! language's message; a new build replaces the served one under load.
 
 use std::collections::BTreeSet;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use reqwest::Method;
 use serde_json::json;
 
 use crate::canary::{deploy_new_version, keep_issuing};
-use crate::common::{Setup, with_call_deadline_ms};
+use crate::common::{Setup, free_port, outcome, with_call_deadline_ms};
 
 /// Each method with its component.
 const METHODS: [(&str, &str); 6] = [
@@ -145,4 +147,69 @@ async fn a_call_ended_at_its_deadline_is_compensated_in_each_language() {
         );
     }
     lab.finish().await;
+}
+
+/// A pool slot is reset in place between calls: every page the last call
+/// dirtied is found and rewritten from the component's initial memory. An
+/// interpreter's heap dirties hundreds of separate runs of pages; a reset
+/// that gave up after a few dozen runs (the released wasmtime 48 stops at
+/// 32) hands the rest back to the kernel, and every call faults them in
+/// again — 141 to 255 page faults a Python call where this asks under 20.
+/// Counted on a server process of its own, at one request at a time, so
+/// each call finds the slot its previous call left warm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_call_does_not_fault_its_interpreter_heap_in_again() {
+    const CALLS: u64 = 100;
+    let lab = Setup::with(&["py_redis_lua"]).start().await;
+    let bind = format!("127.0.0.1:{}", free_port());
+    let server = lab.process(
+        &["serve"],
+        &[("COUPONLAB_BIND", &bind), ("COUPONLAB_WATCH", "false")],
+        Stdio::null(),
+    );
+    let pid = server.id().expect("the server runs");
+    let base = format!("http://{bind}");
+    lab.until_answering(&base, Duration::from_secs(60)).await;
+    let members = lab.members(CALLS + 20).await;
+    let coupon = lab.coupon(1).await;
+    let path = format!("/lab/coupons/{coupon}/issue");
+    let issue = |member: u64| {
+        let body = json!({ "memberId": member, "method": "PY_REDIS_LUA" }).to_string();
+        let (lab, base, path) = (&lab, &base, &path);
+        async move {
+            lab.request_at(base, Method::POST, path, Some(&body))
+                .await
+        }
+    };
+
+    // The first call issues the one coupon; the others warm the slot.
+    let (warming, counted) = members.split_at(20);
+    assert_eq!(outcome(&issue(warming[0]).await), "ISSUED");
+    for &member in &warming[1..] {
+        assert_eq!(outcome(&issue(member).await), "SOLD_OUT");
+    }
+    let before = minor_faults(pid);
+    for &member in counted {
+        assert_eq!(outcome(&issue(member).await), "SOLD_OUT");
+    }
+    let per_call = (minor_faults(pid) - before) as f64 / CALLS as f64;
+    assert!(
+        per_call < 20.0,
+        "{per_call:.1} page faults a sold-out Python call"
+    );
+    drop(server);
+    lab.finish().await;
+}
+
+/// Minor page faults of process `pid` so far (`/proc/PID/stat`, field 10).
+fn minor_faults(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    // The fields after the command name, which is in parentheses and may
+    // hold spaces: state is field 3, minflt field 10.
+    let after_name = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    after_name
+        .split(' ')
+        .nth(7)
+        .and_then(|field| field.parse().ok())
+        .expect("minflt in /proc/PID/stat")
 }

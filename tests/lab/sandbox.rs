@@ -80,16 +80,17 @@ async fn a_greedy_component_fails_its_own_request() {
 
 /// The instance pool keeps linear memory resident between calls (it resets
 /// the pages a call touched instead of handing them back to the kernel):
-/// what one call left in memory must still be gone for the next.
+/// what one call left in memory must still be gone for the next, in one
+/// heap allocation or in more separate pages than one page scan gathers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_kept_resident_is_reset_for_every_call() {
     let lab = Setup::with(&["test_probe"]).start().await;
     let coupon = lab.coupon(1).await;
-    for _ in 0..20 {
-        let reply = lab
-            .issue_keyed(coupon, 1, "TEST_PROBE", "memory-reset")
-            .await;
-        assert_eq!(reply.ok()["detail"], "found 0");
+    for scenario in ["memory-reset", "scattered-memory-reset"] {
+        for _ in 0..20 {
+            let reply = lab.issue_keyed(coupon, 1, "TEST_PROBE", scenario).await;
+            assert_eq!(reply.ok()["detail"], "found 0", "{scenario}");
+        }
     }
     lab.finish().await;
 }

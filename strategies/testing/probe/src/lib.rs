@@ -3,7 +3,7 @@
 //! request's idempotency key; keys and rows are named after the coupon id so
 //! concurrent tests stay apart.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use couponlab_sdk::redis::{self, Connection};
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
@@ -11,6 +11,16 @@ use couponlab_sdk::{IssueRequest, IssueResult, Outcome, args, clock, keys, param
 
 /// Raised by every "memory-reset" call: each call must find it at zero.
 static LEFT_BEHIND: AtomicU64 = AtomicU64::new(0);
+
+/// Host pages apart, so that every marker of a "scattered-memory-reset"
+/// call dirties a run of pages of its own.
+const PAGE_STRIDE: usize = 2 * 4096;
+/// More separate dirty runs than a reset's page scan gathers at once (64),
+/// inside the part of a slot kept resident (2 MiB): the reset must go on
+/// scanning where it stopped, or hand the pages back to the kernel.
+const SCATTERED_RUNS: usize = 160;
+static SCATTERED: [AtomicU8; SCATTERED_RUNS * PAGE_STRIDE] =
+    [const { AtomicU8::new(0) }; SCATTERED_RUNS * PAGE_STRIDE];
 
 couponlab_sdk::strategy! {
     struct Probe { method: "TEST_PROBE", claims: [], summary: "WIT round trips (test fixture)" }
@@ -61,6 +71,12 @@ fn run(scenario: &str, request: &IssueRequest) -> Result<String, String> {
             heap.iter_mut().for_each(|byte| *byte = 0xAB);
             std::hint::black_box(&heap);
             Ok(format!("found {seen}"))
+        }
+        // Markers in many separate pages: each call must find none.
+        "scattered-memory-reset" => {
+            let markers = (0..SCATTERED_RUNS).map(|run| &SCATTERED[run * PAGE_STRIDE]);
+            let seen = markers.filter(|marker| marker.swap(0xAB, Ordering::Relaxed) != 0);
+            Ok(format!("found {}", seen.count()))
         }
         // A nested Lua table reply.
         "lua-table" => {
