@@ -11,7 +11,8 @@
 //! hop from the connection's task to the handler's and back. Then what
 //! wasmtime itself costs for the call, measured alone
 //! (`wasmtime_call_benchmark`): a store, `InstancePre::instantiate` and one
-//! export call of the same component, with no server around it.
+//! export call of the same component, with no server around it, and of
+//! its Python and JavaScript twins.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -124,10 +125,9 @@ pub(super) fn main(options: &Options, wrk: &Path, dist: &Path) -> anyhow::Result
     drop(twin);
     let lab_budget = read(&lab_file)?;
     let twin_budget = read(&twin_file)?;
-    let alone = figure(
-        &host_benchmark("wasmtime_call_benchmark")?,
-        "wasmtime alone: ",
-    )?;
+    let benchmark = host_benchmark("wasmtime_call_benchmark")?;
+    let alone_of = |method: &str| figure(&benchmark, &format!("wasmtime alone, {method}: "));
+    let alone = alone_of(LAB_METHOD)?;
     let means: Vec<f64> = means.iter().map(|runs| mean(runs)).collect();
     let mut markdown = markdown(
         options,
@@ -139,6 +139,12 @@ pub(super) fn main(options: &Options, wrk: &Path, dist: &Path) -> anyhow::Result
         &alone,
     );
     markdown.push_str(&languages(&lab_budget, &means));
+    let _ = writeln!(
+        markdown,
+        "\nMeasured alone the same way, with the capabilities stubbed: PY_REDIS_LUA {}; JS_REDIS_LUA {}.",
+        alone_of(LANGUAGES[0])?,
+        alone_of(LANGUAGES[1])?,
+    );
     crate::write_between_markers(&options.out, "budget", &markdown)?;
     println!("\n{markdown}\nwritten to {}", options.out.display());
     Ok(())
