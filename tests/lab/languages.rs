@@ -176,10 +176,7 @@ async fn a_python_call_does_not_fault_its_interpreter_heap_in_again() {
     let issue = |member: u64| {
         let body = json!({ "memberId": member, "method": "PY_REDIS_LUA" }).to_string();
         let (lab, base, path) = (&lab, &base, &path);
-        async move {
-            lab.request_at(base, Method::POST, path, Some(&body))
-                .await
-        }
+        async move { lab.request_at(base, Method::POST, path, Some(&body)).await }
     };
 
     // The first call issues the one coupon; the others warm the slot.
