@@ -92,6 +92,12 @@ pub struct Config {
     #[arg(long, env = "COUPONLAB_REDIS_CLUSTER")]
     pub redis_cluster: bool,
 
+    /// Let several labs share one Redis database, each keeping its coupon
+    /// ids apart from the others' (the test suite's servers do). Off, a
+    /// server refuses to start on a Redis database another lab uses.
+    #[arg(long, env = "COUPONLAB_SHARE_REDIS_DATABASE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub share_redis_database: bool,
+
     /// Directory of strategy components (`*.wasm`).
     #[arg(long, env = "COUPONLAB_STRATEGY_DIR", default_value = INSTALLED_COMPONENTS)]
     pub strategy_dir: PathBuf,

@@ -2,7 +2,7 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::ops::Deref;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -14,6 +14,7 @@ use crate::consumers::announce::Announcements;
 use crate::db;
 use crate::metrics::Metrics;
 use crate::recorder::Recorder;
+use crate::redis_claim;
 use crate::redis_target::{RedisConn, RedisTarget};
 use crate::runtime::watcher::{self, DirectoryWatcher};
 use crate::runtime::{Admin, Capabilities, Limits, Registry, Runtime};
@@ -38,6 +39,8 @@ pub struct LabState {
     pub runtime: Runtime,
     /// The strategies this server serves, by method name.
     pub registry: Registry,
+    /// The canaries running or due, one prover per file.
+    pub provers: canary::provers::Provers,
     /// What each issue request asked and got.
     pub recorder: Recorder,
     /// Requests whose outcome is to be settled later.
@@ -63,7 +66,7 @@ impl Deref for Lab {
 impl Lab {
     /// Connects the pools (MySQL is migrated; Redis connects lazily, so a
     /// server starts while Redis is down) and loads the strategy directory.
-    pub async fn start(config: Config) -> anyhow::Result<Lab> {
+    pub async fn start(mut config: Config) -> anyhow::Result<Lab> {
         // A lease that ran out under a confirm still in progress would hand
         // its permit to another request: the gate would admit one too many.
         let lease_ms = config.capabilities.permits.permit_lease_ms;
@@ -101,9 +104,29 @@ impl Lab {
         };
         let traces = Traces::new(config.traces.clone(), metrics.clone());
         let runtime = Runtime::new(Arc::new(caps), limits, config.compile_cache(), metrics)?;
+        std::fs::create_dir_all(&config.strategy_dir).with_context(|| {
+            format!(
+                "cannot create the strategy directory {}",
+                config.strategy_dir.display()
+            )
+        })?;
+        // One form of every component's path, whether the directory was
+        // named relative (the default) or not, and whichever way a path
+        // reaches the registry: the first load's and the watcher's are the
+        // same file.
+        config.strategy_dir = std::fs::canonicalize(&config.strategy_dir).with_context(|| {
+            format!(
+                "cannot resolve the strategy directory {}",
+                config.strategy_dir.display()
+            )
+        })?;
+        // Claimed last: a start refused for anything else leaves no claim
+        // to hold another lab back.
+        let identity = redis_claim::identity(&database.pool).await?;
+        if !config.share_redis_database {
+            redis_claim::claim_at_start(&redis, &identity, &config.redis_url).await?;
+        }
         let dir = config.strategy_dir.clone();
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create the strategy directory {}", dir.display()))?;
         let watch = config.watch;
         let recorder = Recorder::sleeping_after(Duration::from_secs(config.record_dormant_after_s));
         let lab = Lab(Arc::new(LabState {
@@ -113,6 +136,7 @@ impl Lab {
             redis_target,
             runtime,
             registry: Registry::default(),
+            provers: Default::default(),
             recorder,
             settlements: Settlements::default(),
             traces,
@@ -120,38 +144,36 @@ impl Lab {
             identity: process_identity(),
             watcher: OnceLock::new(),
         }));
-        let unproven = canary::load_dir(&lab)
+        if !lab.config.share_redis_database {
+            redis_claim::keep(lab.downgrade(), identity);
+        }
+        canary::load_dir(&lab)
             .await
             .with_context(|| format!("cannot read {}", dir.display()))?;
-        if lab.registry.strategies().is_empty() && unproven.is_empty() {
+        if lab.registry.strategies().is_empty() && lab.provers.is_idle() {
             tracing::warn!(dir = %dir.display(), "no strategy loaded; run `cargo xtask strategies`");
         }
-        if !unproven.is_empty() {
-            // Each serves once its canary passed; the server answers meanwhile.
-            let owner = Arc::downgrade(&lab.0);
-            tokio::spawn(async move {
-                for file in unproven {
-                    let Some(lab) = owner.upgrade().map(Lab) else {
-                        return;
-                    };
-                    canary::reload(&lab, &file).await;
-                }
-            });
-        }
         if watch {
-            let owner = Arc::downgrade(&lab.0);
+            let owner = lab.downgrade();
             let watching = watcher::watch(&dir, move |files| {
-                let lab = Lab(owner.upgrade()?);
-                Some(async move {
-                    for file in files {
-                        canary::reload(&lab, &file).await;
-                    }
-                })
+                let Some(lab) = owner.upgrade() else {
+                    return false;
+                };
+                for file in files {
+                    canary::provers::schedule(&lab, file);
+                }
+                true
             })?;
             let _ = lab.watcher.set(watching);
             tracing::info!(dir = %dir.display(), "watching for strategy changes");
         }
         Ok(lab)
+    }
+
+    /// A handle that does not keep the server alive: the background work
+    /// that holds one ends when the server is gone.
+    pub fn downgrade(&self) -> WeakLab {
+        WeakLab(Arc::downgrade(&self.0))
     }
 
     /// The server's own MySQL pool.
@@ -162,6 +184,16 @@ impl Lab {
     /// The server's own Redis connection.
     pub fn redis(&self) -> &RedisConn {
         &self.redis
+    }
+}
+
+/// A [`Lab`] that may be gone.
+#[derive(Clone)]
+pub struct WeakLab(Weak<LabState>);
+
+impl WeakLab {
+    pub fn upgrade(&self) -> Option<Lab> {
+        self.0.upgrade().map(Lab)
     }
 }
 

@@ -14,6 +14,8 @@
 //! - [`db`]: the server's own MySQL pool, database creation and migrations.
 //! - [`redis_target`]: the lab's Redis, a server or a Redis Cluster, and the
 //!   connection every Redis command of the host goes through.
+//! - [`redis_claim`]: one lab per Redis database: each host claims it for
+//!   its lab, and a server refuses to start on another lab's.
 //! - [`runtime`]: the wasmtime engine, the WIT bindings, the world a
 //!   component implements, one call into it, one module per capability
 //!   given to components (`redis`, `sql`, `jobs`, `permits`, `clock`,
@@ -45,6 +47,7 @@ pub mod lab;
 pub mod metrics;
 pub mod outcome;
 pub mod recorder;
+pub mod redis_claim;
 pub mod redis_target;
 pub mod results;
 pub mod runtime;

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use couponlab_contract::REQUESTS_CHANNEL;
 use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
@@ -95,6 +96,22 @@ impl RedisTarget {
                 .get_async_connection_with_config(cluster_config(response_timeout))
                 .await
                 .map(RedisConn::Cluster),
+        }
+    }
+
+    /// The lab's channel of issue requests (stage 5). Pub/Sub ignores a
+    /// server's logical databases, so a lab on database 9 hearing the plain
+    /// channel would hear a lab on database 0 too, and confirm requests its
+    /// database never saw: a lab off database 0 names the channel after its
+    /// database. Components publish to the plain name; the host puts it in
+    /// the lab's (a cluster has only database 0).
+    pub fn requests_channel(&self) -> String {
+        match self {
+            Self::Server(client) => match client.get_connection_info().redis_settings().db() {
+                0 => REQUESTS_CHANNEL.to_string(),
+                database => format!("{REQUESTS_CHANNEL}:db{database}"),
+            },
+            Self::Cluster { .. } => REQUESTS_CHANNEL.to_string(),
         }
     }
 

@@ -95,7 +95,7 @@ pub struct TestLab {
     pub strategy_dir: PathBuf,
     /// The server's configuration, for starting more processes like it.
     pub config: Config,
-    db_name: String,
+    pub db_name: String,
     stop: Option<oneshot::Sender<()>>,
     server: Option<ServerTask>,
     _redis_db: Option<RedisDb>,
@@ -189,8 +189,13 @@ impl Setup {
         self
     }
 
+    /// Changes the config after the tunings before it.
     pub fn tune(mut self, tune: impl FnOnce(&mut Config) + Send + 'static) -> Self {
-        self.tune = Box::new(tune);
+        let before = std::mem::replace(&mut self.tune, Box::new(|_| {}));
+        self.tune = Box::new(move |config| {
+            before(config);
+            tune(config);
+        });
         self
     }
 
@@ -229,6 +234,9 @@ impl Setup {
         // The many servers of the tests serve their components at once;
         // the canary's own tests turn it on.
         config.canary = CanaryMode::Off;
+        // Every test is a lab of its own, its coupon ids apart from the
+        // others' on the shared Redis database.
+        config.share_redis_database = true;
         (self.tune)(&mut config);
 
         let (base, stop, server) = serve(&config).await;
@@ -670,7 +678,17 @@ impl TestLab {
         env: &[(&str, &str)],
         stdout: std::process::Stdio,
     ) -> tokio::process::Child {
-        tokio::process::Command::new(server_binary())
+        self.command(args, env)
+            .stdout(stdout)
+            .spawn()
+            .expect("the couponlab binary starts")
+    }
+
+    /// The command [`TestLab::process`] runs, to be set further (its
+    /// working directory, say) before it is spawned.
+    pub fn command(&self, args: &[&str], env: &[(&str, &str)]) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(server_binary());
+        command
             .args(args)
             .env("DATABASE_URL", &self.config.database_url)
             .env("REDIS_URL", &self.config.redis_url)
@@ -683,13 +701,13 @@ impl TestLab {
             .env("COUPONLAB_MAX_INSTANCES", "100")
             // As the harness's own servers: the canary's tests turn it on.
             .env("COUPONLAB_CANARY", "off")
+            .env("COUPONLAB_SHARE_REDIS_DATABASE", "true")
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
-            .stdout(stdout)
+            .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the couponlab binary starts")
+            .kill_on_drop(true);
+        command
     }
 
     /// `GET /lab/strategies` once every component of the directory serves
@@ -824,9 +842,15 @@ pub async fn subscriber_listening(lab: &TestLab) {
         "the pub/sub subscriber listens",
         std::time::Duration::from_secs(10),
         || async {
+            let channel = couponlab::redis_target::RedisTarget::open(
+                &lab.config.redis_url,
+                lab.config.redis_cluster,
+            )
+            .unwrap()
+            .requests_channel();
             let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
                 .arg("NUMSUB")
-                .arg("coupon:issue:requests")
+                .arg(channel)
                 .query_async(&mut lab.redis.clone())
                 .await
                 .unwrap();

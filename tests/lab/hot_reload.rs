@@ -343,3 +343,70 @@ async fn hot_reload_benchmark() {
         .finish()
         .await;
 }
+
+/// `cargo xtask run` serves `strategies/dist`, a path relative to where it
+/// runs: a server started there lists nothing it serves as refused (the
+/// first load and the watcher name a file the same way), and a changed
+/// component written there serves in place of the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_relative_strategy_directory_a_changed_component_serves() {
+    let lab = Setup::with(&[]).start().await;
+    let work = lab.strategy_dir.join("checkout");
+    let dist = work.join("dist");
+    std::fs::create_dir_all(&dist).unwrap();
+    install(&dist, SERVED, &build("a"));
+    std::fs::copy(component("pessimistic"), dist.join("pessimistic.wasm")).unwrap();
+    let bind = format!("127.0.0.1:{}", crate::common::free_port());
+    let base = format!("http://{bind}");
+    let server = lab
+        .command(
+            &["serve"],
+            &[
+                ("COUPONLAB_BIND", &bind),
+                ("COUPONLAB_STRATEGY_DIR", "dist"),
+            ],
+        )
+        .current_dir(&work)
+        .spawn()
+        .expect("the couponlab binary starts");
+    lab.until_answering(&base, Duration::from_secs(60)).await;
+    let listed = || async {
+        lab.request_at(&base, reqwest::Method::GET, "/lab/strategies", None)
+            .await
+            .ok()
+            .clone()
+    };
+    let build_served = |listing: &Value, which: &str| {
+        entry(listing, "TEST_BUILD")
+            .is_some_and(|s| s["sha256"] == json!(sha256_hex(&build(which))))
+    };
+    until("both components serve", WAIT, || async {
+        let listing = listed().await;
+        build_served(&listing, "a") && entry(&listing, "PESSIMISTIC").is_some()
+    })
+    .await;
+    // The first load read every file: a watcher woken by the reads would
+    // have examined them again by now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(listed().await["rejected"], json!([]));
+
+    install(&dist, SERVED, &build("b"));
+    until("the changed component serves", WAIT, || async {
+        build_served(&listed().await, "b")
+    })
+    .await;
+    let listing = listed().await;
+    assert_eq!(listing["rejected"], json!([]), "{listing}");
+    assert_eq!(
+        listing["strategies"].as_array().unwrap().len(),
+        2,
+        "{listing}"
+    );
+    drop(server);
+    lab.finish().await;
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}

@@ -216,3 +216,71 @@ async fn after_the_data_is_deleted_the_next_coupons_stream_is_read_at_once() {
     }
     lab.finish().await;
 }
+
+/// CPU seconds process `pid` has used so far (`/proc/PID/stat`, fields 14
+/// and 15, in clock ticks of 1/100 s).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    // The fields after the command name, which is in parentheses and may
+    // hold spaces: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("a stat line") + 2..]
+        .split(' ')
+        .collect();
+    let ticks = |n: usize| fields[n - 3].parse::<f64>().expect("a tick count");
+    (ticks(14) + ticks(15)) / 100.0
+}
+
+/// A server with every installed component, left alone, spends almost no
+/// CPU: nothing re-reads (and re-hashes) a component it has not written —
+/// the watcher wakes only for writes, and a file whose size and
+/// modification time are unchanged is not read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_every_component_spends_almost_no_cpu_at_rest() {
+    const AT_MOST: f64 = 5.0;
+    let dist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../strategies/dist");
+    let installed = std::fs::read_dir(&dist)
+        .expect("strategies/dist: run `cargo xtask strategies`")
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|ext| ext == "wasm"))
+        })
+        .count();
+    let lab = Setup::with(&[]).start().await;
+    let bind = format!("127.0.0.1:{}", crate::common::free_port());
+    let base = format!("http://{bind}");
+    let server = lab.process(
+        &["serve"],
+        &[
+            ("COUPONLAB_BIND", &bind),
+            ("COUPONLAB_STRATEGY_DIR", dist.to_str().unwrap()),
+        ],
+        std::process::Stdio::null(),
+    );
+    let pid = server.id().expect("the server runs");
+    lab.until_answering(&base, Duration::from_secs(60)).await;
+    until(
+        "every component serves",
+        Duration::from_secs(300),
+        || async {
+            let listing = lab
+                .request_at(&base, reqwest::Method::GET, "/lab/strategies", None)
+                .await;
+            listing.ok()["strategies"]
+                .as_array()
+                .is_some_and(|s| s.len() == installed)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (before, started) = (cpu_seconds(pid), Instant::now());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let percent = (cpu_seconds(pid) - before) / started.elapsed().as_secs_f64() * 100.0;
+    eprintln!("idle: {percent:.1}% of a core with {installed} components");
+    assert!(
+        percent <= AT_MOST,
+        "an idle server with {installed} components used {percent:.1}% of a core"
+    );
+    drop(server);
+    lab.finish().await;
+}

@@ -7,6 +7,7 @@ mod api_contract;
 mod async_methods;
 mod call_endings;
 mod canary;
+mod canary_dependencies;
 mod cluster;
 mod cluster_faults;
 mod console;

@@ -108,6 +108,7 @@ pub fn judge(claims: &[Claim], asked: &[Asked], truth: &Truth) -> (Figures, Verd
         });
 
     let accepted = asked.iter().filter(|a| a.outcome == Outcome::Accepted);
+    let first_accepted = asked.iter().find(|a| a.outcome == Outcome::Accepted);
     let claimed = |claim: Claim| claims.contains(&claim);
     let count = |requests: &[&Asked]| requests.len() as u64;
     // Each check: whether it applies, its figure's name, what it says, the
@@ -119,6 +120,15 @@ pub fn judge(claims: &[Claim], asked: &[Asked], truth: &Truth) -> (Figures, Verd
             "no call trapped or passed its deadline",
             count(&failed_calls),
             failed_calls.first().copied(),
+        ),
+        // Before the claims: a 202 not yet confirmed has no row either, and
+        // the missing confirmations are the cause to name.
+        (
+            true,
+            "unconfirmed",
+            "every 202 is confirmed by the method's own consumers",
+            truth.pending,
+            first_accepted,
         ),
         (
             claimed(Claim::Total),
@@ -161,13 +171,6 @@ pub fn judge(claims: &[Claim], asked: &[Asked], truth: &Truth) -> (Figures, Verd
             "an unknown coupon is told UNKNOWN_COUPON and issued nothing",
             count(&unknown_coupon) + truth.unknown_coupon_rows,
             unknown_coupon.first().copied(),
-        ),
-        (
-            true,
-            "unconfirmed",
-            "every 202 is confirmed by the method's own consumers",
-            truth.pending,
-            None,
         ),
         (
             true,

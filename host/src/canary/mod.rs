@@ -1,7 +1,8 @@
 //! The canary: a component that is new or changed proves what it claims
 //! before it serves.
 //!
-//! When a file is loaded ([`reload`]) and passes the registry's checks, its
+//! When a file is loaded ([`reload`], each file by a prover of its own:
+//! [`provers`]) and passes the registry's checks, its
 //! component is put on trial on a scratch coupon of its own
 //! ([`scratch`]): an unknown member, an unknown coupon, a burst of
 //! [`MEMBERS`] members on a total of [`TOTAL`] (the first [`TOTAL`] asking
@@ -12,8 +13,12 @@
 //! the database holds, no trap and no deadline. One that passes serves,
 //! with its report; one that fails is refused with the first failing check
 //! and a request that shows it, and whatever its method served before
-//! keeps serving. The whole runs off the request path, and nothing of it
-//! reaches a listing, a result, the recorder or `/metrics`.
+//! keeps serving; one that reached no verdict (a dependency down) awaits,
+//! and runs again. A canary stops asking and waiting at [`LIMIT`], so it
+//! ends within that and one request's timeout. The whole runs off the
+//! request path, and nothing of it reaches a listing, a result, the
+//! recorder or `/metrics`. Nothing of it touches Redis unless the component
+//! does: a component that never does is proved while Redis is down.
 //!
 //! A passed file is remembered by its sha256 in the database ([`passes`]),
 //! so `--canary changed` (the default) runs it once per file; `always`
@@ -21,17 +26,19 @@
 
 pub mod judge;
 mod passes;
+pub mod provers;
 mod report;
 mod requests;
 mod scratch;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
 use self::judge::Verdict;
+use self::provers::Turn;
 use self::scratch::Scratch;
 use crate::db;
 use crate::lab::Lab;
@@ -43,8 +50,11 @@ pub use report::{CanaryReport, Failure};
 pub const TOTAL: u64 = 16;
 /// The members of the burst: three for each coupon.
 pub const MEMBERS: usize = 48;
-/// Tries of a canary that a failing dependency, or `DELETE /lab/data`,
-/// left without a verdict; and the pause between two.
+/// How long a canary asks and waits for confirmations: one whose 202s are
+/// not confirmed by then is refused.
+pub const LIMIT: Duration = Duration::from_secs(10);
+/// Tries of `couponlab check`'s canary that a failing dependency, or
+/// `DELETE /lab/data`, left without a verdict; and the pause between two.
 const TRIES: u32 = 3;
 const RETRY_PAUSE: Duration = Duration::from_secs(2);
 /// How long the record of passed canaries is waited for before the
@@ -64,36 +74,48 @@ pub enum CanaryMode {
 }
 
 /// Loads the strategy directory at start. What needs no canary serves at
-/// once; answers the files left to prove, which [`reload`] then takes one
-/// at a time.
-pub async fn load_dir(lab: &Lab) -> anyhow::Result<Vec<PathBuf>> {
-    let mut unproven = Vec::new();
+/// once; the files left to prove are handed to their provers.
+pub async fn load_dir(lab: &Lab) -> anyhow::Result<()> {
     for file in components_in(&lab.config.strategy_dir)? {
-        let _one_at_a_time = lab.registry.one_at_a_time().await;
-        let Some(candidate) = lab.registry.examine(&lab.runtime, &file).await else {
+        let candidate = {
+            let _one_at_a_time = lab.registry.one_at_a_time().await;
+            lab.registry.examine(&lab.runtime, &file).await
+        };
+        let Some(candidate) = candidate else {
             continue;
         };
         match known(lab, &candidate).await {
             Some(report) => lab.registry.publish(&lab.runtime, candidate, report),
-            None => unproven.push(file),
+            None => provers::schedule(lab, file),
         }
     }
-    Ok(unproven)
+    Ok(())
 }
 
 /// Brings the registry in line with `file` as it is on disk; a new or
-/// changed component serves only once its canary passed.
-pub async fn reload(lab: &Lab, file: &Path) {
-    let _one_at_a_time = lab.registry.one_at_a_time().await;
-    let Some(candidate) = lab.registry.examine(&lab.runtime, file).await else {
-        return;
+/// changed component serves only once its canary passed. Only one prover
+/// looks at a file at a time ([`provers`]); the registry's maps are changed
+/// one file at a time, but canaries run side by side.
+pub async fn reload(lab: &Lab, file: &Path) -> Turn {
+    let candidate = {
+        let _one_at_a_time = lab.registry.one_at_a_time().await;
+        lab.registry.examine(&lab.runtime, file).await
+    };
+    let Some(candidate) = candidate else {
+        return Turn::Settled;
     };
     if let Some(report) = known(lab, &candidate).await {
-        return lab.registry.publish(&lab.runtime, candidate, report);
+        let _one_at_a_time = lab.registry.one_at_a_time().await;
+        lab.registry.publish(&lab.runtime, candidate, report);
+        return Turn::Settled;
     }
     let strategy = candidate.0.clone();
     tracing::info!(method = %strategy.method, file = %file.display(), "canary: proving a new component before it serves");
-    let (report, verdict) = prove(lab, &strategy).await;
+    let (report, verdict) = match once(lab, &strategy).await {
+        Ok(judged) => judged,
+        Err(err) => return Turn::Inconclusive(format!("{err:#}")),
+    };
+    let _one_at_a_time = lab.registry.one_at_a_time().await;
     match verdict {
         Verdict::Passed => {
             tracing::info!(method = %strategy.method, took_ms = report.took_ms, p50_ms = report.p50_ms, "canary passed");
@@ -108,11 +130,9 @@ pub async fn reload(lab: &Lab, file: &Path) {
             lab.registry
                 .refuse(&lab.runtime, candidate, failure.to_string(), report);
         }
-        Verdict::Inconclusive(reason) => {
-            let reason = format!("the canary could not reach a verdict in {TRIES} tries: {reason}");
-            lab.registry.refuse(&lab.runtime, candidate, reason, report);
-        }
+        Verdict::Inconclusive(reason) => return Turn::Inconclusive(reason),
     }
+    Turn::Settled
 }
 
 /// `couponlab check`: the canary of `file`, whatever the directory serves.
@@ -168,7 +188,7 @@ async fn known(lab: &Lab, candidate: &Candidate) -> Option<Option<CanaryReport>>
 
 /// Runs the canary of `strategy`, again after a pause when it reached no
 /// verdict, [`TRIES`] times at most.
-pub async fn prove(lab: &Lab, strategy: &Arc<Strategy>) -> (CanaryReport, Verdict) {
+async fn prove(lab: &Lab, strategy: &Arc<Strategy>) -> (CanaryReport, Verdict) {
     let mut tried = 0;
     loop {
         tried += 1;
@@ -196,7 +216,7 @@ async fn once(lab: &Lab, strategy: &Arc<Strategy>) -> anyhow::Result<(CanaryRepo
     let started = Instant::now();
     let scratch = Scratch::create(lab.db(), TOTAL, MEMBERS).await?;
     lab.registry.trials.begin(&scratch.coupons(), strategy);
-    let ran = requests::run(lab, strategy, &scratch).await;
+    let ran = requests::run(lab, strategy, &scratch, started + LIMIT).await;
     let intact = scratch.intact(lab.db()).await;
     lab.registry.trials.end(&scratch.coupons());
     if let Err(err) = scratch.remove(lab).await {

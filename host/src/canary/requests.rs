@@ -3,13 +3,14 @@
 //! burst of members (some asking twice), then members one at a time until
 //! the coupon answers that it is sold out, each followed, for a method that
 //! answers 202, by the wait until its consumers confirmed what it accepted.
-//! Then what the database holds.
+//! Then what the database holds. It stops asking, and waiting, at its
+//! deadline. Redis is asked only for what a 202 left there: a component
+//! that never answers 202 and never touches Redis is proved without it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use couponlab_contract::REQUESTS_CHANNEL;
 use tokio::task::JoinSet;
 
 use super::judge::Truth;
@@ -66,11 +67,13 @@ impl Asked {
     }
 }
 
-/// Runs every request of the canary on `scratch` and reads what they left.
+/// Runs every request of the canary on `scratch` until `deadline`, and
+/// reads what they left.
 pub async fn run(
     lab: &Lab,
     strategy: &Arc<Strategy>,
     scratch: &Scratch,
+    deadline: Instant,
 ) -> anyhow::Result<(Vec<Asked>, Truth)> {
     if strategy.world.message_handler().is_some() {
         subscribed(lab).await?;
@@ -111,25 +114,34 @@ pub async fn run(
     while let Some(told) = in_flight.join_next().await {
         asked.push(told?);
     }
-    let mut pending = drain(lab, scratch.coupon).await?;
+    let accepted = |asked: &[Asked]| asked.iter().any(|a| a.outcome == Outcome::Accepted);
+    let mut pending = drain(lab, scratch.coupon, accepted(&asked), deadline).await?;
 
     // Members without a coupon, one at a time, until one is told the coupon
-    // is sold out.
+    // is sold out (or the canary's time is up: the judge then finds it never
+    // said so).
     let holding = rows(lab, scratch.coupon).await?;
     for &member in scratch.members.iter().filter(|m| !holding.contains_key(m)) {
+        if Instant::now() >= deadline {
+            break;
+        }
         let told = ask(lab, strategy, scratch.coupon, member, Part::UntilSoldOut).await;
         let sold_out = matches!(told.outcome, Outcome::SoldOut | Outcome::SoldOutAtDb);
         asked.push(told);
-        pending = drain(lab, scratch.coupon).await?;
+        pending = drain(lab, scratch.coupon, accepted(&asked), deadline).await?;
         if sold_out {
             break;
         }
     }
 
-    let confirmed = confirmations::summary(lab.redis(), scratch.coupon)
-        .await?
-        .map(|summary| summary.async_results)
-        .unwrap_or_default();
+    let confirmed = if accepted(&asked) {
+        confirmations::summary(lab.redis(), scratch.coupon)
+            .await?
+            .map(|summary| summary.async_results)
+            .unwrap_or_default()
+    } else {
+        Default::default()
+    };
     let count = |query: &'static str, id: u64| async move {
         sqlx::query_scalar::<_, i64>(query)
             .bind(id)
@@ -192,13 +204,13 @@ async fn ask(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64, member: u64, part
     }
 }
 
-/// Waits until every 202 on `coupon` is confirmed, for as long as a
-/// consumer takes to claim an entry a dead consumer held and confirm it;
-/// answers how many were still pending then.
-async fn drain(lab: &Lab, coupon: u64) -> anyhow::Result<u64> {
-    let consumers = &lab.config.consumers;
-    let limit = lab.config.request_timeout() * 2 + Duration::from_millis(consumers.claim_idle_ms);
-    let give_up = Instant::now() + limit;
+/// Waits until every 202 on `coupon` is confirmed, until the canary's
+/// `deadline`; answers how many were still pending then (none without a
+/// 202: Redis is not asked).
+async fn drain(lab: &Lab, coupon: u64, accepted: bool, give_up: Instant) -> anyhow::Result<u64> {
+    if !accepted {
+        return Ok(0);
+    }
     loop {
         let pending = confirmations::summary(lab.redis(), coupon)
             .await?
@@ -232,10 +244,11 @@ const SUBSCRIBER_WAIT: Duration = Duration::from_secs(5);
 /// before is lost, which is the method's lesson, not the component's fault.
 async fn subscribed(lab: &Lab) -> anyhow::Result<()> {
     let give_up = Instant::now() + SUBSCRIBER_WAIT;
+    let channel = lab.redis_target.requests_channel();
     loop {
         let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
-            .arg(REQUESTS_CHANNEL)
+            .arg(&channel)
             .query_async(&mut lab.redis().clone())
             .await?;
         if subscribers > 0 {
@@ -243,7 +256,7 @@ async fn subscribed(lab: &Lab) -> anyhow::Result<()> {
         }
         anyhow::ensure!(
             Instant::now() < give_up,
-            "no subscriber listened on {REQUESTS_CHANNEL} within {SUBSCRIBER_WAIT:?}"
+            "no subscriber listened on {channel} within {SUBSCRIBER_WAIT:?}"
         );
         tokio::time::sleep(DRAIN_LOOK).await;
     }

@@ -127,7 +127,10 @@ impl<'a> Consumer<'a> {
             let reply: RedisResult<Option<StreamReadReply>> =
                 self.conn.xread_options(&keys, &from, &options).await;
             let reply = match reply {
-                Err(err) if err.code() == Some("NOGROUP") => {
+                // A stream deleted under the read (`DELETE /lab/data`, a
+                // canary's scratch coupon removed): not the connection's
+                // fault, so no reconnect and no pause.
+                Err(err) if matches!(err.code(), Some("NOGROUP" | "UNBLOCKED")) => {
                     self.streams.forget();
                     return Ok(found);
                 }
@@ -232,7 +235,7 @@ impl ClaimPages<'_> {
         if claim.just_ids {
             options = options.with_justid();
         }
-        let reply: StreamAutoClaimReply = conn
+        let reply: RedisResult<StreamAutoClaimReply> = conn
             .xautoclaim_options(
                 &claim.stream.key,
                 claim.stream.group(),
@@ -241,7 +244,12 @@ impl ClaimPages<'_> {
                 &cursor,
                 options,
             )
-            .await?;
+            .await;
+        let reply = match reply {
+            // Deleted since it was found: nothing of it is left to claim.
+            Err(err) if err.code() == Some("NOGROUP") => return Ok(None),
+            other => other?,
+        };
         if reply.next_stream_id != "0-0" {
             self.cursor = Some(reply.next_stream_id);
         }

@@ -1,4 +1,6 @@
-//! The pub/sub subscriber (stage 5): SUBSCRIBE `coupon:issue:requests` and
+//! The pub/sub subscriber (stage 5): SUBSCRIBE `coupon:issue:requests` (on
+//! a Redis database other than 0, the lab's own name of it: see
+//! [`RedisTarget::requests_channel`](crate::redis_target::RedisTarget::requests_channel)) and
 //! hand each message to the component of the pub/sub role (on a canary's
 //! scratch coupon, the one on trial). It listens only while such a
 //! component is loaded or on trial: a subscriber that could only drop
@@ -9,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use couponlab_contract::{REQUESTS_CHANNEL, message};
+use couponlab_contract::message;
 use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
@@ -47,8 +49,9 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
 async fn subscribe(lab: &Lab, cancel: &CancellationToken) -> anyhow::Result<()> {
     // On a cluster, one node: every node hands on every PUBLISH.
     let mut pubsub = lab.redis_target.subscriber().get_async_pubsub().await?;
-    pubsub.subscribe(REQUESTS_CHANNEL).await?;
-    tracing::info!(channel = REQUESTS_CHANNEL, "pub/sub subscriber listening");
+    let channel = lab.redis_target.requests_channel();
+    pubsub.subscribe(&channel).await?;
+    tracing::info!(%channel, "pub/sub subscriber listening");
     let mut messages = pubsub.on_message();
     // The seed hands messages to a bounded executor; so do we.
     let workers = Arc::new(Semaphore::new(

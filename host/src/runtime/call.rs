@@ -17,7 +17,7 @@ use super::bindings::types::{Compensation, IssueRequest};
 use super::ended::{CallError, Ended, IssueCall, Unanswered};
 use super::engine::Runtime;
 use super::exports::Export;
-use super::registry::{Prepared, Strategy};
+use super::loaded::{Prepared, Strategy};
 use super::store::HostState;
 use super::world::World;
 use crate::budget::{self, Stage};

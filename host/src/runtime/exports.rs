@@ -13,7 +13,7 @@ use super::bindings::{
 };
 use super::ended::Traced;
 use super::engine::Runtime;
-use super::registry::Strategy;
+use super::loaded::Strategy;
 use super::store::HostState;
 
 /// The indices of one exported interface, which load its typed guest.

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use super::bindings::jobs::{self, SubmitError};
-use super::registry::Strategy;
+use super::loaded::Strategy;
 use super::store::{HostState, SubmitJob};
 
 /// The `jobs` capability's settings.

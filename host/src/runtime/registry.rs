@@ -10,113 +10,27 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use wasmtime::component::InstancePre;
-
-use super::bindings::strategy;
-use super::bindings::types::{Claim, Descriptor, ResultLabel};
 use super::engine::Runtime;
-use super::store::HostState;
+use super::loaded::{FileStamp, Strategy, load};
 use super::trials::Trials;
-use super::world::World;
 use crate::canary::CanaryReport;
-
-/// A loaded, checked component, ready to instantiate per call.
-pub struct Strategy {
-    pub method: Arc<str>,
-    pub summary: String,
-    /// What the method promises, as its descriptor says.
-    pub claims: Vec<Claim>,
-    /// What the component does besides answering issue requests, and where
-    /// the export that does it is.
-    pub world: World,
-    /// Whether it reserves members in `coupon:issued:{id}`, as its
-    /// descriptor says: the result of a coupon it served compares that set
-    /// with the issue rows.
-    pub reservation_set: bool,
-    /// Labels the result of a coupon it served totals, as its descriptor says.
-    pub result_labels: Vec<ResultLabel>,
-    pub file: PathBuf,
-    pub sha256: String,
-    pub loaded_at: DateTime<Utc>,
-    pub(super) pre: InstancePre<HostState>,
-    pub(super) strategy_export: strategy::GuestIndices,
-    /// Set once the component must stop serving; only a new file (a new
-    /// `Strategy`) serves its method again.
-    quarantine: OnceLock<Quarantine>,
-    /// What its canary found, once it passed one here (or passed before,
-    /// remembered by its sha256).
-    pub canary: OnceLock<CanaryReport>,
-    /// Set once it is published: what a component on trial does counts in
-    /// no figure a user reads.
-    serving: AtomicBool,
-}
-
-/// Why a loaded component stopped serving.
-#[derive(Debug, Clone)]
-pub struct Quarantine {
-    pub reason: String,
-    pub at: DateTime<Utc>,
-}
-
-impl Strategy {
-    /// Why this component no longer serves, if it was quarantined.
-    pub fn quarantined(&self) -> Option<&Quarantine> {
-        self.quarantine.get()
-    }
-
-    /// Whether it was published to serve its method (it may have been
-    /// replaced since); false while it is on trial.
-    pub fn serving(&self) -> bool {
-        self.serving.load(Ordering::Relaxed)
-    }
-
-    /// Its claims in the words of the README's `claims` column.
-    pub fn claim_words(&self) -> Vec<&'static str> {
-        self.claims.iter().map(|claim| claim_word(*claim)).collect()
-    }
-
-    /// Stops this component serving; the first reason stays.
-    pub fn quarantine(&self, reason: String) {
-        let _ = self.quarantine.set(Quarantine {
-            reason,
-            at: Utc::now(),
-        });
-    }
-}
-
-/// A claim's word, as the README's `claims` column and the load runner spell it.
-pub fn claim_word(claim: Claim) -> &'static str {
-    match claim {
-        Claim::Total => "total",
-        Claim::Member => "member",
-        Claim::Acked => "acked",
-    }
-}
 
 /// A new or changed component that passed every check of its file and has
 /// served nothing yet: the caller publishes or refuses it.
 pub struct Candidate(pub Arc<Strategy>);
-
-/// A component that passed every check.
-pub(super) struct Prepared {
-    pub pre: InstancePre<HostState>,
-    pub strategy_export: strategy::GuestIndices,
-    pub world: World,
-    pub descriptor: Descriptor,
-}
 
 /// A file that could not be loaded, and why.
 #[derive(Debug, Clone)]
 pub struct Rejection {
     pub file: PathBuf,
     pub sha256: Option<String>,
+    stamp: Option<FileStamp>,
     pub reason: String,
     pub at: DateTime<Utc>,
     /// The canary that refused it, when one did.
@@ -176,21 +90,46 @@ impl Registry {
         let current = self.strategies.load_full();
         let served = current.values().find(|s| s.file == file).cloned();
 
-        let bytes = match tokio::fs::read(file).await {
-            Ok(bytes) => bytes,
+        let stamp = match tokio::fs::metadata(file).await {
+            Ok(metadata) => FileStamp::of(&metadata),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                self.forget_rejection(file);
-                if let Some(old) = served {
-                    let mut map = (*current).clone();
-                    map.remove(&*old.method);
-                    self.strategies.store(Arc::new(map));
-                    tracing::info!(method = %old.method, file = %file.display(), "strategy unloaded: its file was removed");
-                    runtime.count_change(&old.method, "unloaded");
-                }
+                self.unload(runtime, file, served, &current);
                 return None;
             }
             Err(err) => {
-                self.reject(runtime, file, None, format!("cannot read it: {err}"), None);
+                self.reject(
+                    runtime,
+                    file,
+                    None,
+                    None,
+                    format!("cannot read it: {err}"),
+                    None,
+                );
+                return None;
+            }
+        };
+        // Size and modification time first: reading and hashing a 20 MB
+        // interpreter component again for every event would cost more than
+        // all the rest of an idle server.
+        let rejected_stamp = self.rejections.load().get(file).and_then(|r| r.stamp);
+        if served.as_ref().is_some_and(|s| s.stamp == stamp) || rejected_stamp == Some(stamp) {
+            return None;
+        }
+        let bytes = match tokio::fs::read(file).await {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                self.unload(runtime, file, served, &current);
+                return None;
+            }
+            Err(err) => {
+                self.reject(
+                    runtime,
+                    file,
+                    None,
+                    None,
+                    format!("cannot read it: {err}"),
+                    None,
+                );
                 return None;
             }
         };
@@ -205,26 +144,49 @@ impl Registry {
             return None;
         }
 
-        let strategy = match load(runtime, file, bytes, &sha256).await {
+        let strategy = match load(runtime, file, bytes, &sha256, stamp).await {
             Ok(strategy) => strategy,
             Err(reason) => {
-                self.reject(runtime, file, Some(sha256), reason, None);
+                self.reject(runtime, file, Some(sha256), Some(stamp), reason, None);
                 return None;
             }
         };
-        if let Some(owner) = current
-            .get(&*strategy.method)
-            .filter(|owner| owner.file != file)
-        {
-            let reason = format!(
-                "method {} is already served by {}",
-                strategy.method,
-                owner.file.display()
-            );
-            self.reject(runtime, file, Some(sha256), reason, None);
+        if let Some(reason) = self.served_elsewhere(&strategy) {
+            self.reject(runtime, file, Some(sha256), Some(stamp), reason, None);
             return None;
         }
         Some(Candidate(Arc::new(strategy)))
+    }
+
+    /// Why `strategy` may not serve its method: another file serves it.
+    fn served_elsewhere(&self, strategy: &Strategy) -> Option<String> {
+        let current = self.strategies.load();
+        let owner = current
+            .get(&*strategy.method)
+            .filter(|owner| owner.file != strategy.file)?;
+        Some(format!(
+            "method {} is already served by {}",
+            strategy.method,
+            owner.file.display()
+        ))
+    }
+
+    /// Forgets a removed file: the method it served is unloaded.
+    fn unload(
+        &self,
+        runtime: &Runtime,
+        file: &Path,
+        served: Option<Arc<Strategy>>,
+        current: &BTreeMap<String, Arc<Strategy>>,
+    ) {
+        self.forget_rejection(file);
+        if let Some(old) = served {
+            let mut map = current.clone();
+            map.remove(&*old.method);
+            self.strategies.store(Arc::new(map));
+            tracing::info!(method = %old.method, file = %file.display(), "strategy unloaded: its file was removed");
+            runtime.count_change(&old.method, "unloaded");
+        }
     }
 
     /// Serves `candidate`'s method with it, in place of whatever its file
@@ -235,10 +197,16 @@ impl Registry {
         Candidate(strategy): Candidate,
         canary: Option<CanaryReport>,
     ) {
+        // Canaries run side by side: another file may have taken the method
+        // while this one was on trial.
+        if let Some(reason) = self.served_elsewhere(&strategy) {
+            let (sha256, stamp) = (Some(strategy.sha256.clone()), Some(strategy.stamp));
+            return self.reject(runtime, &strategy.file, sha256, stamp, reason, canary);
+        }
         if let Some(report) = canary {
             let _ = strategy.canary.set(report);
         }
-        strategy.serving.store(true, Ordering::Relaxed);
+        strategy.mark_serving();
         let current = self.strategies.load_full();
         let served = current.values().find(|s| s.file == strategy.file).cloned();
         let method = strategy.method.to_string();
@@ -268,8 +236,8 @@ impl Registry {
         reason: String,
         canary: CanaryReport,
     ) {
-        let sha256 = Some(strategy.sha256.clone());
-        self.reject(runtime, &strategy.file, sha256, reason, Some(canary));
+        let (sha256, stamp) = (Some(strategy.sha256.clone()), Some(strategy.stamp));
+        self.reject(runtime, &strategy.file, sha256, stamp, reason, Some(canary));
     }
 
     fn reject(
@@ -277,6 +245,7 @@ impl Registry {
         runtime: &Runtime,
         file: &Path,
         sha256: Option<String>,
+        stamp: Option<FileStamp>,
         reason: String,
         canary: Option<CanaryReport>,
     ) {
@@ -296,6 +265,7 @@ impl Registry {
             Rejection {
                 file: file.to_path_buf(),
                 sha256,
+                stamp,
                 reason,
                 at: Utc::now(),
                 canary,
@@ -316,11 +286,11 @@ impl Registry {
 /// Loads and checks `file` as a candidate of its own, whatever is served
 /// (`couponlab check`).
 pub async fn candidate(runtime: &Runtime, file: &Path) -> Result<Candidate, String> {
-    let bytes = tokio::fs::read(file)
-        .await
-        .map_err(|err| format!("cannot read it: {err}"))?;
+    let unreadable = |err: std::io::Error| format!("cannot read it: {err}");
+    let stamp = FileStamp::of(&tokio::fs::metadata(file).await.map_err(unreadable)?);
+    let bytes = tokio::fs::read(file).await.map_err(unreadable)?;
     let sha256 = hex::encode(Sha256::digest(&bytes));
-    let strategy = load(runtime, file, bytes, &sha256).await?;
+    let strategy = load(runtime, file, bytes, &sha256, stamp).await?;
     Ok(Candidate(Arc::new(strategy)))
 }
 
@@ -342,47 +312,4 @@ pub fn components_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// of a write in progress.
 pub fn is_component(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "wasm")
-}
-
-/// Compiles, checks and describes one component.
-async fn load(
-    runtime: &Runtime,
-    file: &Path,
-    bytes: Vec<u8>,
-    sha256: &str,
-) -> Result<Strategy, String> {
-    let component = runtime
-        .compile(bytes, sha256)
-        .await
-        .map_err(|err| format!("not a valid WebAssembly component: {err:#}"))?;
-    runtime.fits_pool(&component)?;
-    let Prepared {
-        pre,
-        strategy_export,
-        world,
-        descriptor,
-    } = runtime
-        .prepare(&component)
-        .await
-        .map_err(|err| format!("{err:#}"))?;
-    let method = descriptor.method.trim().to_ascii_uppercase();
-    if method.is_empty() {
-        return Err("describe() returned an empty method name".into());
-    }
-    Ok(Strategy {
-        method: Arc::from(method),
-        summary: descriptor.summary,
-        claims: descriptor.claims,
-        world,
-        reservation_set: descriptor.reservation_set,
-        result_labels: descriptor.result_labels,
-        file: file.to_path_buf(),
-        sha256: sha256.to_string(),
-        loaded_at: Utc::now(),
-        pre,
-        strategy_export,
-        quarantine: OnceLock::new(),
-        canary: OnceLock::new(),
-        serving: AtomicBool::new(false),
-    })
 }

@@ -13,7 +13,7 @@ use super::bindings::jobs::SubmitError;
 use super::capabilities::Capabilities;
 use super::engine::Limits;
 use super::process_lock::HeldLocks;
-use super::registry::Strategy;
+use super::loaded::Strategy;
 use super::sql::named_lock::LockSession;
 use super::trace::CallTrace;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::registry::Strategy;
+use super::loaded::Strategy;
 
 /// The components on trial, by the scratch coupons their canaries run on.
 #[derive(Default)]

@@ -210,6 +210,7 @@ impl wit::Host for HostState {
         args: Vec<String>,
     ) -> wasmtime::Result<Result<Vec<wit::Value>, WitError>> {
         let name = name.to_ascii_uppercase();
+        let args = self.caps.redis.in_lab_channel(&name, args);
         let refused = refuse_identity(&name).or_else(|| {
             refuse(
                 &name,

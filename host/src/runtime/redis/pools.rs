@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
+use couponlab_contract::REQUESTS_CHANNEL;
 use parking_lot::Mutex;
 use prometheus::IntCounterVec;
 use redis::{ErrorKind, RedisError, Value};
@@ -75,6 +76,9 @@ pub struct GuestRedis {
     dedicated: Arc<DedicatedPool>,
     /// The subscriptions of every call, on one connection.
     pub(super) channels: Channels,
+    /// The lab's own name of the issue-request channel, which a
+    /// component's PUBLISH to the plain name goes to.
+    pub(super) requests_channel: String,
     pub(super) shas: Shas,
     /// Scripts sent on the shared connection and not answered yet.
     pub(super) in_flight: InFlight,
@@ -114,6 +118,7 @@ impl GuestRedis {
                 id: 0,
             }),
             channels: Channels::new(target.subscriber().clone()),
+            requests_channel: target.requests_channel(),
             dedicated: Arc::new(DedicatedPool {
                 target,
                 permits: Arc::new(Semaphore::new(args.redis_connections.max(1))),
@@ -127,6 +132,19 @@ impl GuestRedis {
             setting_up: tokio::sync::Mutex::new(()),
             scripts_killed,
         })
+    }
+
+    /// `args` of the command `name`, with a PUBLISH to the plain
+    /// issue-request channel sent to the lab's own name of it.
+    pub(super) fn in_lab_channel(&self, name: &str, mut args: Vec<String>) -> Vec<String> {
+        if name == "PUBLISH"
+            && args
+                .first()
+                .is_some_and(|channel| channel == REQUESTS_CHANNEL)
+        {
+            args[0].clone_from(&self.requests_channel);
+        }
+        args
     }
 
     /// The shared connection, as a command takes it.

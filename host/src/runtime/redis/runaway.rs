@@ -13,7 +13,7 @@ use super::pools::RESPONSE_TIMEOUT;
 use super::scripts::{ScriptEnd, SentOn, runs_a_script};
 use crate::redis_target::first_key;
 use crate::runtime::capabilities::Capabilities;
-use crate::runtime::registry::Strategy;
+use crate::runtime::loaded::Strategy;
 
 /// How long before the reply timeout a script still running is ended, so
 /// the kill goes out while its caller still waits for the reply.

@@ -19,7 +19,7 @@ use super::runaway::Watch;
 use crate::runtime::bindings::redis::RedisError as WitError;
 use crate::runtime::bindings::redis_watchdog;
 use crate::runtime::capabilities::Capabilities;
-use crate::runtime::registry::Strategy;
+use crate::runtime::loaded::Strategy;
 use crate::runtime::store::HostState;
 
 /// The shortest period between two renewals.

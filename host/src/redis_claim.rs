@@ -1,0 +1,108 @@
+//! One lab per Redis database. Two labs whose MySQL databases differ but
+//! whose Redis database is the same read each other's streams, reservations
+//! and announcements, and their canaries refuse good components for what
+//! the other lab did. So every host claims its Redis database for its lab
+//! — `couponlab:lab`, set to the lab's identity for [`HELD_FOR`], renewed
+//! every [`RENEW_EVERY`] — and a server whose Redis database another lab
+//! holds refuses to start, saying which. Hosts of one lab share the claim.
+//!
+//! The lab's identity is the database server's own name and port and the
+//! database's name, as MySQL reports them: the same whichever address a
+//! host reaches it by. A lab that stops lets its claim lapse; a lab started
+//! while Redis is down claims it once Redis answers.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::MySqlPool;
+
+use crate::lab::WeakLab;
+use crate::redis_target::RedisConn;
+use crate::runtime::redis::is_connection_error;
+use crate::runtime::sql::user::redacted;
+
+/// The claim's key: the host's, outside `coupon:*`, so `DELETE /lab/data`
+/// leaves it and no component can forge it.
+pub const CLAIM_KEY: &str = "couponlab:lab";
+/// How long a claim lasts without its lab renewing it.
+const HELD_FOR: Duration = Duration::from_secs(15);
+/// How often a host renews its lab's claim.
+const RENEW_EVERY: Duration = Duration::from_secs(5);
+
+/// Sets the claim unless another lab holds it; answers that lab.
+const CLAIM: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return holder end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+";
+
+/// The lab's identity: `host:port/database` as the database server names
+/// itself.
+pub async fn identity(db: &MySqlPool) -> anyhow::Result<String> {
+    sqlx::query_scalar("SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())")
+        .fetch_one(db)
+        .await
+        .context("cannot read the lab's identity from its database")
+}
+
+/// Claims the Redis database for the lab `identity`; answers the other lab
+/// that holds it, if one does.
+async fn claim(redis: &RedisConn, identity: &str) -> redis::RedisResult<Option<String>> {
+    redis::cmd("EVAL")
+        .arg(CLAIM)
+        .arg(1)
+        .arg(CLAIM_KEY)
+        .arg(identity)
+        .arg(HELD_FOR.as_millis() as u64)
+        .query_async(&mut redis.clone())
+        .await
+}
+
+/// Claims the Redis database at start: an error when another lab holds it.
+/// A Redis that does not answer is claimed later, by [`keep`].
+pub async fn claim_at_start(
+    redis: &RedisConn,
+    identity: &str,
+    redis_url: &str,
+) -> anyhow::Result<()> {
+    match claim(redis, identity).await {
+        Ok(None) => Ok(()),
+        Ok(Some(other)) => anyhow::bail!(
+            "the Redis database of {} is in use by another lab (the one on the MySQL database {other}), \
+             and two labs on one Redis database read each other's streams and reservations: give \
+             this lab a Redis database of its own (the number at the end of REDIS_URL), or stop \
+             the other lab ({CLAIM_KEY} lapses {} s after its last host stops)",
+            redacted(redis_url),
+            HELD_FOR.as_secs()
+        ),
+        Err(err) if is_connection_error(&err) => {
+            tracing::warn!(error = %err, "Redis is unreachable; this lab claims its Redis database once it answers");
+            Ok(())
+        }
+        Err(err) => Err(err).context("cannot claim the Redis database for this lab"),
+    }
+}
+
+/// Renews the claim for as long as the lab runs.
+pub fn keep(lab: WeakLab, identity: String) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(RENEW_EVERY);
+        loop {
+            every.tick().await;
+            let Some(redis) = lab.upgrade().map(|lab| lab.redis().clone()) else {
+                return;
+            };
+            match claim(&redis, &identity).await {
+                Ok(None) => {}
+                Ok(Some(other)) => tracing::error!(
+                    other_lab = %other,
+                    "another lab holds this lab's Redis database: the two read each other's data; stop one"
+                ),
+                Err(err) => {
+                    tracing::debug!(error = %err, "cannot renew the lab's claim of its Redis database")
+                }
+            }
+        }
+    });
+}
