@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use couponlab_contract::keys;
 use couponlab_links::{Link, Links, REDIS_UPSTREAM};
 use futures::future::join_all;
+use futures::stream::StreamExt;
 use serde_json::{Value, json};
 
 use crate::common::{Reply, Setup, TestLab, outcome, until};
@@ -268,6 +269,101 @@ async fn a_redis_cut_mid_burst_strands_no_stock_and_every_coupon_sells_out_exact
         }
         println!("redis cut, round {round}: every coupon sold out exactly");
     }
+    lab.finish().await;
+}
+
+/// Every one of `members` asks for `coupon`, `in_flight` requests at a
+/// time, each next one sent as soon as one is answered: whenever the link
+/// is cut, commands are on their way. The replies in the members' order.
+async fn steady(
+    lab: &TestLab,
+    coupon: u64,
+    members: &[u64],
+    method: &str,
+    in_flight: usize,
+) -> Vec<Reply> {
+    futures::stream::iter(members.iter().map(|&m| lab.issue(coupon, m, method)))
+        .buffered(in_flight)
+        .collect()
+        .await
+}
+
+/// A 503 that says the outcome is unknown: its write's answer was lost,
+/// and the server settles it later.
+fn told_unknown(reply: &Reply) -> bool {
+    reply.status == 503
+        && reply.body["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("outcome unknown"))
+}
+
+/// A write whose answer the cut lost (a broken pipe, a reset, the reply
+/// never read) may have reserved: it is told the outcome is unknown and
+/// settled from the rows, so no unit is left reserved without its row.
+/// A request the cut refused a connection sent nothing: it is told a
+/// definite failure, and nothing is kept to settle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cut_mid_burst_settles_every_lost_answer_and_strands_nothing_in_ten_rounds() {
+    let links = start_links().await;
+    let lab = linked_lab(&links, Link::Redis, &["redis_lua", "redis_set_only"]).await;
+    const TOTAL: u64 = 40;
+    let methods = ["REDIS_LUA", "REDIS_SET_ONLY"];
+    let (mut stranded, mut lost, mut definite) = (Vec::new(), 0, 0);
+    for round in 1..=10 {
+        let mut coupons = Vec::new();
+        for method in methods {
+            coupons.push((method, lab.coupon_for(method, TOTAL).await));
+        }
+        let members = lab.members(300).await;
+        let requests = join_all(
+            coupons
+                .iter()
+                .map(|&(method, coupon)| steady(&lab, coupon, &members, method, 64)),
+        );
+        let cut = async {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            on_links(&links, |links| links.cut(Link::Redis)).await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            on_links(&links, |links| links.restore(Link::Redis)).await;
+        };
+        let (replies, ()) = tokio::join!(requests, cut);
+        settled(&lab).await;
+        for (&(method, coupon), replies) in coupons.iter().zip(&replies) {
+            assert!(
+                replies.iter().any(|reply| reply.status == 503),
+                "round {round}, {method}: the cut fell outside the burst"
+            );
+            let rows = lab.issued_members(coupon).await;
+            let left: Vec<u64> = lab
+                .reserved_members(coupon)
+                .await
+                .into_iter()
+                .filter(|member| !rows.contains(member))
+                .collect();
+            stranded.push(format!("round {round} {method}: {left:?}"));
+            if method == "REDIS_LUA" {
+                lost += replies.iter().filter(|r| told_unknown(r)).count();
+                definite += replies
+                    .iter()
+                    .filter(|r| r.status == 503 && !told_unknown(r))
+                    .count();
+            }
+        }
+    }
+    println!(
+        "redis cuts, REDIS_LUA: {lost} answers lost and settled, {definite} definite failures"
+    );
+    assert!(
+        stranded.iter().all(|round| round.ends_with("[]")),
+        "reserved in Redis with no row and nothing left to settle: {stranded:#?}"
+    );
+    // Else the cuts never caught a script on its way and prove nothing.
+    assert!(lost > 0, "no REDIS_LUA answer was lost to a cut");
+    // Requests the cut refused a connection sent nothing: nothing to settle.
+    assert!(
+        definite > 0,
+        "every REDIS_LUA failure was told its outcome is unknown, those that sent nothing too"
+    );
     lab.finish().await;
 }
 

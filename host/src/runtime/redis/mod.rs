@@ -21,11 +21,13 @@
 //!   through; [`dedicated`]: the dedicated pool, and how a dedicated
 //!   connection comes back clean; [`setup`]: what the server
 //!   puts on Redis, again after Redis forgot it; [`reply`]: replies as WIT
-//!   lists.
+//!   lists; [`failure`]: what a failed command tells the component —
+//!   whether Redis may have run it.
 
 pub mod acl;
 mod channels;
 mod dedicated;
+mod failure;
 mod pools;
 pub mod reply;
 mod runaway;
@@ -44,6 +46,7 @@ use crate::metrics::Metrics;
 
 pub use self::channels::Subscription;
 pub use self::dedicated::RedisConnection;
+use self::failure::{not_sent, to_wit_error};
 pub use self::pools::{GuestRedis, RedisArgs, is_connection_error};
 use self::runaway::{Watch, script};
 use self::scripts::SentOn;
@@ -69,26 +72,6 @@ const SUBSCRIBER: [&str; 6] = [
 
 /// Commands that leave state on their connection: they need a dedicated one.
 const CONNECTION_STATE: [&str; 5] = ["MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH"];
-
-/// Maps a client error to what the guest sees: the ACL's refusals get their
-/// own case.
-fn to_wit_error(err: RedisError) -> WitError {
-    if is_busy(&err) {
-        WitError::Connection(format!(
-            "Redis is busy running a script and serves nobody until it ends: {err}"
-        ))
-    } else if is_connection_error(&err) {
-        WitError::Connection(format!("Redis is unavailable: {err}"))
-    } else if err.code() == Some("NOPERM")
-        || err
-            .detail()
-            .is_some_and(|detail| detail.starts_with("The user executing the script can't"))
-    {
-        WitError::Refused(format!("the components' Redis user may not: {err}"))
-    } else {
-        WitError::Server(err.to_string())
-    }
-}
 
 impl HostState {
     /// Starts the trace of a command, on the keys of its first argument.
@@ -275,9 +258,10 @@ impl wit::Host for HostState {
                 self.open_connections += 1;
                 Ok(Ok(self.table.push(conn)?))
             }
-            Ok(Err(err)) => Ok(Err(to_wit_error(err))),
-            Err(_) => Ok(Err(WitError::Connection(
-                "no dedicated Redis connection was free before the call's deadline".into(),
+            // Opening sends nothing the component asked to run.
+            Ok(Err(err)) => Ok(Err(not_sent(err))),
+            Err(_) => Ok(Err(not_sent(
+                "no dedicated Redis connection was free before the call's deadline",
             ))),
         }
     }

@@ -32,7 +32,7 @@ use wasmtime::component::Resource;
 use self::lent::{Lent, Limits};
 use self::orphans::Orphans;
 use self::transaction::{isolation_name, query_on};
-use self::value::{ResultCaps, bind, to_wit_error, traced_rows};
+use self::value::{ResultCaps, answer_lost, bind, to_wit_error, traced_rows};
 use super::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
 use super::store::HostState;
 use super::trace::{Pending, Read, statement_shape};
@@ -195,7 +195,22 @@ async fn autocommit<T>(
 ) -> Result<T, SqlError> {
     let residue = statement::check(statement).map_err(SqlError::Refused)?;
     let mut lent = sql.lend().await.map_err(to_wit_error)?;
-    lent.statement(residue, run).await.map_err(to_wit_error)
+    lent.statement(residue, run)
+        .await
+        .map_err(|err| autocommit_failed(statement, err))
+}
+
+/// What the failure of an autocommit statement, once sent, means. It
+/// commits as it runs, so when the answer to one that may write was lost,
+/// whether it wrote is unknown, as after a lost COMMIT.
+fn autocommit_failed(statement: &str, err: sqlx::Error) -> SqlError {
+    if answer_lost(&err) && !statement::only_reads(statement) {
+        SqlError::Indeterminate(format!(
+            "the statement was sent and its answer lost ({err}); whether it wrote is known once the database answers"
+        ))
+    } else {
+        to_wit_error(err)
+    }
 }
 
 impl wit::Host for HostState {
@@ -214,7 +229,12 @@ impl wit::Host for HostState {
         let pending = self.trace_statement(&statement, None);
         let caps = self.result_caps();
         let rows = match self.caps.sql.lend().await {
-            Ok(mut lent) => query_on(&mut lent, &statement, params, caps).await,
+            Ok(mut lent) => {
+                query_on(&mut lent, &statement, params, caps, |err| {
+                    autocommit_failed(&statement, err)
+                })
+                .await
+            }
             Err(err) => Err(to_wit_error(err)),
         };
         self.trace_answer(pending, &rows, traced_rows);

@@ -29,15 +29,7 @@ pub enum Residue {
 /// Checks `statement`; `Err` says why it is refused.
 pub fn check(statement: &str) -> Result<Residue, String> {
     let tokens = tokens(statement)?;
-    let first = tokens
-        .iter()
-        .find_map(|token| match token {
-            Token::Word(word) => Some(word.as_str()),
-            Token::Open => None,
-            Token::Other => Some(""),
-            Token::Semicolon | Token::Variable => Some(""),
-        })
-        .unwrap_or("");
+    let first = first_word(&tokens);
     if !DATA_STATEMENTS.contains(&first) {
         let kind = if first.is_empty() { "this" } else { first };
         return Err(format!(
@@ -58,6 +50,26 @@ pub fn check(statement: &str) -> Result<Residue, String> {
     } else {
         Residue::None
     })
+}
+
+/// Whether `statement` can only read: a `SELECT`. Any other kind may
+/// write (a `WITH` may end in an UPDATE or a DELETE).
+pub fn only_reads(statement: &str) -> bool {
+    tokens(statement).is_ok_and(|tokens| first_word(&tokens) == "SELECT")
+}
+
+/// The statement's kind: its first word, past any opening parentheses
+/// (empty when it starts with anything else).
+fn first_word(tokens: &[Token]) -> &str {
+    tokens
+        .iter()
+        .find_map(|token| match token {
+            Token::Word(word) => Some(word.as_str()),
+            Token::Open => None,
+            Token::Other => Some(""),
+            Token::Semicolon | Token::Variable => Some(""),
+        })
+        .unwrap_or("")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,6 +199,19 @@ mod tests {
             "SELECT /*+ MAX_EXECUTION_TIME(100) */ id FROM members",
         ] {
             assert_eq!(check(statement), Ok(Residue::None), "{statement}");
+        }
+    }
+
+    #[test]
+    fn only_a_select_can_only_read() {
+        assert!(only_reads("(SELECT total_count FROM coupons WHERE id = ?)"));
+        assert!(only_reads("  select 1 FOR UPDATE"));
+        for statement in [
+            "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
+            "WITH t AS (SELECT 1 AS n) DELETE FROM coupon_issues WHERE member_id IN (SELECT n FROM t)",
+            "REPLACE INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
+        ] {
+            assert!(!only_reads(statement), "{statement}");
         }
     }
 

@@ -9,7 +9,7 @@ use tokio_util::task::TaskTracker;
 use super::GuestSql;
 use super::lent::{Lent, Limits};
 use super::statement;
-use super::value::{ResultCaps, bind, fetch_capped, to_wit_error};
+use super::value::{ResultCaps, answer_lost, bind, fetch_capped, to_wit_error};
 use crate::runtime::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
 
 type Params = Vec<wit::Value>;
@@ -86,7 +86,9 @@ impl SqlTransaction {
         params: Vec<wit::Value>,
     ) -> Result<Rows, SqlError> {
         let caps = self.result_caps;
-        query_on(self.open()?, statement, params, caps).await
+        // A transaction's statement never commits by itself: whatever
+        // happened to its answer, the server rolls it back.
+        query_on(self.open()?, statement, params, caps, to_wit_error).await
     }
 
     pub(super) async fn execute(
@@ -125,11 +127,11 @@ impl SqlTransaction {
         }
         lent.finish(self.limits, end)
             .await
-            .map_err(|err| match (end, to_wit_error(err)) {
-                ("COMMIT", SqlError::Connection(message)) => SqlError::Indeterminate(format!(
-                    "the COMMIT was sent and its answer lost ({message}); whether it committed is known once the database answers"
+            .map_err(|err| match end {
+                "COMMIT" if answer_lost(&err) => SqlError::Indeterminate(format!(
+                    "the COMMIT was sent and its answer lost ({err}); whether it committed is known once the database answers"
                 )),
-                (_, err) => err,
+                _ => to_wit_error(err),
             })
     }
 }
@@ -162,12 +164,14 @@ pub(super) fn isolation_name(level: IsolationLevel) -> &'static str {
     }
 }
 
-/// A query on `lent`, its result read within `caps`.
+/// A query on `lent`, its result read within `caps`; `failed` says what
+/// the statement's own failure means.
 pub(super) async fn query_on(
     lent: &mut Lent,
     statement: &str,
     params: Params,
     caps: ResultCaps,
+    failed: impl FnOnce(sqlx::Error) -> SqlError,
 ) -> Result<Rows, SqlError> {
     let residue = statement::check(statement).map_err(SqlError::Refused)?;
     let read = lent
@@ -175,7 +179,7 @@ pub(super) async fn query_on(
             fetch_capped(bind(sqlx::query(statement), params), conn, caps).await
         })
         .await
-        .map_err(to_wit_error)?;
+        .map_err(failed)?;
     read.map_err(|cap| {
         lent.abandon();
         SqlError::Refused(cap)

@@ -175,8 +175,25 @@ pub fn to_wit_error(err: sqlx::Error) -> SqlError {
     }
 }
 
+/// Whether `err`, raised by a statement a lent connection carried, may
+/// have come after the server received the statement: an I/O, TLS or
+/// protocol failure loses the answer, not the statement. (The pool's
+/// failures come before anything is sent, and never from a lent
+/// connection.)
+pub fn answer_lost(err: &sqlx::Error) -> bool {
+    matches!(
+        err,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::WorkerCrashed
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    use std::io;
+
     use sqlx::Connection;
 
     use super::*;
@@ -198,6 +215,30 @@ mod tests {
         rows: 100,
         bytes: 1 << 20,
     };
+
+    #[test]
+    fn a_broken_connection_loses_the_answer_and_the_pool_sends_nothing() {
+        for kind in [
+            io::ErrorKind::BrokenPipe,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::ConnectionAborted,
+            io::ErrorKind::UnexpectedEof,
+            io::ErrorKind::TimedOut,
+        ] {
+            assert!(answer_lost(&sqlx::Error::Io(kind.into())), "{kind:?}");
+        }
+        assert!(answer_lost(&sqlx::Error::Protocol(
+            "a packet cut short".into()
+        )));
+        for sent_nothing in [sqlx::Error::PoolTimedOut, sqlx::Error::PoolClosed] {
+            assert!(!answer_lost(&sent_nothing), "{sent_nothing}");
+            assert!(matches!(
+                to_wit_error(sent_nothing),
+                SqlError::Connection(_)
+            ));
+        }
+        assert!(!answer_lost(&sqlx::Error::RowNotFound));
+    }
 
     #[tokio::test]
     async fn each_column_type_becomes_its_wit_case() {
