@@ -144,6 +144,40 @@ async fn the_document_says_exactly_what_the_server_accepts() {
         )
         .await;
     assert_eq!(unloaded.status, 400, "{}", unloaded.body);
+
+    // A coupon's name: whitespace alone is no name (Schemathesis sent
+    // "\n"), and the length is the name's as sent.
+    let name = strict(
+        document["components"]["schemas"]["CreateCoupon"]["properties"]["name"].clone(),
+        &document,
+    );
+    let padded = format!(" {} ", "n".repeat(99));
+    for (sent, accepted) in [
+        ("\n", false),
+        ("\u{85}\u{3000}", false),
+        (" \u{feff} ", true),
+        (" x ", true),
+        (&padded[1..], true),
+        (&padded, false),
+    ] {
+        let schema_takes = jsonschema::is_valid(&name, &json!(sent));
+        assert_eq!(schema_takes, accepted, "the schema and {sent:?}");
+        let reply = lab
+            .post("/lab/coupons", json!({ "name": sent, "totalCount": 1 }))
+            .await;
+        assert_eq!(
+            reply.status.is_success(),
+            accepted,
+            "{sent:?}: {}",
+            reply.body
+        );
+    }
+    // The pattern's whitespace is the server's, character by character.
+    let name = jsonschema::validator_for(&name).unwrap();
+    for c in (0..=0x10_FFFF).filter_map(char::from_u32) {
+        let schema_takes = name.is_valid(&json!(c.to_string()));
+        assert_eq!(schema_takes, !c.is_whitespace(), "{c:?}");
+    }
     lab.finish().await;
 }
 
@@ -323,6 +357,148 @@ async fn the_schemas_accept_what_the_routes_answer_with_redis_down() {
     reply.fails_with(503);
     conforms(&document, "DELETE", "/lab/data", &reply);
     lab.finish().await;
+}
+
+/// An idempotency key is as long as its characters, for the document's
+/// `maxLength` (JSON Schema counts characters) and for the server alike: a
+/// key of 128 three-byte characters (384 bytes) is taken by the issue and
+/// the cancel, one of 129 is a 400 that says the limit and its unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_is_counted_in_characters_by_the_document_and_the_server() {
+    let lab = Setup::with(&["redis_lua_gate"]).start().await;
+    let document = document(&lab).await;
+    let longest = "가".repeat(128);
+    let over = "가".repeat(129);
+    for body in ["IssueBody", "CancelBody"] {
+        let key = &document["components"]["schemas"][body]["properties"]["idempotencyKey"];
+        let key = strict(key.clone(), &document);
+        assert!(jsonschema::is_valid(&key, &json!(longest)), "{body}: {key}");
+        assert!(!jsonschema::is_valid(&key, &json!(over)), "{body}: {key}");
+    }
+
+    let (members, coupon) = lab.members_and_coupon(1, 5).await;
+    lab.seed_drop(coupon, 5).await.ok();
+    let refused = "idempotencyKey must be 1 to 128 characters";
+    let reply = lab
+        .issue_keyed(coupon, members[0], "REDIS_LUA_GATE", &over)
+        .await;
+    assert_eq!(reply.fails_with(400), refused);
+    let reply = lab
+        .issue_keyed(coupon, members[0], "REDIS_LUA_GATE", &longest)
+        .await;
+    assert_eq!(reply.ok()["outcome"], json!("ISSUED"), "{}", reply.body);
+    let reply = lab.cancel_drop(coupon, members[0], &over).await;
+    assert_eq!(reply.fails_with(400), refused);
+    let reply = lab.cancel_drop(coupon, members[0], &longest).await;
+    assert_eq!(reply.ok()["cancelled"], json!(true), "{}", reply.body);
+    lab.finish().await;
+}
+
+/// An unknown member and an unknown coupon are both a 404 of `/issue`; the
+/// document tells them apart by `error.outcome`, which its 404 requires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_tells_an_unknown_member_from_an_unknown_coupon() {
+    let lab = Setup::with(&["redis_lua"]).start().await;
+    let document = document(&lab).await;
+    let (members, coupon) = lab.members_and_coupon(1, 5).await;
+    const ISSUE: &str = "/lab/coupons/{couponId}/issue";
+    for (coupon, member, outcome) in [
+        (coupon, 999_999_999, "UNKNOWN_MEMBER"),
+        (coupon + 999_999, members[0], "UNKNOWN_COUPON"),
+    ] {
+        let reply = lab.issue(coupon, member, "REDIS_LUA").await;
+        reply.fails_as(404, outcome);
+        assert_eq!(reply.body["error"]["outcome"], json!(outcome));
+        conforms(&document, "POST", ISSUE, &reply);
+        // Without the field the 404 no longer says which: the document
+        // refuses it.
+        let schema = &document["paths"][ISSUE]["post"]["responses"]["404"]["content"]["application/json"]
+            ["schema"];
+        let mut untold = reply.body.clone();
+        untold["error"].as_object_mut().unwrap().remove("outcome");
+        let schema = strict(schema.clone(), &document);
+        assert!(!jsonschema::is_valid(&schema, &untold), "{schema}");
+    }
+    // Errors that are no issue's refusal carry no outcome.
+    let reply = lab
+        .get(&format!("/lab/coupons/{}/result", coupon + 999_999))
+        .await;
+    reply.fails_with(404);
+    assert!(
+        reply.body["error"].get("outcome").is_none(),
+        "{}",
+        reply.body
+    );
+    lab.finish().await;
+}
+
+/// Each kind of report file is answered with a content type the document
+/// lists for it, and a body its schema there takes: text for the text
+/// kinds, and for `results.json`, served as JSON, no claim that it is text
+/// (the document once said every file was a string).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_describes_each_kind_of_report_file_as_served() {
+    let reports = std::env::temp_dir().join(format!("couponlab-openapi-{}", std::process::id()));
+    let dir = reports.clone();
+    let lab = Setup::with(&[])
+        .tune(move |config| config.reports_dir = dir)
+        .start()
+        .await;
+    let document = document(&lab).await;
+    let run = "2026-01-01T00-00-00Z";
+    std::fs::create_dir_all(reports.join(run)).unwrap();
+    let results = json!({ "title": "a run", "methods": { "REDIS_LUA": { "issued": 100 } } });
+    for (file, body) in [
+        (
+            "report.html",
+            "<!doctype html><title>a run</title>".to_string(),
+        ),
+        ("report.md", "# a run\n".to_string()),
+        (
+            "chart.svg",
+            "<svg xmlns=\"http://www.w3.org/2000/svg\"/>".to_string(),
+        ),
+        ("results.json", results.to_string()),
+        ("k6.log", "done\n".to_string()),
+    ] {
+        std::fs::write(reports.join(run).join(file), body).unwrap();
+    }
+    let served =
+        &document["paths"]["/lab/reports/{run}/{file}"]["get"]["responses"]["200"]["content"];
+    for (file, media) in [
+        ("report.html", "text/html"),
+        ("report.md", "text/markdown"),
+        ("chart.svg", "image/svg+xml"),
+        ("results.json", "application/json"),
+        ("k6.log", "text/plain"),
+    ] {
+        let url = format!("{}/lab/reports/{run}/{file}", lab.base);
+        let response = lab.client.get(url).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{file}");
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(content_type.split(';').next(), Some(media), "{file}");
+        assert!(
+            served[media].is_object(),
+            "{file}: {media} is not documented: {served}"
+        );
+        let text = response.text().await.unwrap();
+        let body = match media {
+            "application/json" => serde_json::from_str(&text).unwrap(),
+            _ => Value::String(text),
+        };
+        // No schema: any body.
+        let schema = served[media].get("schema").cloned().unwrap_or(json!({}));
+        let schema = strict(schema, &document);
+        assert!(
+            jsonschema::is_valid(&schema, &body),
+            "{file}: {schema} against {body}"
+        );
+    }
+    lab.finish().await;
+    std::fs::remove_dir_all(&reports).ok();
 }
 
 /// Asserts that `reply` is a status `method path` documents, and that its

@@ -99,7 +99,7 @@ struct CancelBody {
     #[schema(minimum = 1)]
     #[serde(deserialize_with = "integer")]
     member_id: i64,
-    /// The key the reservation was issued with, 1 to 128 bytes.
+    /// The key the reservation was issued with, 1 to 128 characters.
     #[schema(min_length = 1, max_length = 128)]
     idempotency_key: String,
 }

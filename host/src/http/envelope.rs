@@ -29,6 +29,12 @@ pub struct ErrorBody {
     pub message: String,
     /// The HTTP status of the answer.
     pub status: u16,
+    /// An issue request's refusal only: its outcome, the name the message
+    /// starts with, for a client to tell refusals of one status apart (an
+    /// unknown member from an unknown coupon) without parsing the message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = false)]
+    pub outcome: Option<Outcome>,
 }
 
 /// A successful answer with its status.
@@ -50,6 +56,8 @@ impl<T: Serialize> IntoResponse for Answer<T> {
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// What an issue request was refused as; `error.outcome` of the answer.
+    pub outcome: Option<Outcome>,
 }
 
 impl ApiError {
@@ -57,6 +65,16 @@ impl ApiError {
         Self {
             status,
             message: message.into(),
+            outcome: None,
+        }
+    }
+
+    /// An issue request refused as `outcome`: the outcome's status, and a
+    /// message that starts with its name.
+    pub fn refused(outcome: Outcome, detail: impl std::fmt::Display) -> Self {
+        Self {
+            outcome: Some(outcome),
+            ..Self::new(outcome.status(), format!("{}: {detail}", outcome.name()))
         }
     }
 
@@ -88,6 +106,7 @@ impl IntoResponse for ApiError {
             error: Some(ErrorBody {
                 message: self.message,
                 status: self.status.as_u16(),
+                outcome: self.outcome,
             }),
         };
         (self.status, axum::Json(envelope)).into_response()
@@ -164,18 +183,19 @@ pub fn positive_up_to(name: &str, value: i64, max: u64) -> Result<u64, ApiError>
     Ok(value)
 }
 
-/// The longest idempotency key a request may carry, in bytes.
+/// The longest idempotency key a request may carry, in characters.
 const MAX_IDEMPOTENCY_KEY: usize = 128;
 
 /// Checks an idempotency key (the limited drop's request key): 1 to 128
-/// bytes, as the issue and cancel bodies both document it.
+/// characters (Unicode code points), the unit of the `maxLength` the issue
+/// and cancel bodies document it with, as JSON Schema counts one.
 pub fn idempotency_key(key: &str) -> Result<(), ApiError> {
     sized(
         "idempotencyKey",
         key,
-        key.len(),
+        key.chars().count(),
         MAX_IDEMPOTENCY_KEY,
-        "bytes",
+        "characters",
     )
 }
 
@@ -187,4 +207,24 @@ pub fn sized(name: &str, text: &str, len: usize, max: usize, unit: &str) -> Resu
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idempotency_key_is_measured_in_characters() {
+        // Three bytes each in UTF-8: 384 bytes, 128 characters.
+        let longest = "가".repeat(MAX_IDEMPOTENCY_KEY);
+        assert!(idempotency_key(&longest).is_ok());
+        let over = format!("{longest}k");
+        let refused = idempotency_key(&over).unwrap_err();
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            refused.message,
+            "idempotencyKey must be 1 to 128 characters"
+        );
+        assert!(idempotency_key("").is_err());
+    }
 }

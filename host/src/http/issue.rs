@@ -4,16 +4,20 @@
 //! The host only times, records and translates: which checks run, in which
 //! order, and what is compensated is the component's business.
 
+use std::collections::BTreeMap;
+
 use axum::Router;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
-use utoipa::ToSchema;
+use utoipa::openapi::{ContentBuilder, RefOr, Response, ResponseBuilder};
+use utoipa::{IntoResponses, ToSchema};
 
 use super::envelope::{Answer, ApiError, AppJson, idempotency_key, positive, positive_up_to};
 use super::integer::{integer, optional_integer};
-use super::schema::{ComponentFailed, CouponPath, Success};
+use super::schema::{ComponentFailed, CouponPath, Success, refusal};
 use crate::budget::{self, Stage};
 use crate::confirmations;
 use crate::consumers::announce;
@@ -45,7 +49,8 @@ struct IssueBody {
     method: String,
     /// Isolation-level methods: false skips the member check.
     duplicate_check: Option<bool>,
-    /// Passed to the component (the limited drop's request key), 1 to 128 bytes.
+    /// Passed to the component (the limited drop's request key), 1 to 128
+    /// characters.
     #[schema(min_length = 1, max_length = 128)]
     idempotency_key: Option<String>,
     /// How many coupons, 1 to 100 (default 1).
@@ -73,8 +78,57 @@ struct Issued {
     retries: u32,
 }
 
+/// The refusals of an issue request: by status, what it means and the
+/// outcomes `error.outcome` names under it.
+const REFUSALS: [(StatusCode, &str, &[Outcome]); 3] = [
+    (
+        StatusCode::NOT_FOUND,
+        "`error.outcome` says which is unknown: UNKNOWN_MEMBER (no such member; the coupon exists) \
+         or UNKNOWN_COUPON (no such coupon)",
+        &[Outcome::UnknownMember, Outcome::UnknownCoupon],
+    ),
+    (
+        StatusCode::CONFLICT,
+        "SOLD_OUT, SOLD_OUT_AT_DB or DUPLICATE (`error.outcome`)",
+        &[Outcome::SoldOut, Outcome::SoldOutAtDb, Outcome::Duplicate],
+    ),
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "VERSION_CONFLICT, DEADLOCK, LOCK_WAIT_TIMEOUT, THROTTLED, QUEUE_FULL, UNAVAILABLE or BUSY \
+         (`error.outcome`): worth retrying",
+        &[
+            Outcome::VersionConflict,
+            Outcome::Deadlock,
+            Outcome::LockWaitTimeout,
+            Outcome::Throttled,
+            Outcome::QueueFull,
+            Outcome::Unavailable,
+            Outcome::Busy,
+        ],
+    ),
+];
+
+/// [`REFUSALS`] in the document: each status's error envelope requires
+/// `error.outcome`, one of that status's outcomes.
+struct Refused;
+
+impl IntoResponses for Refused {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        REFUSALS
+            .iter()
+            .map(|(status, description, outcomes)| {
+                let content = ContentBuilder::new().schema(Some(refusal(outcomes)));
+                let response = ResponseBuilder::new()
+                    .description(*description)
+                    .content("application/json", content.build());
+                (status.as_str().to_string(), response.build().into())
+            })
+            .collect()
+    }
+}
+
 /// Issue with the chosen method. An error's message starts with its outcome
-/// name (`SOLD_OUT: ...`).
+/// name (`SOLD_OUT: ...`), which a refusal's `error.outcome` also gives.
 #[utoipa::path(
     post,
     path = "/lab/coupons/{couponId}/issue",
@@ -85,9 +139,7 @@ struct Issued {
         (status = 200, description = "ISSUED: the coupon was issued", body = Success<Issued>),
         (status = 202, description = "ACCEPTED: reserved, to be confirmed asynchronously", body = Success<Issued>),
         (status = 400, description = "A malformed body, a number out of range, or an unknown method", body = ApiError),
-        (status = 404, description = "UNKNOWN_MEMBER or UNKNOWN_COUPON", body = ApiError),
-        (status = 409, description = "SOLD_OUT, SOLD_OUT_AT_DB or DUPLICATE", body = ApiError),
-        (status = 503, description = "VERSION_CONFLICT, DEADLOCK, LOCK_WAIT_TIMEOUT, THROTTLED, QUEUE_FULL, UNAVAILABLE or BUSY: worth retrying", body = ApiError),
+        Refused,
         ComponentFailed,
     )
 )]
@@ -254,9 +306,20 @@ async fn issue(
         ))
     } else {
         let detail = detail.unwrap_or_else(|| outcome.default_message(coupon_id, member_id));
-        Err(ApiError::new(
-            status,
-            format!("{}: {detail}", outcome.name()),
-        ))
+        Err(ApiError::refused(outcome, detail))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_is_documented_under_its_own_status() {
+        for (status, _, outcomes) in REFUSALS {
+            for outcome in outcomes {
+                assert_eq!(outcome.status(), status, "{}", outcome.name());
+            }
+        }
     }
 }

@@ -148,9 +148,14 @@ fn runs(directory: &Path) -> std::io::Result<Vec<Report>> {
             description = "A file of that run, as the listing gives it: one plain name"),
     ),
     responses(
-        (status = 200, description = "The file as it was written, not in the envelope", content(
+        // Each kind of file as `content_type` serves it. A `.json` file has
+        // no schema: it is whatever the run wrote (an object, or k6's one
+        // JSON value a line), and a `.png` is bytes; the rest is text.
+        (status = 200, description = "The file as it was written, not in the envelope, typed by its kind: \
+            `.html` text/html, `.svg` image/svg+xml, `.md` text/markdown, `.json` application/json \
+            (the JSON the run wrote, as it is), `.png` image/png, any other text/plain", content(
             (String = "text/html"), (String = "image/svg+xml"), (String = "text/markdown"),
-            (String = "application/json"), (String = "text/plain"),
+            ("application/json"), ("image/png"), (String = "text/plain"),
         )),
         (status = 400, description = "A name that is not a single plain name (`..`, a separator, a hidden name)", body = ApiError),
         (status = 404, description = "No such run or file", body = ApiError),

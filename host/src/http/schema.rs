@@ -1,13 +1,14 @@
 //! The pieces of the OpenAPI document the handlers' own annotations use:
 //! the envelope's two variants ([`Success`], and the schema of every
-//! [`ApiError`]), the coupon path parameter (also the handlers' extractor
-//! of it), the failures of a component call or of the database, and the
-//! schema of a flattened optional field.
+//! [`ApiError`], narrowed to an issue's refusals by [`refusal`]), the
+//! coupon path parameter (also the handlers' extractor of it), the failures
+//! of a component call or of the database, and the schema of a flattened
+//! optional field.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, Schema, Type};
 use utoipa::openapi::{Ref, RefOr, Response};
 use utoipa::{IntoParams, IntoResponses, PartialSchema, ToSchema};
 
@@ -15,6 +16,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use super::envelope::{ApiError, AppPath, ErrorBody, positive};
+use crate::outcome::Outcome;
 
 /// The path parameter of every `/coupons/{couponId}/...` route, as the
 /// document describes it and as the handlers take it: a positive id, or a
@@ -55,18 +57,39 @@ pub struct Success<T> {
 /// `error` the message and status.
 impl PartialSchema for ApiError {
     fn schema() -> RefOr<Schema> {
-        ObjectBuilder::new()
+        failure(Ref::from_schema_name(ErrorBody::name()))
             .description(Some(
                 "The envelope of a failed answer; `error.status` is the HTTP status.",
             ))
-            .property("success", boolean(false))
-            .property("response", null())
-            .property("error", Ref::from_schema_name(ErrorBody::name()))
-            .required("success")
-            .required("response")
-            .required("error")
             .into()
     }
+}
+
+/// The envelope of an issue request refused as one of `outcomes` (all of
+/// one status): `error.outcome` is there, and names which.
+pub fn refusal(outcomes: &[Outcome]) -> RefOr<Schema> {
+    let names: Vec<&str> = outcomes.iter().map(|o| o.name()).collect();
+    let outcome = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(names));
+    let named = ObjectBuilder::new()
+        .property("outcome", outcome)
+        .required("outcome");
+    let error = AllOfBuilder::new()
+        .item(Ref::from_schema_name(ErrorBody::name()))
+        .item(named);
+    failure(error).into()
+}
+
+/// The error variant of the envelope with `error` as its error.
+fn failure(error: impl Into<RefOr<Schema>>) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .property("success", boolean(false))
+        .property("response", null())
+        .property("error", error)
+        .required("success")
+        .required("response")
+        .required("error")
 }
 
 impl ToSchema for ApiError {

@@ -1,6 +1,7 @@
 //! `POST /lab/write-behind/coupons/{couponId}/reconcile` (stage 9): the
 //! write-behind component compares the database with the Redis set, writes
-//! the members only Redis has, and sets `issued_count` to the row count.
+//! the members only Redis has (reporting those that have no member row
+//! rather than failing on them), and sets `issued_count` to the row count.
 
 use axum::Router;
 use axum::extract::State;
@@ -32,6 +33,10 @@ struct Reconciled {
     inserted: Vec<u64>,
     /// Members with a row but no reservation in Redis (reported, not changed).
     only_in_db: Vec<u64>,
+    /// Members reserved in Redis that have no member row, so no issue row
+    /// can be written for them (reported, left in Redis; the rest are
+    /// written all the same).
+    unknown_members: Vec<u64>,
     /// The `issued_count` column, now the row count.
     issued_count: u64,
     total_count: u64,
@@ -71,6 +76,7 @@ async fn reconcile(
             method: strategy.method.to_string(),
             inserted: report.inserted,
             only_in_db: report.only_in_db,
+            unknown_members: report.unknown_members,
             issued_count: report.issued_count,
             total_count: report.total,
             stock_excess: report.stock_excess,

@@ -12,7 +12,8 @@
 //! - [`dead_letter`]: an entry delivered too often is UNAVAILABLE; its
 //!   reservation stays for reconcile.
 //! - [`reconcile`]: the database first, then the Redis set; inserts the
-//!   members only Redis has and sets `issued_count` to the row count.
+//!   members only Redis has (those with no member row are reported, not
+//!   inserted) and sets `issued_count` to the row count.
 //!
 //! Redis is the source of truth: there is no guarded UPDATE in the database
 //! to catch an over-issue. If Redis loses its set (no persistence, restart)
@@ -129,11 +130,14 @@ pub fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
         .filter_map(|member| member.as_str()?.parse().ok())
         .collect();
 
-    let inserted: Vec<u64> = in_redis.difference(&in_db).copied().collect();
+    let only_in_redis: Vec<u64> = in_redis.difference(&in_db).copied().collect();
     let only_in_db: Vec<u64> = in_db.difference(&in_redis).copied().collect();
-    for chunk in inserted.chunks(INSERT_CHUNK) {
-        let issues: Vec<(u64, u64)> = chunk.iter().map(|&m| (coupon_id, m)).collect();
-        insert_issues(&tx, &issues).map_err(|e| e.message())?;
+    let mut inserted = Vec::new();
+    let mut unknown_members = Vec::new();
+    for chunk in only_in_redis.chunks(INSERT_CHUNK) {
+        let (written, refused) = insert_known(&tx, coupon_id, chunk).map_err(|e| e.message())?;
+        inserted.extend(written);
+        unknown_members.extend(refused);
     }
     // A locking read: the loader's inserts for this coupon wait until the
     // commit, so the count written is the count at commit.
@@ -155,6 +159,7 @@ pub fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
     Ok(ReconcileReport {
         inserted,
         only_in_db,
+        unknown_members,
         issued_count: rows,
         total,
         stock_excess: rows.saturating_sub(total),
@@ -164,6 +169,34 @@ pub fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
 /// `(coupon_id, member_id)` of an entry, or why it cannot be loaded.
 fn issue_of(entry: &StreamEntry) -> Result<(u64, u64), String> {
     stream::ids(entry).ok_or_else(|| format!("entry {} has no couponId/memberId", entry.id))
+}
+
+/// Writes the issues of `members` (ascending) but those with no member row,
+/// which the foreign key refuses (1452): a member deleted while Redis held
+/// its reservation, or an id that never was one. Answers (written,
+/// refused). One statement for them all, and one a member only when that
+/// one is refused: a refused statement is rolled back alone, and the
+/// transaction goes on.
+fn insert_known(
+    tx: &Transaction,
+    coupon_id: u64,
+    members: &[u64],
+) -> Result<(Vec<u64>, Vec<u64>), SqlError> {
+    let issues: Vec<(u64, u64)> = members.iter().map(|&m| (coupon_id, m)).collect();
+    match insert_issues(tx, &issues) {
+        Ok(()) => return Ok((members.to_vec(), Vec::new())),
+        Err(SqlError::ForeignKey(_)) => {}
+        Err(err) => return Err(err),
+    }
+    let (mut written, mut refused) = (Vec::new(), Vec::new());
+    for issue in issues {
+        match insert_issues(tx, &[issue]) {
+            Ok(()) => written.push(issue.1),
+            Err(SqlError::ForeignKey(_)) => refused.push(issue.1),
+            Err(err) => return Err(err),
+        }
+    }
+    Ok((written, refused))
 }
 
 /// One multi-row upsert, in (coupon, member) order so two writers of the
