@@ -86,6 +86,13 @@ pub mod keys {
         format!("{}remaining", gate(coupon_id))
     }
 
+    /// String `off` while the drop's gate is switched off (the host's
+    /// `POST /lab/drop/coupons/{id}/gate` writes it, the component reads
+    /// it): every request then takes the component's database path.
+    pub fn gate_switch(coupon_id: u64) -> String {
+        format!("{}switch", gate(coupon_id))
+    }
+
     /// String: REDIS_LUA_SHARDED's stock on one shard, its part of the
     /// total ([`crate::shards::stock`]). Never decremented: what the shard
     /// still sells is this less the shard's set, so setting it again from

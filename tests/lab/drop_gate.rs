@@ -506,8 +506,12 @@ async fn a_drop_never_seeded_is_seeded_from_the_coupon_on_first_use() {
     gate_keys.sort();
     assert_eq!(
         gate_keys.len(),
-        2 + 3 + 3,
-        "remaining, limit, 3 buyers, 3 markers: {gate_keys:?}"
+        3 + 4 + 3,
+        "remaining, limit, epoch, 4 buyers (PESSIMISTIC's, counted from its row, and 3), 3 markers: {gate_keys:?}"
+    );
+    assert_eq!(
+        held_by(&lab, coupon, members[0]).await.as_deref(),
+        Some("1")
     );
 
     issue(&lab, coupon + 1_000_000, members[1], None)

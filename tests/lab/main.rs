@@ -13,6 +13,7 @@ mod cluster_faults;
 mod console;
 mod dashboard;
 mod drop_gate;
+mod drop_gate_fail_open;
 mod hang_ups;
 mod hot_reload;
 mod idle;

@@ -20,9 +20,11 @@ function exact(key, value, context) {
   return unsafe && /^\d+$/.test(digits || '') ? digits : value;
 }
 
-/** One call to the API: `{ok, response}` or `{ok: false, status, message}`. */
-async function api(path) {
-  const reply = await fetch(path, { cache: 'no-store' });
+/** One call to the API: `{ok, response}` or `{ok: false, status, message}`;
+ *  a POST when given a body. */
+async function api(path, payload) {
+  const post = { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(payload) };
+  const reply = await fetch(path, payload === undefined ? { cache: 'no-store' } : post);
   const body = JSON.parse(await reply.text(), exact);
   if (body.success) return { ok: true, response: body.response };
   return { ok: false, status: reply.status, message: body.error ? body.error.message : `HTTP ${reply.status}` };
@@ -193,6 +195,7 @@ async function refreshCoupon() {
     selected.samples.push({ t: performance.now() / 1000, result: r });
     if (selected.samples.length > SAMPLES) selected.samples.shift();
     showCoupon(r);
+    await refreshGate(id, r);
     await refreshTraces(id, r);
   } catch (e) {
     setStatus(false, `the server does not answer: ${e}`);
@@ -217,6 +220,10 @@ function showCoupon(r) {
   }
   if (r.accepted !== undefined) figures.push(['accepted', 'accepted (202)', r.accepted], ['pending', 'pending', r.pending]);
   if (r.stream) figures.push(['streamPending', 'stream pending', r.stream.pending], ['deadLetters', 'dead letters', r.stream.deadLetters]);
+  if (r.servedBy) {
+    figures.push(['servedByGate', 'served by the drop gate', r.servedBy.gate || 0],
+      ['servedByFallback', 'served by the database path', r.servedBy.fallback || 0]);
+  }
   document.querySelector('#coupon-figures tbody').innerHTML =
     figures.map(([field, label, value]) => `<tr><th scope="row">${esc(label)}</th>${cell(field, value)}</tr>`).join('')
     + `<tr><th scope="row">invariants</th><td data-field="invariants">${invariants(r)}</td></tr>`;
@@ -235,6 +242,40 @@ function showCoupon(r) {
   document.getElementById('chart-lag').innerHTML = r.confirmationLagMs
     ? percentiles([{ label: 'issued 202s', figures: r.confirmationLagMs }])
     : '<p class="note">No 202 confirmed for this coupon.</p>';
+}
+
+/** The drop gate's switch, for a coupon REDIS_LUA_GATE served: its state
+ *  as `GET /lab/drop/coupons/{id}/gate` answers it, and a button that
+ *  turns it the other way. */
+async function refreshGate(id, r) {
+  const line = document.getElementById('drop-gate');
+  line.hidden = !r.requests.byMethod.REDIS_LUA_GATE;
+  if (line.hidden) return;
+  const reply = await api(`/lab/drop/coupons/${encodeURIComponent(id)}/gate`);
+  if (id !== selected.id) return;
+  const state = document.getElementById('drop-gate-state');
+  const button = document.getElementById('drop-gate-switch');
+  button.hidden = !reply.ok;
+  if (!reply.ok) {
+    state.textContent = `drop gate: ${reply.message}`;
+    return;
+  }
+  const on = reply.response.enabled;
+  state.textContent = on ? 'drop gate: on (Redis decides)' : 'drop gate: off (every request takes the database path)';
+  button.textContent = on ? 'turn the gate off' : 'turn the gate on';
+  button.dataset.enable = String(!on);
+}
+
+async function switchGate(button) {
+  const id = selected.id;
+  button.disabled = true;
+  try {
+    const reply = await api(`/lab/drop/coupons/${encodeURIComponent(id)}/gate`, { enabled: button.dataset.enable === 'true' });
+    if (!reply.ok) document.getElementById('drop-gate-state').textContent = `drop gate: ${reply.message}`;
+  } finally {
+    button.disabled = false;
+  }
+  refreshCoupon();
 }
 
 function drawIssued() {
@@ -574,6 +615,7 @@ document.addEventListener('click', (event) => {
   if (button) pickTrace(button.dataset.trace, button.dataset.kind);
 });
 for (const filter of ['trace-outcome', 'trace-anomaly']) document.getElementById(filter).addEventListener('change', refreshCoupon);
+document.getElementById('drop-gate-switch').addEventListener('click', (event) => switchGate(event.currentTarget));
 openCoupon();
 tick();
 setInterval(tick, TICK_MS);

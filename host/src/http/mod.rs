@@ -7,6 +7,7 @@ mod coupons;
 mod data;
 mod drop;
 mod envelope;
+mod gate;
 mod integer;
 mod issue;
 mod members;
@@ -45,6 +46,7 @@ pub fn router(lab: Lab) -> Router {
         .merge(strategies::router())
         .merge(write_behind::router())
         .merge(drop::router())
+        .merge(gate::router())
         .merge(metrics::router())
         .merge(openapi::router())
         .merge(reports::router())

@@ -20,7 +20,7 @@ use utoipa::openapi::{OpenApi as Document, RefOr};
 use super::envelope::Answer;
 use super::envelope::{ApiError, ErrorBody};
 use super::{
-    coupons, data, drop, issue, members, reports, results, strategies, traces, write_behind,
+    coupons, data, drop, gate, issue, members, reports, results, strategies, traces, write_behind,
 };
 use crate::lab::Lab;
 
@@ -85,6 +85,8 @@ fn name_the_methods(document: &mut Document, methods: &[String]) {
         write_behind::reconcile,
         drop::seed,
         drop::cancel,
+        gate::read,
+        gate::switch,
         data::reset,
         strategies::list,
         reports::list,

@@ -2,7 +2,8 @@
 //! permits outlive a request. A permit is held under a token (the
 //! reservation) from `try-acquire` until `release`, which may come from a
 //! later request. A permit never released is dropped when its lease runs
-//! out, so a gate cannot leak shut.
+//! out, so a gate cannot leak shut. It also hands the gate the operator's
+//! `COUPONLAB_GATE_FAIL_OPEN`, which the component acts on.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -33,6 +34,12 @@ pub struct PermitsArgs {
     /// How long a permit may stay unreleased before the host drops it.
     #[arg(long, env = "COUPONLAB_PERMIT_LEASE_MS", default_value_t = 30_000)]
     pub permit_lease_ms: u64,
+
+    /// What a gate does when Redis cannot give its verdict: `on` serves
+    /// through the component's database path (seed 000's BE-03), `off`
+    /// answers 503. Passed to the component, which decides.
+    #[arg(long = "gate-fail-open", env = "COUPONLAB_GATE_FAIL_OPEN", default_value = "on", value_parser = crate::traces::on_off)]
+    pub gate_fail_open: bool,
 }
 
 impl PermitsArgs {
@@ -41,6 +48,7 @@ impl PermitsArgs {
             per_gate: usize::try_from(self.per_gate).unwrap_or(usize::MAX),
             acquire_timeout: Duration::from_millis(self.permit_timeout_ms),
             lease: Duration::from_millis(self.permit_lease_ms),
+            fail_open: self.gate_fail_open,
         }
     }
 }
@@ -53,6 +61,8 @@ pub struct PermitSettings {
     pub acquire_timeout: Duration,
     /// How long a permit may be held without being released.
     pub lease: Duration,
+    /// Whether a gate serves without Redis (`COUPONLAB_GATE_FAIL_OPEN`).
+    pub fail_open: bool,
 }
 
 pub struct Permits {
@@ -176,6 +186,10 @@ impl permits::Host for HostState {
     async fn release(&mut self, gate: String, token: String) -> wasmtime::Result<bool> {
         Ok(self.caps.permits.release(&gate, &token))
     }
+
+    async fn fail_open(&mut self) -> wasmtime::Result<bool> {
+        Ok(self.caps.permits.settings().fail_open)
+    }
 }
 
 #[cfg(test)]
@@ -189,6 +203,7 @@ mod tests {
             per_gate,
             acquire_timeout: Duration::from_millis(10),
             lease,
+            fail_open: true,
         })
     }
 

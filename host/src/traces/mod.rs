@@ -52,7 +52,7 @@ pub struct TraceArgs {
     pub traced_coupons: usize,
 }
 
-fn on_off(value: &str) -> Result<bool, String> {
+pub(crate) fn on_off(value: &str) -> Result<bool, String> {
     match value {
         "on" => Ok(true),
         "off" => Ok(false),

@@ -6,24 +6,38 @@
 //! permit goes back and the Redis reservation stays. A failed confirm gives
 //! the reservation back too.
 //!
+//! When the gate cannot answer (Redis down, its answer lost, the script
+//! refused) the request fails open to the database path (`fallback.rs`), as
+//! the seed's BE-03 does, unless the operator chose to fail closed
+//! (`COUPONLAB_GATE_FAIL_OPEN=off`: 503). The drop's switch sends every
+//! request there. A gate Redis lost, or one switched back on, is set from
+//! the rows before it admits anyone (`seed.rs`); one the rows moved past
+//! without it is found out by its next confirm (`rows.rs`).
+//!
 //! Besides `issue`, the component answers the rest of the drop's store
-//! contract: `cancel` (give a reservation back, once) and `seed` (SET NX).
+//! contract: `cancel` (give a reservation back, once) and `seed` (set the
+//! stock unless set).
 
+mod fallback;
+mod rows;
+mod seed;
 mod store;
 
 use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
-use couponlab_sdk::confirm::{self, Confirmed};
-use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
+use couponlab_sdk::sql::SqlError;
 use couponlab_sdk::{
-    Compensation, IssueRequest, IssueResult, Outcome, Step, clock, compensate, coupon, params,
-    settle,
+    Compensation, IssueRequest, IssueResult, Outcome, Step, clock, compensate, settle,
+    unanswered_write,
 };
 
 couponlab_sdk::world!("gate-issuer");
 
 use couponlab::strategy::permits;
 use exports::couponlab::strategy::{drop_gate, strategy};
-use store::{Restock, Verdict};
+use fallback::Why;
+use rows::Confirmed;
+use seed::Unanswered;
+use store::{Reserved, Restock, Settled, Verdict};
 
 const METHOD: &str = "REDIS_LUA_GATE";
 
@@ -33,6 +47,12 @@ const GATE: &str = METHOD;
 
 /// How long a drop seeded on first use lives (the seed route says its own).
 const FIRST_USE_TTL_SECONDS: u32 = 24 * 60 * 60;
+
+/// The label of every request: `gate` or `fallback`, which path decided it.
+const SERVED_BY: &str = "servedBy";
+
+/// The label of a request that set the gate or brought it up to date.
+const RECONCILED: &str = "reconciled";
 
 /// The failed call may have reserved, taken a permit, or both. The permit
 /// goes back whatever happened; the reservation stays only if its confirm
@@ -80,7 +100,18 @@ fn idempotency_key(request: &IssueRequest) -> String {
         .unwrap_or_else(|| format!("member-{}", request.member_id))
 }
 
-fn issue(request: &IssueRequest) -> Step<IssueResult> {
+fn issue(request: &IssueRequest) -> IssueResult {
+    let mut reconciled = None;
+    let result = settle(serve(request, &mut reconciled));
+    match reconciled {
+        Some(what) => result.label(RECONCILED, what),
+        None => result,
+    }
+}
+
+/// Serves the request; `reconciled` says what it did to set the gate from
+/// the rows, if it did anything.
+fn serve(request: &IssueRequest, reconciled: &mut Option<String>) -> Step<IssueResult> {
     let (coupon_id, member_id) = (request.coupon_id, request.member_id);
     // The confirm step writes one row per member (UNIQUE(coupon_id,
     // member_id)): a reservation of several coupons could not be recorded.
@@ -92,11 +123,30 @@ fn issue(request: &IssueRequest) -> Step<IssueResult> {
     }
     let key = idempotency_key(request);
 
-    let verdict = reserve(coupon_id, member_id, &key, request.quantity)?;
+    let (verdict, epoch) = match reserve(coupon_id, member_id, &key, reconciled) {
+        Ok(Reserved::Decided { verdict, epoch }) => (verdict, epoch),
+        Ok(Reserved::Off) => return Ok(fallback::serve(request, &key, Why::Off)),
+        // Not seeded even right after it was set: the gate cannot answer.
+        Ok(Reserved::Unseeded) => {
+            return Err(unavailable(format!(
+                "the drop of coupon {coupon_id} is not seeded"
+            )));
+        }
+        Err(Unanswered::Redis(err)) if permits::fail_open() => {
+            return Ok(fallback::serve(request, &key, Why::Unreachable(err)));
+        }
+        // Failing closed: the reservation script may have run all the
+        // same, and is settled later.
+        Err(Unanswered::Redis(err)) => {
+            return Err(unanswered_write(err).label("gate", "UNREACHABLE"));
+        }
+        Err(Unanswered::Refused(result)) => return Err(result),
+    };
     let refused = |outcome: Outcome, detail: String| {
         Err(IssueResult::of(outcome)
             .detail(detail)
-            .label("gate", verdict.name()))
+            .label("gate", verdict.name())
+            .label(SERVED_BY, "gate"))
     };
     match verdict {
         Verdict::Admitted => {}
@@ -127,11 +177,12 @@ fn issue(request: &IssueRequest) -> Step<IssueResult> {
             .detail("no permit was free in time; the reservation was given back");
         return Ok(
             give_back(coupon_id, member_id, &key, Restock::Unit, throttled)
-                .label("gate", verdict.name()),
+                .label("gate", verdict.name())
+                .label(SERVED_BY, "gate"),
         );
     }
     let started = clock::now_millis();
-    let confirmed = confirm::confirm(coupon_id, member_id);
+    let confirmed = rows::confirm(coupon_id, member_id, epoch);
     let confirm_ms = clock::now_millis().saturating_sub(started);
     // The stock counts what the database can still issue. So, unlike
     // REDIS_LUA's set of members, even a duplicate key gives the unit back
@@ -140,11 +191,23 @@ fn issue(request: &IssueRequest) -> Step<IssueResult> {
     // request in vain.
     let (result, restock) = match confirmed {
         Confirmed::Issued => (IssueResult::issued(), None),
+        Confirmed::IssuedPastEpoch(version) => {
+            *reconciled = bring_up_to(coupon_id, member_id, &key, version, true);
+            (IssueResult::issued(), None)
+        }
         Confirmed::Duplicate => (IssueResult::of(Outcome::Duplicate), Some(Restock::Unit)),
-        Confirmed::SoldOutAtDb => (
-            IssueResult::of(Outcome::SoldOutAtDb),
-            Some(Restock::CountOnly),
-        ),
+        Confirmed::SoldOutAtDb(version) => {
+            // A gate still selling what the database sold without it would
+            // drain one SOLD_OUT_AT_DB at a time; dropped, it is set from
+            // the rows, sold out, by the next request.
+            if version != epoch {
+                *reconciled = bring_up_to(coupon_id, member_id, &key, version, false);
+            }
+            (
+                IssueResult::of(Outcome::SoldOutAtDb),
+                Some(Restock::CountOnly),
+            )
+        }
         Confirmed::UnknownMember => (IssueResult::of(Outcome::UnknownMember), Some(Restock::Unit)),
         // The COMMIT's answer was lost: the reservation stays until the host
         // settles the request (`compensate` reads the rows first).
@@ -158,38 +221,51 @@ fn issue(request: &IssueRequest) -> Step<IssueResult> {
     permits::release(GATE, &token);
     Ok(result
         .label("gate", verdict.name())
+        .label(SERVED_BY, "gate")
         .label("confirmMs", bucket(confirm_ms)))
 }
 
-/// The reserve script's verdict, seeding the drop from the coupon row first
-/// if it was never seeded (or its keys expired).
-fn reserve(coupon_id: u64, member_id: u64, key: &str, quantity: u32) -> Step<Verdict> {
-    if let Some(verdict) = store::reserve(coupon_id, member_id, key, quantity)? {
-        return Ok(verdict);
+/// The reserve script's answer, setting the gate from the rows first if it
+/// is not set (never seeded, expired, emptied, dropped).
+fn reserve(
+    coupon_id: u64,
+    member_id: u64,
+    key: &str,
+    reconciled: &mut Option<String>,
+) -> Result<Reserved, Unanswered> {
+    let reserved = store::reserve(coupon_id, member_id, key, 1)?;
+    if reserved != Reserved::Unseeded {
+        return Ok(reserved);
     }
-    seed_from_coupon(coupon_id)?;
-    store::reserve(coupon_id, member_id, key, quantity)?
-        .ok_or_else(|| unavailable(format!("the drop of coupon {coupon_id} is not seeded")))
+    let set = seed::from_rows(coupon_id, None, FIRST_USE_TTL_SECONDS)?;
+    if set.answer.seeded {
+        *reconciled = Some(set.label());
+    }
+    Ok(store::reserve(coupon_id, member_id, key, 1)?)
 }
 
-/// Seeds the drop with what the coupon has left to issue, and its
-/// per-member limit. SET NX: concurrent first requests agree on one stock.
-fn seed_from_coupon(coupon_id: u64) -> Step<()> {
-    let rows = sql::query(
-        "SELECT GREATEST(total_count - issued_count, 0), per_member_limit FROM coupons WHERE id = ?",
-        &params![coupon_id],
-    )?;
-    let row = coupon::row(&rows)?;
-    let left = row.first().and_then(sql::int).unwrap_or(0);
-    let per_member_limit = row.get(1).and_then(sql::int).unwrap_or(1);
-    store::seed(
-        coupon_id,
-        left.max(0) as u64,
-        per_member_limit.max(1) as u64,
-        FIRST_USE_TTL_SECONDS,
-    )
-    .map_err(unavailable)?;
-    Ok(())
+/// Brings the gate up to this request's confirm, which read the coupon
+/// row's `version` rather than the epoch it reserved at (`sold`: and
+/// committed a sale); what it did, as the `reconciled` label. If Redis fails
+/// now, a stock that missed sales is dropped by a later confirm; one set
+/// just before this sale stays a unit high, which the database guard turns
+/// into a SOLD_OUT_AT_DB.
+fn bring_up_to(
+    coupon_id: u64,
+    member_id: u64,
+    key: &str,
+    version: i64,
+    sold: bool,
+) -> Option<String> {
+    let what = match store::settle(coupon_id, member_id, key, version, sold) {
+        // Nothing to reconcile: set since this request reserved and nothing
+        // sold, or not set at all (the next request sets it from the rows).
+        Ok(Settled::Current | Settled::Unseeded) => return None,
+        Ok(Settled::CountedIn) => "counted in a sale made while it was set".into(),
+        Ok(Settled::Dropped) => "dropped: sales were made without it".into(),
+        Err(err) => format!("not brought up to date: {}", store::redis_failed(err)),
+    };
+    Some(what)
 }
 
 /// Cancels the reservation: gives back the member's count and, with
@@ -249,50 +325,30 @@ impl drop_gate::Guest for RedisLuaGate {
         if store::reserved_by(coupon_id, &idempotency_key)? != Some(member_id) {
             return Ok(false);
         }
-        revoke_issue(coupon_id, member_id)
+        rows::revoke_issue(coupon_id, member_id)
             .map_err(|err| format!("the database: {}", err.message()))?;
         let restored = store::cancel(coupon_id, member_id, &idempotency_key, Restock::Unit)?;
         permits::release(GATE, &permit_token(coupon_id, &idempotency_key));
         Ok(restored)
     }
 
+    /// Sets the gate as the drop's requests do when they find it unset, with
+    /// the stock the operator says: the members' counts from the rows, under
+    /// the coupon row's lock, unless it is set already.
     fn seed(coupon_id: u64, quantity: u32, ttl_seconds: u32) -> Result<SeedAnswer, String> {
-        let rows = sql::query(
-            "SELECT per_member_limit FROM coupons WHERE id = ?",
-            &params![coupon_id],
-        )
-        .map_err(|err| format!("the database: {}", err.message()))?;
-        let per_member_limit =
-            sql::scalar(&rows).ok_or_else(|| format!("coupon {coupon_id} does not exist"))?;
-        store::seed(
-            coupon_id,
-            quantity.into(),
-            per_member_limit.max(1) as u64,
-            ttl_seconds,
-        )
+        seed::from_rows(coupon_id, Some(quantity.into()), ttl_seconds)
+            .map(|set| set.answer)
+            .map_err(Unanswered::message)
     }
-}
-
-/// Deletes the member's issue row and gives its unit back to the coupon.
-/// READ COMMITTED: a DELETE that finds no row takes no gap lock, so it never
-/// blocks confirms inserting next to it.
-fn revoke_issue(coupon_id: u64, member_id: u64) -> Result<(), SqlError> {
-    let tx = sql::begin(IsolationLevel::ReadCommitted)?;
-    let deleted = tx.execute(
-        "DELETE FROM coupon_issues WHERE coupon_id = ? AND member_id = ?",
-        &params![coupon_id, member_id],
-    )?;
-    if deleted.rows_affected > 0 {
-        tx.execute(
-            "UPDATE coupons SET issued_count = issued_count - 1 WHERE id = ? AND issued_count > 0",
-            &params![coupon_id],
-        )?;
-    }
-    tx.commit()
 }
 
 couponlab_sdk::strategy! {
-    struct RedisLuaGate: strategy::Guest { method: METHOD, claims: [Total, Member, Acked], summary: "limited drop: one Lua gate (idempotency, per-member limit, stock), then a permit, then the DB confirm step" }
-    fn issue(request) { settle(issue(&request)) }
+    struct RedisLuaGate: strategy::Guest {
+        method: METHOD,
+        claims: [Total, Member, Acked],
+        summary: "limited drop: one Lua gate (idempotency, per-member limit, stock), then a permit, then the DB confirm step; without Redis, the database alone",
+        result_labels: [SERVED_BY => "servedBy", RECONCILED => "gateReconciled"],
+    }
+    fn issue(request) { issue(&request) }
     fn compensate(request) { undo_failed_call(&request) }
 }

@@ -1,17 +1,28 @@
 //! The limited drop's Redis store (seed 000): its keys, all under
-//! `coupon:gate:{couponId}:` so `DELETE /lab/data` clears them, and the three
-//! scripts of its contract — reserve, cancel, seed-if-absent.
+//! `coupon:gate:{couponId}:` so `DELETE /lab/data` clears them, and the
+//! scripts of its contract — reserve, cancel, seed-if-absent — with the two
+//! that set the gate from the rows (the buyers' counts) and bring it up to
+//! a sale it did not see.
 
 use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
-use couponlab_sdk::{IssueResult, Outcome, Step, args, keys, redis, unanswered_write};
+use couponlab_sdk::redis::RedisError;
+use couponlab_sdk::{args, keys, redis};
 
 const RESERVE: &str = include_str!("../../../lua/gate_reserve.lua");
 const CANCEL: &str = include_str!("../../../lua/gate_cancel.lua");
 const SEED: &str = include_str!("../../../lua/gate_seed.lua");
+const BUYERS: &str = include_str!("../../../lua/gate_buyers.lua");
+const SETTLE: &str = include_str!("../../../lua/gate_settle.lua");
 
 /// String: coupons one member may hold, copied from the coupon row.
 fn limit(coupon_id: u64) -> String {
     format!("{}limit", keys::gate(coupon_id))
+}
+
+/// String: the coupon row's `version` when the stock was counted. A sale
+/// the gate did not make moves the version on (see `rows.rs`).
+fn epoch(coupon_id: u64) -> String {
+    format!("{}epoch", keys::gate(coupon_id))
 }
 
 /// String: coupons the member holds.
@@ -45,26 +56,52 @@ impl Verdict {
     }
 }
 
-/// Runs the reserve script; `None` when the drop is not seeded. A script
-/// whose answer was lost may have reserved: the request is settled later.
-pub fn reserve(coupon_id: u64, member_id: u64, key: &str, quantity: u32) -> Step<Option<Verdict>> {
+/// What the reserve script answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// The gate's verdict, and the version its stock was set at.
+    Decided { verdict: Verdict, epoch: i64 },
+    /// The drop is not seeded: never, expired, emptied, or dropped.
+    Unseeded,
+    /// The drop's switch is off.
+    Off,
+}
+
+/// Runs the reserve script. An error means the gate could not decide; if
+/// the connection failed, the script may have reserved all the same.
+pub fn reserve(
+    coupon_id: u64,
+    member_id: u64,
+    key: &str,
+    quantity: u32,
+) -> Result<Reserved, RedisError> {
     let keys = args![
         keys::gate_remaining(coupon_id),
         limit(coupon_id),
         buyer(coupon_id, member_id),
-        reserved(coupon_id, key)
+        reserved(coupon_id, key),
+        epoch(coupon_id),
+        keys::gate_switch(coupon_id)
     ];
-    let reply =
-        redis::eval(RESERVE, &keys, &args![quantity, member_id]).map_err(unanswered_write)?;
-    match reply.as_int() {
-        Some(1) => Ok(Some(Verdict::Admitted)),
-        Some(2) => Ok(Some(Verdict::AlreadyReserved)),
-        Some(0) => Ok(Some(Verdict::SoldOut)),
-        Some(3) => Ok(Some(Verdict::PerUserLimitExceeded)),
-        Some(-1) => Ok(None),
-        _ => Err(IssueResult::of(Outcome::Unavailable)
-            .detail(format!("unexpected reserve reply {reply}"))),
-    }
+    let reply = redis::eval(RESERVE, &keys, &args![quantity, member_id])?;
+    let (code, epoch) = match reply.as_array() {
+        Some([code, epoch]) => (code.as_int(), epoch.as_int().unwrap_or(0)),
+        _ => (None, 0),
+    };
+    let verdict = match code {
+        Some(1) => Verdict::Admitted,
+        Some(2) => Verdict::AlreadyReserved,
+        Some(0) => Verdict::SoldOut,
+        Some(3) => Verdict::PerUserLimitExceeded,
+        Some(-1) => return Ok(Reserved::Unseeded),
+        Some(-2) => return Ok(Reserved::Off),
+        _ => {
+            return Err(RedisError::Server(format!(
+                "unexpected reserve reply {reply}"
+            )));
+        }
+    };
+    Ok(Reserved::Decided { verdict, epoch })
 }
 
 /// What a cancelled reservation gives back.
@@ -101,25 +138,104 @@ pub fn reserved_by(coupon_id: u64, key: &str) -> Result<Option<u64>, String> {
         .and_then(|(member, _)| member.parse().ok()))
 }
 
-/// Seeds the stock and the per-member limit unless the stock is already set.
+/// The stock left if the drop is seeded, `None` if it is not.
+pub fn seeded(coupon_id: u64) -> Result<Option<i64>, RedisError> {
+    let reply = redis::execute(
+        "MGET",
+        &args![epoch(coupon_id), keys::gate_remaining(coupon_id)],
+    )?;
+    Ok(match reply.as_array() {
+        Some([epoch, remaining]) if !epoch.is_nil() => Some(remaining.as_int().unwrap_or(0)),
+        _ => None,
+    })
+}
+
+/// Sets each member's count to what the rows hold, `(memberId, rows)`,
+/// unless it is higher already.
+pub fn seed_buyers(
+    coupon_id: u64,
+    counts: &[(u64, i64)],
+    ttl_seconds: u32,
+) -> Result<(), RedisError> {
+    let keys: Vec<String> = counts
+        .iter()
+        .map(|&(member, _)| buyer(coupon_id, member))
+        .collect();
+    let argv: Vec<String> = std::iter::once(ttl_seconds.to_string())
+        .chain(counts.iter().map(|(_, rows)| rows.to_string()))
+        .collect();
+    redis::eval(BUYERS, &keys, &argv)?;
+    Ok(())
+}
+
+/// Sets the stock, the per-member limit and the epoch unless the drop is
+/// seeded already.
 pub fn seed(
     coupon_id: u64,
-    quantity: u64,
-    per_member_limit: u64,
+    quantity: i64,
+    per_member_limit: i64,
+    epoch_version: i64,
     ttl_seconds: u32,
-) -> Result<SeedAnswer, String> {
-    let keys = args![keys::gate_remaining(coupon_id), limit(coupon_id)];
-    let argv = args![quantity, per_member_limit, ttl_seconds];
-    let reply = redis::eval(SEED, &keys, &argv).map_err(redis_failed)?;
+) -> Result<SeedAnswer, RedisError> {
+    let keys = args![
+        keys::gate_remaining(coupon_id),
+        limit(coupon_id),
+        epoch(coupon_id)
+    ];
+    let argv = args![quantity, per_member_limit, ttl_seconds, epoch_version];
+    let reply = redis::eval(SEED, &keys, &argv)?;
     match reply.as_array() {
         Some([seeded, left]) => Ok(SeedAnswer {
             seeded: seeded.as_int() == Some(1),
             remaining: left.as_int().unwrap_or(0),
         }),
-        _ => Err(format!("unexpected seed reply {reply}")),
+        _ => Err(RedisError::Server(format!("unexpected seed reply {reply}"))),
     }
 }
 
-fn redis_failed(err: redis::RedisError) -> String {
+/// What [`settle`] did to the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The gate was set without this sale: it is counted in now.
+    CountedIn,
+    /// The gate missed sales made without it: its stock is dropped, and the
+    /// next request sets it from the rows.
+    Dropped,
+    /// Set from the rows since this request reserved, and nothing sold.
+    Current,
+    /// No stock to bring up to date.
+    Unseeded,
+}
+
+/// Brings the gate up to a confirm of `member_id` under `key` that read
+/// the coupon row's `version`, which is not the epoch it reserved at; `sold`
+/// when the confirm committed a sale.
+pub fn settle(
+    coupon_id: u64,
+    member_id: u64,
+    key: &str,
+    version: i64,
+    sold: bool,
+) -> Result<Settled, RedisError> {
+    let keys = args![
+        keys::gate_remaining(coupon_id),
+        limit(coupon_id),
+        epoch(coupon_id),
+        buyer(coupon_id, member_id),
+        reserved(coupon_id, key)
+    ];
+    let reply = redis::eval(SETTLE, &keys, &args![version, member_id, u8::from(sold)])?;
+    match reply.as_int() {
+        Some(1) => Ok(Settled::CountedIn),
+        Some(2) => Ok(Settled::Dropped),
+        Some(3) => Ok(Settled::Current),
+        Some(0) => Ok(Settled::Unseeded),
+        _ => Err(RedisError::Server(format!(
+            "unexpected settle reply {reply}"
+        ))),
+    }
+}
+
+pub fn redis_failed(err: RedisError) -> String {
     format!("Redis: {}", err.message())
 }

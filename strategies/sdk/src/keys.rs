@@ -6,7 +6,8 @@
 pub use couponlab_contract::REQUESTS_CHANNEL;
 pub use couponlab_contract::fields;
 pub use couponlab_contract::keys::{
-    count, gate, gate_remaining, issued, lock, lock_channel, shard_issued, shard_stock, tag, total,
+    count, gate, gate_remaining, gate_switch, issued, lock, lock_channel, shard_issued,
+    shard_stock, tag, total,
 };
 pub use couponlab_contract::shards;
 
