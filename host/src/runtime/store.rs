@@ -12,8 +12,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::jobs::SubmitError;
 use super::capabilities::Capabilities;
 use super::engine::Limits;
-use super::process_lock::HeldLocks;
 use super::loaded::Strategy;
+use super::process_lock::HeldLocks;
 use super::sql::named_lock::LockSession;
 use super::trace::CallTrace;
 
