@@ -92,21 +92,7 @@ impl Registry {
 
         let stamp = match tokio::fs::metadata(file).await {
             Ok(metadata) => FileStamp::of(&metadata),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                self.unload(runtime, file, served, &current);
-                return None;
-            }
-            Err(err) => {
-                self.reject(
-                    runtime,
-                    file,
-                    None,
-                    None,
-                    format!("cannot read it: {err}"),
-                    None,
-                );
-                return None;
-            }
+            Err(err) => return self.unreadable(runtime, file, served, &current, err),
         };
         // Size and modification time first: reading and hashing a 20 MB
         // interpreter component again for every event would cost more than
@@ -117,21 +103,7 @@ impl Registry {
         }
         let bytes = match tokio::fs::read(file).await {
             Ok(bytes) => bytes,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                self.unload(runtime, file, served, &current);
-                return None;
-            }
-            Err(err) => {
-                self.reject(
-                    runtime,
-                    file,
-                    None,
-                    None,
-                    format!("cannot read it: {err}"),
-                    None,
-                );
-                return None;
-            }
+            Err(err) => return self.unreadable(runtime, file, served, &current, err),
         };
 
         let sha256 = hex::encode(Sha256::digest(&bytes));
@@ -169,6 +141,25 @@ impl Registry {
             strategy.method,
             owner.file.display()
         ))
+    }
+
+    /// A file that could not be read: unloaded when it was removed,
+    /// rejected otherwise.
+    fn unreadable(
+        &self,
+        runtime: &Runtime,
+        file: &Path,
+        served: Option<Arc<Strategy>>,
+        current: &BTreeMap<String, Arc<Strategy>>,
+        err: std::io::Error,
+    ) -> Option<Candidate> {
+        if err.kind() == std::io::ErrorKind::NotFound {
+            self.unload(runtime, file, served, current);
+        } else {
+            let reason = format!("cannot read it: {err}");
+            self.reject(runtime, file, None, None, reason, None);
+        }
+        None
     }
 
     /// Forgets a removed file: the method it served is unloaded.
