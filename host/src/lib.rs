@@ -131,6 +131,8 @@ pub async fn serve(
             ..consumers::Selection::all_if(in_process)
         },
     );
+    // The canaries of 202 methods need the consumers just started.
+    lab.provers.open();
     let publisher = recorder::shared::Publisher::start(&lab);
     let served = axum::serve(listener, http::router(lab))
         .with_graceful_shutdown(shutdown)

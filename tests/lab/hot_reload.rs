@@ -391,10 +391,13 @@ async fn in_a_relative_strategy_directory_a_changed_component_serves() {
     assert_eq!(listed().await["rejected"], json!([]));
 
     install(&dist, SERVED, &build("b"));
-    until("the changed component serves", WAIT, || async {
+    let took = until("the changed component serves", WAIT, || async {
         build_served(&listed().await, "b")
     })
     .await;
+    println!(
+        "hot reload in a relative directory: the changed component served {took:?} after it was written"
+    );
     let listing = listed().await;
     assert_eq!(listing["rejected"], json!([]), "{listing}");
     assert_eq!(

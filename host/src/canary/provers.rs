@@ -6,9 +6,14 @@
 //! verdict (a dependency down, the scratch coupon deleted) leaves its file
 //! awaiting and is run again after [`RETRY_AFTER`], for as long as it takes:
 //! a component is never refused because Redis or the database was away.
+//! No canary runs before the server [`Provers::open`]s them, once its own
+//! consumer roles run: a canary of a 202 method started while the first
+//! start still compiled the other components would wait for confirmations
+//! nobody was there to give.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Once;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -35,18 +40,27 @@ pub struct Provers {
     /// last looked at it.
     running: Mutex<HashMap<PathBuf, bool>>,
     slots: Semaphore,
+    opened: Once,
 }
 
 impl Default for Provers {
     fn default() -> Self {
         Provers {
             running: Mutex::default(),
-            slots: Semaphore::new(AT_ONCE),
+            // No slot until the server opens them.
+            slots: Semaphore::new(0),
+            opened: Once::new(),
         }
     }
 }
 
 impl Provers {
+    /// Lets the canaries run, [`AT_ONCE`] at a time: the server calls it
+    /// once its consumer roles run. Calling it again changes nothing.
+    pub fn open(&self) {
+        self.opened.call_once(|| self.slots.add_permits(AT_ONCE));
+    }
+
     /// Whether no file is being proved or waits to be.
     pub fn is_idle(&self) -> bool {
         self.running.lock().is_empty()
