@@ -7,29 +7,25 @@
 //! - `cargo xtask test [-- <cargo test args>]`: the same preparation, then
 //!   the whole test suite.
 //! - `cargo xtask services`: only make sure Redis and MySQL/MariaDB answer.
-//! - `cargo xtask loadtest <compare | spike | capacity> [options]`: k6 runs
-//!   and a report (see `loadtest/mod.rs`).
-//! - `cargo xtask bench [options]`: couponlab against its native twin under
-//!   wrk, written to `docs/performance.md` (see `bench.rs`).
-//! - `cargo xtask cluster up|down`: a local Redis Cluster of three masters
-//!   (see `cluster.rs`).
-//! - `cargo xtask idle [options]`: what a lab costs at rest as its coupons
-//!   pile up (see `loadtest/idle.rs`).
-//! - `cargo xtask soak [options]`: a long run at a constant rate, judged on
-//!   whether what the lab holds stays flat (see `loadtest/soak.rs`).
-//! - `cargo xtask api-check [options]`: Schemathesis against a served lab's
-//!   OpenAPI document (see `api_check.rs`).
+//! - `cargo xtask cluster up|down`: a local Redis Cluster of three masters.
+//! - `cargo xtask new NAME --lang rust|python|js`: a strategy to start from.
+//! - `cargo xtask loadtest | bench | idle | soak | api-check [options]`: the
+//!   load runner (`loadtest/`, `loadtest/README.md`), run once what it needs
+//!   is built and installed.
+//!
+//! Modules: `strategies` builds and installs the components, `polyglot`
+//! the Python and JavaScript ones; `new` writes a strategy; `services`
+//! makes sure Redis and MySQL answer and installs Debian's tools; `cluster`
+//! starts and stops the Redis Cluster; `runner` runs the load runner after
+//! what its task needs, `tools` installs the Python tools it calls.
 
-mod api_check;
-mod bench;
 mod cluster;
-mod flags;
-mod loadtest;
 mod new;
 mod polyglot;
-mod proc_stats;
+mod runner;
 mod services;
 mod strategies;
+mod tools;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,23 +62,16 @@ fn main() -> anyhow::Result<()> {
             let mut test = vec!["test", "--release", "--workspace"];
             test.extend(rest.iter().map(String::as_str));
             cargo(&test)?;
-            // The whole suite ends with the load test runner on a short run
-            // and a minute's soak; a filtered run is someone iterating on a
-            // few tests.
+            // The whole suite ends with the load runner's checked runs; a
+            // filtered run is someone iterating on a few tests.
             if rest.is_empty() {
-                loadtest::smoke()?;
-                loadtest::soak::smoke()?;
-                api_check::check(&api_check::Options::default(), false)
+                runner::smoke()
             } else {
                 Ok(())
             }
         }
-        "loadtest" => loadtest::main(&rest),
-        "bench" => bench::main(&rest),
-        "idle" => loadtest::idle::main(&rest),
-        "soak" => loadtest::soak::main(&rest),
+        task if runner::TASKS.contains(&task) => runner::main(task, &rest),
         "cluster" => cluster::main(&rest),
-        "api-check" => api_check::main(&rest),
         "help" | "--help" | "-h" => {
             println!(
                 "usage: cargo xtask <strategies | new | run | test | services | loadtest | bench | idle | soak | cluster | api-check> [-- args]"
@@ -101,16 +90,7 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Stops a server process as a supervisor would (SIGTERM: it finishes what
-/// it holds) and waits for it.
-pub fn terminate(child: &mut std::process::Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-}
-
-/// A release binary of the host crate, where cargo put it: under
+/// A release binary of the workspace, where cargo put it: under
 /// `CARGO_TARGET_DIR` when that is set, else the repository's `target/`.
 pub fn release_binary(name: &str) -> PathBuf {
     target_dir().join("release").join(name)
@@ -147,9 +127,8 @@ fn prepare_for_tests() -> anyhow::Result<()> {
     ] {
         services::ensure_debian(binary, package)?;
     }
-    loadtest::k6::K6::ensure(None)?;
-    api_check::ensure_schemathesis()?;
-    Ok(())
+    tools::ensure_k6()?;
+    tools::ensure_schemathesis()
 }
 
 /// Builds the host's release binaries ([`build_release`]) and, beside that
@@ -159,7 +138,10 @@ fn prepare_for_tests() -> anyhow::Result<()> {
 /// beside it runs at the lowest CPU priority, so it takes what the build
 /// leaves (and the downloads, which wait on the network) instead of minutes
 /// before it.
-pub fn build_all(dir: &Path, prepare: fn() -> anyhow::Result<()>) -> anyhow::Result<()> {
+pub fn build_all(
+    dir: &Path,
+    prepare: impl FnOnce() -> anyhow::Result<()> + Send + 'static,
+) -> anyhow::Result<()> {
     let dir = dir.to_path_buf();
     let beside = std::thread::spawn(move || -> anyhow::Result<()> {
         lower_this_threads_priority();
@@ -192,32 +174,13 @@ fn lower_this_threads_priority() {
 }
 
 /// Builds the release binaries exactly as `cargo xtask test` builds them
-/// (the whole workspace, its tests included), so that `run`, `test`, the
-/// load runner's `--serve` and the bench share one build: a build of the
-/// server package alone resolves its dependencies' features differently,
-/// and cargo would compile wasmtime and the rest a second time.
+/// (the whole workspace, its tests included), so that `run`, `test` and
+/// the load runner (a binary of that build, and the server it serves) share
+/// one build: a build of the server package alone resolves its
+/// dependencies' features differently, and cargo would compile wasmtime
+/// and the rest a second time.
 pub fn build_release() -> anyhow::Result<()> {
     cargo(&["test", "--release", "--workspace", "--no-run"])
-}
-
-/// Replaces what stands between `<!-- {name}:start -->` and
-/// `<!-- {name}:end -->` in `file`, keeping the text around them; a file
-/// without them gains them, with `measured` between, at its end.
-pub fn write_between_markers(file: &Path, name: &str, measured: &str) -> anyhow::Result<()> {
-    let (start, end) = (
-        format!("<!-- {name}:start -->"),
-        format!("<!-- {name}:end -->"),
-    );
-    let existing = std::fs::read_to_string(file).unwrap_or_default();
-    let text = match (existing.find(&start), existing.find(&end)) {
-        (Some(from), Some(to)) if from < to => format!(
-            "{}{start}\n{measured}{}",
-            &existing[..from],
-            &existing[to..]
-        ),
-        _ => format!("{existing}\n{start}\n{measured}{end}\n"),
-    };
-    std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))
 }
 
 /// Runs cargo from the repository root.

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 
 use crate::root;
 
@@ -43,13 +43,21 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
 }
 
 fn parse(args: &[String]) -> anyhow::Result<(String, Lang, World)> {
-    let mut flags = crate::flags::Flags::new(args, USAGE);
     let (mut lang, mut world) = (None, World::Issuer);
     let mut name = None;
-    while let Some(arg) = flags.next_flag() {
+    let mut args = args.iter().map(String::as_str);
+    while let Some(arg) = args.next() {
+        let mut value = || {
+            args.next()
+                .with_context(|| format!("{arg} needs a value; {USAGE}"))
+        };
         match arg {
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
             "--lang" => {
-                lang = Some(match flags.value(arg)? {
+                lang = Some(match value()? {
                     "rust" => Lang::Rust,
                     "python" => Lang::Python,
                     "js" => Lang::Js,
@@ -57,7 +65,7 @@ fn parse(args: &[String]) -> anyhow::Result<(String, Lang, World)> {
                 })
             }
             "--world" => {
-                world = match flags.value(arg)? {
+                world = match value()? {
                     "issuer" => World::Issuer,
                     "stream-issuer" => World::StreamIssuer,
                     other => bail!(

@@ -1,6 +1,6 @@
 //! `cargo xtask api-check`: the `/lab` API as a tool nobody here wrote sees
 //! it. Schemathesis (pinned from PyPI, its dependencies too, in a virtual
-//! environment under the target directory) reads `GET /lab/openapi.json` of
+//! environment under the target directory, where xtask installs it) reads `GET /lab/openapi.json` of
 //! a served lab and sends what the document allows and what it rules out,
 //! in all its phases: examples, coverage, fuzzing, and stateful sequences
 //! that follow the links it infers (a coupon created, then issued). A 5xx,
@@ -27,68 +27,39 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
+use clap::Args;
 use serde_json::json;
 
-use crate::flags::Flags;
-use crate::loadtest::http::Api;
-use crate::loadtest::server::{Serve, Server};
-use crate::{root, run, services, target_dir};
+use crate::api::Api;
+use crate::paths::{root, target_dir};
+use crate::server::{Serve, Server};
 
-/// The Schemathesis release the check is pinned to (with its dependencies,
-/// in `xtask/api-check/requirements.txt`).
-const SCHEMATHESIS: &str = "4.32.5";
 /// Examples of `POST /lab/members` (see [`config_text`]).
 const MEMBERS_EXAMPLES: u32 = 20;
-const USAGE: &str = "usage: cargo xtask api-check [--max-examples 100] [--seed N] [--out DIR]";
 /// The report run the check's lab holds, and its file: JSON, which the
 /// route serves as it is (not as text).
 const REPORT_RUN: &str = "2026-01-01T00-00-00Z-compare";
 const REPORT_FILE: &str = "results.json";
 
+#[derive(Args)]
 pub struct Options {
     /// Examples an operation in each generating phase, scenarios in the
-    /// stateful one: at 100, about 2,000 requests in some 30 s (at 30, 16 s).
-    pub max_examples: u32,
-    /// None: the day's ([`seed_of_the_day`]).
-    pub seed: Option<u64>,
-    pub out: PathBuf,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            max_examples: 100,
-            seed: None,
-            out: target_dir().join("artifacts").join("schemathesis"),
-        }
-    }
-}
-
-impl Options {
-    fn parse(args: &[String]) -> anyhow::Result<Options> {
-        let mut options = Options::default();
-        let mut flags = Flags::new(args, USAGE);
-        while let Some(flag) = flags.next_flag() {
-            match flag {
-                "--max-examples" => options.max_examples = flags.parsed(flag, "a count")?,
-                "--seed" => options.seed = Some(flags.parsed(flag, "an integer")?),
-                "--out" => options.out = PathBuf::from(flags.value(flag)?),
-                other => return Err(flags.unknown(other)),
-            }
-        }
-        Ok(options)
-    }
-}
-
-pub fn main(args: &[String]) -> anyhow::Result<()> {
-    check(&Options::parse(args)?, true)
+    /// stateful one: at 100, about 2,000 requests in some 30 s (at 30, 16 s)
+    #[arg(long, default_value_t = 100)]
+    max_examples: u32,
+    /// The seed to replay [default: the day's]
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Where the reports go [default: target/artifacts/schemathesis]
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
 }
 
 /// Serves a lab with data to find and runs Schemathesis against it; fails
-/// on any failure it reports. `build`: build the server first (the test
-/// command has built it already).
-pub fn check(options: &Options, build: bool) -> anyhow::Result<()> {
-    let schemathesis = ensure_schemathesis()?;
+/// on any failure it reports.
+pub fn check(options: &Options) -> anyhow::Result<()> {
+    let schemathesis = installed_schemathesis()?;
+    let version = version_of(&schemathesis).context("Schemathesis does not say its version")?;
     let reports = target_dir().join("api-check-reports");
     std::fs::remove_dir_all(&reports).ok();
     let run_dir = reports.join(REPORT_RUN);
@@ -100,7 +71,6 @@ pub fn check(options: &Options, build: bool) -> anyhow::Result<()> {
     let reports_env = reports.to_string_lossy().into_owned();
     let env = [("COUPONLAB_REPORTS_DIR", reports_env.as_str())];
     let server = Server::start_with(Serve {
-        build,
         env: &env,
         ..Serve::default()
     })?;
@@ -120,15 +90,19 @@ pub fn check(options: &Options, build: bool) -> anyhow::Result<()> {
         coupon: id(&coupon, "id")?,
     };
 
-    std::fs::remove_dir_all(&options.out).ok();
-    std::fs::create_dir_all(&options.out)?;
-    let out = options.out.canonicalize()?;
+    let out = options
+        .out
+        .clone()
+        .unwrap_or_else(|| target_dir().join("artifacts").join("schemathesis"));
+    std::fs::remove_dir_all(&out).ok();
+    std::fs::create_dir_all(&out)?;
+    let out = out.canonicalize()?;
     let config = out.join("schemathesis.toml");
     std::fs::write(&config, config_text(&lab))?;
     let seed = options.seed.unwrap_or_else(seed_of_the_day);
     let replay = format!("`cargo xtask api-check --seed {seed}` replays it");
     println!(
-        "Schemathesis {SCHEMATHESIS} against {}/lab/openapi.json (seed {seed}{}; {} examples an operation)",
+        "Schemathesis {version} against {}/lab/openapi.json (seed {seed}{}; {} examples an operation)",
         server.base_url(),
         if options.seed.is_none() {
             format!(", the day's: {replay}")
@@ -137,7 +111,7 @@ pub fn check(options: &Options, build: bool) -> anyhow::Result<()> {
         },
         options.max_examples
     );
-    run(Command::new(&schemathesis)
+    crate::run(Command::new(&schemathesis)
         .arg("--config-file")
         .arg(&config)
         .arg("run")
@@ -155,7 +129,7 @@ pub fn check(options: &Options, build: bool) -> anyhow::Result<()> {
         // Its own caches (`.schemathesis/`) go with the report.
         .current_dir(&out)
         .env("SCHEMATHESIS_HOOKS", "python311_ast")
-        .env("PYTHONPATH", root().join("xtask").join("api-check")))
+        .env("PYTHONPATH", root().join("loadtest").join("api-check")))
     .with_context(|| {
         format!(
             "Schemathesis found the API and its document apart (seed {seed}: {replay}); its report is in {}",
@@ -233,43 +207,25 @@ fn config_text(lab: &Known) -> String {
     )
 }
 
-/// The pinned Schemathesis in its virtual environment, installed again
-/// when missing or when the pins changed since (the venv keeps a copy of
-/// the requirements it was made from).
-pub fn ensure_schemathesis() -> anyhow::Result<PathBuf> {
-    let venv = target_dir().join("schemathesis-venv");
-    let binary = venv.join("bin").join("schemathesis");
-    let requirements = root()
-        .join("xtask")
-        .join("api-check")
-        .join("requirements.txt");
-    let pins = std::fs::read(&requirements)
-        .with_context(|| format!("cannot read {}", requirements.display()))?;
-    let installed_from = venv.join("requirements.txt");
-    let same_pins = std::fs::read(&installed_from).is_ok_and(|installed| installed == pins);
-    if same_pins && installed_version(&binary).as_deref() == Some(SCHEMATHESIS) {
-        return Ok(binary);
+/// The Schemathesis `cargo xtask api-check` installed, pinned with its
+/// dependencies (`loadtest/api-check/requirements.txt`), in its virtual
+/// environment.
+fn installed_schemathesis() -> anyhow::Result<PathBuf> {
+    let binary = target_dir()
+        .join("schemathesis-venv")
+        .join("bin")
+        .join("schemathesis");
+    if !binary.exists() {
+        bail!(
+            "no Schemathesis at {}: `cargo xtask api-check` installs it",
+            binary.display()
+        );
     }
-    println!(
-        "installing Schemathesis {SCHEMATHESIS} into {}",
-        venv.display()
-    );
-    services::fresh_venv(&venv)?;
-    // Every package pinned, Schemathesis's own dependencies too.
-    run(Command::new(venv.join("bin").join("pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-        .arg(&requirements))?;
-    match installed_version(&binary) {
-        Some(version) if version == SCHEMATHESIS => {
-            std::fs::write(&installed_from, pins)?;
-            Ok(binary)
-        }
-        other => bail!("Schemathesis {SCHEMATHESIS} did not install (found {other:?})"),
-    }
+    Ok(binary)
 }
 
 /// `schemathesis, version 4.32.5` → `4.32.5`.
-fn installed_version(binary: &Path) -> Option<String> {
+fn version_of(binary: &Path) -> Option<String> {
     let output = Command::new(binary).arg("--version").output().ok()?;
     let text = String::from_utf8(output.stdout).ok()?;
     text.trim().rsplit(' ').next().map(str::to_string)

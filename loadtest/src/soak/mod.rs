@@ -22,9 +22,11 @@
 //! result read, the p99 — and with `--trim` (`COUPONLAB_STREAM_TRIM`) the
 //! streams' entries. What grows by design is reported per accepted request
 //! or per coupon: Redis's memory and keys (reservations, request snapshots;
-//! stream entries unless trimmed). The report, in the load runner's form ([`super::soak_report`]),
+//! stream entries unless trimmed). The report, in the load runner's form ([`report`]),
 //! goes under `--out` (default `loadtest/reports/<UTC time>-soak/`, where
 //! the console lists it).
+
+mod report;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -33,18 +35,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use clap::{Args, Subcommand};
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 use serde_json::json;
 
-use super::http::Api;
-use super::idle::{create_coupons, scratch_database};
-use super::own_redis::OwnRedis;
-use super::server::{Serve, Server};
-use super::soak_report::{FIGURES, Sample, Soak};
-use crate::flags::Flags;
-use crate::{proc_stats, root};
-
-const USAGE: &str = "usage: cargo xtask soak [--duration 30m] [--rate 100] [--every 10s] [--trim] [--coupons 0] [--out DIR]";
+use self::report::{FIGURES, Sample, Soak};
+use crate::api::Api;
+use crate::idle::{create_coupons, scratch_database};
+use crate::modes::seconds;
+use crate::own_redis::OwnRedis;
+use crate::paths::{self, target_dir};
+use crate::proc_stats;
+use crate::server::{Serve, Server};
 
 /// The mix: a database method, a Redis script, both stream worlds, the gate.
 const METHODS: [&str; 5] = [
@@ -59,62 +61,84 @@ const COUPON_EVERY: Duration = Duration::from_secs(20);
 /// Requests in flight at most: each worker sends one at a time.
 const WORKERS: usize = 16;
 
-pub struct Options {
-    pub duration: Duration,
-    pub rate: u32,
-    pub every: Duration,
-    pub trim: bool,
+/// `cargo xtask soak [flags]`, or `cargo xtask soak smoke`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Command {
+    #[command(subcommand)]
+    smoke: Option<Smoke>,
+    #[command(flatten)]
+    flags: Flags,
+}
+
+#[derive(Subcommand)]
+enum Smoke {
+    /// The minute's soak `cargo xtask test` ends with: 300 coupons already
+    /// there, the streams trimmed, its report in target/artifacts/soak
+    Smoke,
+}
+
+#[derive(Args)]
+struct Flags {
+    /// How long the load lasts: 90s, 30m, 2h
+    #[arg(long, default_value = "30m", value_parser = duration)]
+    duration: Duration,
+    /// Issue requests a second, round the methods
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    rate: u32,
+    /// How often the figures are sampled; the run holds at least four
+    /// samples
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    every: Duration,
+    /// Trim the streams (COUPONLAB_STREAM_TRIM): their entries must then
+    /// stay flat too
+    #[arg(long)]
+    trim: bool,
+    /// Coupons created before the run, as earlier runs leave them
+    #[arg(long, default_value_t = 0)]
+    coupons: u64,
+    /// Where the report goes [default: loadtest/reports/<UTC time>-soak/]
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+/// How a soak runs.
+struct Options {
+    duration: Duration,
+    rate: u32,
+    every: Duration,
+    trim: bool,
     /// Coupons created before the run, as earlier runs leave them.
-    pub coupons: u64,
+    coupons: u64,
     /// `COUPONLAB_RECORD_DORMANT_AFTER_S` for the server.
-    pub record_dormant_after_s: u64,
-    pub out: PathBuf,
+    record_dormant_after_s: u64,
+    out: PathBuf,
 }
 
 /// `30m`, `90s`, `2h`: the load runner's durations.
 fn duration(text: &str) -> anyhow::Result<Duration> {
-    Duration::try_from_secs_f64(super::seconds(text)?)
-        .with_context(|| format!("not a duration: {text:?}"))
+    Duration::try_from_secs_f64(seconds(text)?).with_context(|| format!("not a duration: {text:?}"))
 }
 
-impl Options {
-    fn parse(args: &[String]) -> anyhow::Result<Options> {
-        let mut options = Options {
-            duration: Duration::from_secs(30 * 60),
-            rate: 100,
-            every: Duration::from_secs(10),
-            trim: false,
-            coupons: 0,
-            record_dormant_after_s: 60,
-            out: root()
-                .join("loadtest")
-                .join("reports")
-                .join(format!("{}-soak", super::timestamp())),
-        };
-        let mut flags = Flags::new(args, USAGE);
-        while let Some(flag) = flags.next_flag() {
-            match flag {
-                "--duration" => options.duration = duration(flags.value(flag)?)?,
-                "--rate" => options.rate = flags.parsed(flag, "requests a second")?,
-                "--every" => options.every = duration(flags.value(flag)?)?,
-                "--trim" => options.trim = true,
-                "--coupons" => options.coupons = flags.parsed(flag, "how many")?,
-                "--out" => options.out = PathBuf::from(flags.value(flag)?),
-                other => return Err(flags.unknown(other)),
-            }
-        }
-        anyhow::ensure!(options.rate > 0, "--rate must be at least 1");
-        anyhow::ensure!(
-            options.duration >= options.every * 4,
-            "--duration must hold at least four samples of --every"
-        );
-        Ok(options)
+pub fn main(command: Command) -> anyhow::Result<()> {
+    if command.smoke.is_some() {
+        return smoke();
     }
-}
-
-pub fn main(args: &[String]) -> anyhow::Result<()> {
-    let options = Options::parse(args)?;
-    let soak = run(&options, true)?;
+    let flags = command.flags;
+    anyhow::ensure!(
+        flags.duration >= flags.every * 4,
+        "--duration must hold at least four samples of --every"
+    );
+    let options = Options {
+        duration: flags.duration,
+        rate: flags.rate,
+        every: flags.every,
+        trim: flags.trim,
+        coupons: flags.coupons,
+        record_dormant_after_s: 60,
+        out: flags.out.unwrap_or_else(|| paths::new_report_dir("-soak")),
+    };
+    let soak = run(&options)?;
     println!("{}", soak.table());
     soak.verdict()
 }
@@ -123,7 +147,7 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
 /// already there, the streams trimmed, and a coupon's record put to sleep
 /// after 10 s idle instead of a minute, so that the recorder's live records
 /// can level off within the run (a method's coupon changes every 20 s).
-pub fn smoke() -> anyhow::Result<()> {
+fn smoke() -> anyhow::Result<()> {
     let options = Options {
         duration: Duration::from_secs(60),
         rate: 50,
@@ -131,9 +155,9 @@ pub fn smoke() -> anyhow::Result<()> {
         trim: true,
         coupons: 300,
         record_dormant_after_s: 10,
-        out: crate::target_dir().join("artifacts").join("soak"),
+        out: target_dir().join("artifacts").join("soak"),
     };
-    run(&options, false)?.verdict()
+    run(&options)?.verdict()
 }
 
 /// What the workers share: the latencies since the last sample, the
@@ -148,7 +172,7 @@ struct Load {
 }
 
 /// Runs the soak; the samples and the report written.
-pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
+fn run(options: &Options) -> anyhow::Result<Soak> {
     let redis = OwnRedis::start()?;
     let redis_url = redis.url(0);
     let trim = if options.trim { "true" } else { "false" };
@@ -158,7 +182,6 @@ pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
         ("COUPONLAB_RECORD_DORMANT_AFTER_S", dormant_after.as_str()),
     ];
     let server = Server::start_with(Serve {
-        build,
         redis_url: Some(&redis_url),
         env: &env,
         ..Serve::default()
@@ -237,7 +260,7 @@ pub fn run(options: &Options, build: bool) -> anyhow::Result<Soak> {
         title,
         trim: options.trim,
         samples,
-        provenance: super::provenance::basic(),
+        provenance: crate::provenance::basic(),
         out: options.out.clone(),
     };
     soak.write()?;

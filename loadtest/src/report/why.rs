@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use super::Row;
 use super::html::esc;
-use super::report::Row;
 
 /// What one method's run says about why.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::records::Record;
+use crate::records::Record;
 
 /// What the database and Redis hold for one coupon once nothing moves.
 /// What k6's script calls an answer that says the outcome is unknown.

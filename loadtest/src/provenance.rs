@@ -6,9 +6,9 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::k6::K6;
-use super::truth::Sources;
-use crate::root;
+use crate::k6::K6;
+use crate::paths::root;
+use crate::truth::Sources;
 
 /// The provenance of a report whose methods' figures are `methods`: each
 /// fault that fired in each method's run, and the rest.

@@ -2,23 +2,20 @@
 //! every client was told with what the database and Redis hold.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use super::faults::{FaultPlan, Fired, Injector};
-use super::http::Api;
-use super::k6::{self, K6, Segment};
-use super::own_redis::OwnRedis;
-use super::records;
-use super::report::Row;
-use super::server::{self, Serve, Server};
-use super::truth::Sources;
-use super::verification::{Claim, Verification};
-use super::why::Why;
-use couponlab_links::{Links, REDIS_UPSTREAM};
+use crate::api::Api;
+use crate::faults::{Fired, Injector};
+use crate::k6::{self, Segment};
+use crate::modes::seconds;
+use crate::records;
+use crate::report::Row;
+use crate::report::why::Why;
+use crate::runner::Runner;
+use crate::verification::{Claim, Verification};
 
 /// How long an asynchronous method may take to confirm what it accepted.
 const DRAIN_LIMIT: Duration = Duration::from_secs(300);
@@ -36,104 +33,23 @@ const HOSTS_AGREE_LIMIT: Duration = Duration::from_secs(5);
 /// deliveries), and reporting before would count their members as stranded.
 const SETTLED_AFTER: Duration = Duration::from_secs(10);
 
-/// What every run of one `cargo xtask loadtest` shares.
-pub struct Runner {
-    /// The host that sets each run up and whose result is reported.
-    pub api: Api,
-    /// Every host the load is spread over (`--base-url a,b,...`), `api`
-    /// first.
-    pub hosts: Vec<Api>,
-    /// k6 processes that share out each run (k6's execution segments).
-    pub k6_processes: u32,
-    pub k6: K6,
-    /// The server's database and Redis, read directly for the join.
-    pub sources: Sources,
-    /// Where the report and the per-request records go.
-    pub out: PathBuf,
-    /// The `--fault`s, injected into every method's run.
-    pub faults: FaultPlan,
-    /// The proxies between `--serve`'s server and Redis/MySQL, when a fault
-    /// cuts or slows a link.
-    pub links: Option<Arc<Links>>,
-    /// `--serve`'s server, for the faults that kill it.
-    pub server: Option<Arc<Mutex<Server>>>,
-    /// The Redis of the run's own, for the faults that restart it.
-    pub redis: Option<Arc<Mutex<OwnRedis>>>,
+/// How a run's requests arrive.
+pub enum Arrivals {
+    /// Every member at second zero, one request each.
+    Spike { members: u64 },
+    /// `rate` requests a second for `duration` (`10s`), each from a
+    /// distinct member.
+    Rate { rate: u64, duration: String },
 }
 
-impl Runner {
-    /// A runner with a server of its own (`--serve`: database
-    /// `couponlab_loadtest_<hash>`, Redis db 10), reached through the
-    /// fault proxies when a fault cuts or slows a link.
-    pub fn serving(
-        faults: FaultPlan,
-        roles_apart: bool,
-        build: bool,
-        k6: K6,
-        out: PathBuf,
-    ) -> anyhow::Result<Runner> {
-        let redis = faults.needs_own_redis().then(OwnRedis::start).transpose()?;
-        let redis_url = redis
-            .as_ref()
-            .map_or(server::REDIS_URL.to_string(), |redis| redis.url(10));
-        let links = if faults.needs_links() {
-            let upstream = redis
-                .as_ref()
-                .map_or(REDIS_UPSTREAM.to_string(), OwnRedis::address);
-            Some(Arc::new(Links::start_to(&upstream)?))
-        } else {
-            None
-        };
-        let server = Server::start_with(Serve {
-            build,
-            links: links.as_deref(),
-            roles_apart,
-            redis_url: Some(&redis_url),
-            ..Serve::default()
-        })?;
-        let api = Api::new(&server.base_url())?;
-        Ok(Runner {
-            hosts: vec![api.clone()],
-            api,
-            k6_processes: 1,
-            k6,
-            sources: Sources::connect(&server::database_url()?, &redis_url, false)?,
-            out,
-            faults,
-            links,
-            server: Some(Arc::new(Mutex::new(server))),
-            redis: redis.map(|redis| Arc::new(Mutex::new(redis))),
-        })
-    }
-
-    /// A runner against servers someone else runs (`base_urls`, comma
-    /// separated: the load is spread over them), whose data is at
-    /// `database_url` and `redis_url` (a Redis Cluster's seed nodes when
-    /// `redis_cluster`).
-    pub fn against(
-        base_urls: &str,
-        database_url: &str,
-        redis_url: &str,
-        redis_cluster: bool,
-        faults: FaultPlan,
-        k6: K6,
-        out: PathBuf,
-    ) -> anyhow::Result<Runner> {
-        let hosts = base_urls
-            .split(',')
-            .map(Api::new)
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        Ok(Runner {
-            api: hosts[0].clone(),
-            hosts,
-            k6_processes: 1,
-            k6,
-            sources: Sources::connect(database_url, redis_url, redis_cluster)?,
-            out,
-            faults,
-            links: None,
-            server: None,
-            redis: None,
+impl Arrivals {
+    /// The members the requests need: one each.
+    pub fn members(&self) -> anyhow::Result<u64> {
+        Ok(match self {
+            Arrivals::Spike { members } => *members,
+            Arrivals::Rate { rate, duration } => {
+                (*rate as f64 * seconds(duration)? * 1.05) as u64 + 10
+            }
         })
     }
 }
@@ -143,9 +59,7 @@ pub struct Run<'a> {
     pub method: &'a str,
     pub total: u64,
     pub members: u64,
-    pub rate: u64,
-    pub duration: &'a str,
-    pub spike: bool,
+    pub arrivals: &'a Arrivals,
 }
 
 /// What one run measured: its report row and its entry in results.json.
@@ -197,13 +111,15 @@ impl Run<'_> {
             ("COUPON_ID", coupon_id.to_string()),
             ("FIRST_MEMBER", first_member.to_string()),
             ("MEMBERS", self.members.to_string()),
-            (
-                "MODE",
-                if self.spike { "spike" } else { "rate" }.to_string(),
-            ),
-            ("RATE", self.rate.to_string()),
-            ("DURATION", self.duration.to_string()),
         ];
+        match self.arrivals {
+            Arrivals::Spike { .. } => env.push(("MODE", "spike".to_string())),
+            Arrivals::Rate { rate, duration } => env.extend([
+                ("MODE", "rate".to_string()),
+                ("RATE", rate.to_string()),
+                ("DURATION", duration.clone()),
+            ]),
+        }
         if let Some(ms) = runner.faults.client_timeout_ms() {
             env.push(("CLIENT_TIMEOUT_MS", ms.to_string()));
         }

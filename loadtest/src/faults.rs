@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use super::own_redis::OwnRedis;
-use super::server::Server;
+use crate::own_redis::OwnRedis;
+use crate::server::Server;
 use couponlab_links::{Link, Links};
 
 /// The accepted forms, for error messages.

@@ -8,12 +8,12 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::report::{self, Row, svg};
+use super::{self as report, Row, svg};
 
 /// One colour and dash pattern per outcome, shared with the console.
 const OUTCOMES_CSS: &str = include_str!("../../../host/assets/console/outcomes.css");
 
-pub(super) const REPORT_CSS: &str = "\
+pub const REPORT_CSS: &str = "\
 body { margin: 0 auto; padding: 0 1rem 2rem; max-width: 1200px; font: 15px/1.45 system-ui, sans-serif; color: #1a1a1a; }
 h1 { font-size: 1.4rem; border-bottom: 2px solid #1a1a1a; padding: 0.6rem 0; }
 h2 { font-size: 1.1rem; margin-top: 1.6rem; }
@@ -345,7 +345,7 @@ fn table(
     out.push_str("</tbody></table></div>\n");
 }
 
-pub(super) fn esc(text: &str) -> String {
+pub fn esc(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

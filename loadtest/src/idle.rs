@@ -19,65 +19,70 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use clap::Args;
 
-use super::own_redis::OwnRedis;
-use super::server::{Serve, Server, database_url};
-use crate::flags::Flags;
-use crate::root;
-
-const USAGE: &str = "usage: cargo xtask idle [--coupons 1,200,2000,10000] [--seconds 10] \
-     [--out docs/performance.md | --no-out] [--server PATH]";
+use crate::markers;
+use crate::own_redis::OwnRedis;
+use crate::paths::root;
+use crate::server::{Serve, Server, database_url};
 
 /// How long the lab is left alone after its coupons were created, before
 /// the measurement: its roles find the new coupons meanwhile.
 const SETTLE: Duration = Duration::from_secs(2);
 
-struct Options {
-    coupons: Vec<u64>,
+#[derive(Args)]
+pub struct Options {
+    /// The numbers of coupons measured, in turn, each larger than the last
+    #[arg(long, value_name = "N,N,...", default_value = "1,200,2000,10000", value_parser = growing_counts)]
+    coupons: Counts,
+    /// How long each number is measured
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     seconds: u64,
+    /// The document the table is written into, between its `idle` markers
+    /// [default: docs/performance.md]
+    #[arg(long, value_name = "FILE", conflicts_with = "no_out")]
     out: Option<PathBuf>,
+    /// Write the table nowhere, only print it
+    #[arg(long)]
+    no_out: bool,
+    /// Another build of the server to measure (an older version, to
+    /// compare); its figures are written nowhere
+    #[arg(long, value_name = "PATH")]
     server: Option<PathBuf>,
 }
 
+/// Numbers of coupons, each larger than the last.
+#[derive(Clone)]
+struct Counts(Vec<u64>);
+
+fn growing_counts(text: &str) -> anyhow::Result<Counts> {
+    let counts = text
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse::<u64>()
+                .context("--coupons: numbers, comma separated")
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    anyhow::ensure!(
+        counts.windows(2).all(|w| w[0] < w[1]) && counts[0] > 0,
+        "--coupons must grow: 1,200,2000"
+    );
+    Ok(Counts(counts))
+}
+
 impl Options {
-    fn parse(args: &[String]) -> anyhow::Result<Options> {
-        let mut options = Options {
-            coupons: vec![1, 200, 2_000, 10_000],
-            seconds: 10,
-            out: Some(root().join("docs").join("performance.md")),
-            server: None,
-        };
-        let mut flags = Flags::new(args, USAGE);
-        while let Some(flag) = flags.next_flag() {
-            match flag {
-                "--coupons" => {
-                    options.coupons = flags
-                        .value(flag)?
-                        .split(',')
-                        .map(|n| {
-                            n.trim()
-                                .parse::<u64>()
-                                .context("--coupons: numbers, comma separated")
-                        })
-                        .collect::<anyhow::Result<_>>()?;
-                }
-                "--seconds" => options.seconds = flags.parsed(flag, "whole seconds")?,
-                "--out" => options.out = Some(PathBuf::from(flags.value(flag)?)),
-                "--no-out" => options.out = None,
-                "--server" => options.server = Some(PathBuf::from(flags.value(flag)?)),
-                other => return Err(flags.unknown(other)),
-            }
+    /// Where the table goes: nowhere for another build's figures, which
+    /// are not this checkout's.
+    fn out(&self) -> Option<PathBuf> {
+        if self.no_out || self.server.is_some() {
+            return None;
         }
-        anyhow::ensure!(options.seconds > 0, "--seconds must be at least 1");
-        anyhow::ensure!(
-            options.coupons.windows(2).all(|w| w[0] < w[1]) && options.coupons[0] > 0,
-            "--coupons must grow: 1,200,2000"
-        );
-        if options.server.is_some() {
-            // Another build's figures are not this checkout's.
-            options.out = None;
-        }
-        Ok(options)
+        Some(
+            self.out
+                .clone()
+                .unwrap_or_else(|| root().join("docs").join("performance.md")),
+        )
     }
 }
 
@@ -89,17 +94,16 @@ struct AtRest {
     server_cpu_percent: f64,
 }
 
-pub fn main(args: &[String]) -> anyhow::Result<()> {
-    let options = Options::parse(args)?;
+pub fn main(options: &Options) -> anyhow::Result<()> {
     let figures = measure(
-        &options.coupons,
+        &options.coupons.0,
         Duration::from_secs(options.seconds),
         options.server.as_deref(),
     )?;
     let table = markdown(&figures, options.seconds);
     println!("{table}");
-    if let Some(out) = &options.out {
-        crate::write_between_markers(out, "idle", &table)?;
+    if let Some(out) = &options.out() {
+        markers::write_between(out, "idle", &table)?;
         println!("written to {}", out.display());
     }
     Ok(())
@@ -116,7 +120,6 @@ fn measure(
     let redis = OwnRedis::start()?;
     let redis_url = redis.url(0);
     let server = Server::start_with(Serve {
-        build: server.is_none(),
         redis_url: Some(&redis_url),
         binary: server,
         ..Serve::default()
@@ -150,7 +153,7 @@ fn measure(
 
 /// A runtime to block on and one connection to the served lab's database,
 /// to create coupons behind its back and count what it holds.
-pub(super) fn scratch_database() -> anyhow::Result<(tokio::runtime::Runtime, sqlx::MySqlPool)> {
+pub fn scratch_database() -> anyhow::Result<(tokio::runtime::Runtime, sqlx::MySqlPool)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -163,7 +166,7 @@ pub(super) fn scratch_database() -> anyhow::Result<(tokio::runtime::Runtime, sql
 }
 
 /// `count` more coupons, in batches of a thousand rows.
-pub(super) async fn create_coupons(db: &sqlx::MySqlPool, count: u64) -> anyhow::Result<()> {
+pub async fn create_coupons(db: &sqlx::MySqlPool, count: u64) -> anyhow::Result<()> {
     let mut left = count;
     while left > 0 {
         let batch = left.min(1_000);

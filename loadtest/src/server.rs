@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::http::Api;
-use super::process_log;
-use crate::{release_binary, root, services, strategy_dir};
+use crate::api::Api;
+use crate::paths::{release_binary, root, strategy_dir};
+use crate::process_log;
 use couponlab_links::Links;
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
@@ -36,8 +36,6 @@ const CONSUMING: &str = "couponlab is consuming";
 /// How `--serve`'s server starts.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Serve<'a> {
-    /// Build the components and the release binary first.
-    pub build: bool,
     /// Talk to Redis and MySQL through these links (their proxies).
     pub links: Option<&'a Links>,
     /// The roles apart: `serve --consumers false` plus one `consume`
@@ -93,11 +91,7 @@ impl Server {
     /// Starts the server as `serve` says, on a free port, and empties the
     /// lab's data.
     pub fn start_with(serve: Serve<'_>) -> anyhow::Result<Server> {
-        services::ensure()?;
         let dist = strategy_dir();
-        if serve.build {
-            crate::build_all(&dist, || Ok(()))?;
-        }
         let redis_url = serve.redis_url.unwrap_or(REDIS_URL);
         let (database_url, redis_url) = match serve.links {
             // The server derives its components' users' URLs from these,
@@ -295,10 +289,19 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         for (_, consumer) in &mut self.consumers {
-            crate::terminate(consumer);
+            terminate(consumer);
         }
-        crate::terminate(&mut self.child);
+        terminate(&mut self.child);
     }
+}
+
+/// Stops a server process as a supervisor would (SIGTERM: it finishes what
+/// it holds) and waits for it.
+pub fn terminate(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
 }
 
 /// `couponlab serve` on `port`.
@@ -402,12 +405,11 @@ pub fn database_url() -> anyhow::Result<String> {
     ))
 }
 
-/// Need the release binary and the components, so they run by hand: build
-/// the tests (`cargo test --release -p xtask --no-run`), then run the test
-/// binary with `--ignored server::` and CARGO_TARGET_DIR set to the target
-/// directory that holds `release/couponlab` (and COUPONLAB_STRATEGY_DIR to
-/// the components, if not in strategies/dist). They use the `--serve`
-/// database and Redis db 10, emptied at start.
+/// Need the release binary and the components, so they run by hand:
+/// `cargo test --release -p couponlab-loadtest -- --ignored server::`
+/// (with COUPONLAB_STRATEGY_DIR set to the components, if not in
+/// strategies/dist). They use the `--serve` database and Redis db 10,
+/// emptied at start.
 #[cfg(test)]
 mod tests {
     use serde_json::json;

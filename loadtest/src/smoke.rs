@@ -10,35 +10,28 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use super::faults::FaultPlan;
-use super::k6::K6;
-use super::run::Runner;
-use super::{Options, compare};
-use crate::{root, run, services, target_dir};
+use crate::comparison::{Comparison, compare};
+use crate::faults::FaultPlan;
+use crate::k6::K6;
+use crate::paths::{root, target_dir};
+use crate::run::Arrivals;
+use crate::runner::Runner;
 
 pub fn smoke() -> anyhow::Result<()> {
     println!("load test smoke run: k6 against a server of its own");
     let out = root().join("target").join("loadtest-smoke");
     std::fs::remove_dir_all(&out).ok();
     // Checked figures only: the smoke run writes to no Prometheus.
-    let runner = Runner::serving(
-        FaultPlan::default(),
-        false,
-        false,
-        K6::ensure(None)?,
-        out.clone(),
-    )?;
-    let options = options(&[
-        "--methods",
-        "PESSIMISTIC,REDIS_STREAM_ATOMIC",
-        "--rate",
-        "20",
-        "--duration",
-        "2s",
-        "--total",
-        "10",
-    ])?;
-    compare(&runner, &options, false)?.check_claims(false)?;
+    let runner = Runner::serving(FaultPlan::default(), false, K6::find(None)?, out.clone())?;
+    let comparison = Comparison {
+        methods: methods_named("PESSIMISTIC,REDIS_STREAM_ATOMIC"),
+        total: 10,
+        arrivals: Arrivals::Rate {
+            rate: 20,
+            duration: "2s".into(),
+        },
+    };
+    compare(&runner, &comparison)?.check_claims(false)?;
     drop(runner);
     let report = std::fs::read_to_string(out.join("report.md"))?;
     let chart = std::fs::read_to_string(out.join("chart.svg"))?;
@@ -127,39 +120,35 @@ fn spike(
     total: u64,
     dir: &Path,
 ) -> anyhow::Result<Runner> {
-    let k6 = K6::ensure(None)?;
-    let runner = Runner::serving(plan(faults)?, false, false, k6, dir.to_path_buf())?;
-    let (members, total) = (members.to_string(), total.to_string());
-    let options = options(&[
-        "--methods",
-        methods,
-        "--members",
-        &members,
-        "--total",
-        &total,
-    ])?;
-    compare(&runner, &options, true)?.check_claims(false)?;
+    let runner = Runner::serving(plan(faults)?, false, K6::find(None)?, dir.to_path_buf())?;
+    let comparison = Comparison {
+        methods: methods_named(methods),
+        total,
+        arrivals: Arrivals::Spike { members },
+    };
+    compare(&runner, &comparison)?.check_claims(false)?;
     Ok(runner)
 }
 
 /// A picture of `page` as a person's browser shows it at 1280 px, for
 /// looking at afterwards: `<target>/artifacts/<name>`.
 fn screenshot(page: &Path, name: &str) -> anyhow::Result<()> {
-    let chromium = services::ensure_debian("chromium", "chromium")?;
     let artifacts = target_dir().join("artifacts");
     std::fs::create_dir_all(&artifacts)?;
     let picture = artifacts.join(name);
-    run(Command::new(chromium)
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1280,1600",
-        ])
-        .arg(format!("--screenshot={}", picture.display()))
-        .arg(format!("file://{}", page.display()))
-        .stderr(Stdio::null()))?;
+    crate::run(
+        Command::new("chromium")
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--window-size=1280,1600",
+            ])
+            .arg(format!("--screenshot={}", picture.display()))
+            .arg(format!("file://{}", page.display()))
+            .stderr(Stdio::null()),
+    )?;
     println!("load test smoke run: {} written", picture.display());
     Ok(())
 }
@@ -203,6 +192,6 @@ fn plan(specs: &[&str]) -> anyhow::Result<FaultPlan> {
     FaultPlan::parse(&specs.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
-fn options(args: &[&str]) -> anyhow::Result<Options> {
-    Options::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+fn methods_named(list: &str) -> Vec<String> {
+    list.split(',').map(String::from).collect()
 }

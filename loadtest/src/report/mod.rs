@@ -1,14 +1,17 @@
 //! The report of a run: a Markdown table, an SVG chart of the figures that
 //! matter side by side, and the raw results.
 
+pub mod html;
+pub mod why;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::verification::Verification;
-use super::why::{self, Why};
+use self::why::Why;
+use crate::verification::Verification;
 
 /// One method's figures in one run.
 #[derive(Debug, Clone, PartialEq)]
@@ -306,7 +309,7 @@ pub fn write(
     std::fs::write(dir.join("chart.svg"), svg(rows))?;
     std::fs::write(
         dir.join("report.html"),
-        super::html::render(title, description, rows, &json!(methods), provenance),
+        html::render(title, description, rows, &json!(methods), provenance),
     )?;
     let results = json!({ "title": title, "provenance": provenance, "methods": methods });
     std::fs::write(

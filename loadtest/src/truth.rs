@@ -9,7 +9,7 @@ use couponlab_contract::{keys, shards};
 use sqlx::Row as _;
 use sqlx::mysql::MySqlPool;
 
-use super::verification::Truth;
+use crate::verification::Truth;
 
 /// Connections to the server's database and Redis.
 pub struct Sources {

@@ -1,0 +1,267 @@
+//! The modes' runs: `compare` and `spike` run each method in turn on a
+//! coupon of its own, `capacity` raises one method's arrival rate step by
+//! step; each writes its report and says which claims a method broke.
+
+use std::collections::BTreeMap;
+
+use anyhow::bail;
+use clap::Args;
+
+use crate::api::Api;
+use crate::modes::duration_text;
+use crate::provenance;
+use crate::report;
+use crate::run::{Arrivals, Measured, Run};
+use crate::runner::Runner;
+
+/// `compare` or `spike`: each of `methods` on its own coupon of `total`.
+pub struct Comparison {
+    pub methods: Vec<String>,
+    pub total: u64,
+    pub arrivals: Arrivals,
+}
+
+/// `capacity`: `method`'s rate raised from `start` by `step` up to `max`,
+/// `duration` a step, while failures and p99 stay within their bounds.
+#[derive(Args)]
+pub struct Capacity {
+    /// The method whose capacity is searched
+    #[arg(long)]
+    method: String,
+    /// The first arrival rate, requests a second
+    #[arg(long, default_value_t = 200)]
+    start: u64,
+    /// How much each step raises the rate
+    #[arg(long, default_value_t = 200)]
+    step: u64,
+    /// The highest rate tried
+    #[arg(long, default_value_t = 5000)]
+    max: u64,
+    /// How long each step lasts: 500ms, 10s, 2m, 1h
+    #[arg(long, default_value = "5s", value_parser = duration_text)]
+    duration: String,
+    /// The share of 503s and errors a step may have and still hold
+    #[arg(long, default_value_t = 0.01)]
+    max_failure_rate: f64,
+    /// The p99 latency a step may have and still hold, milliseconds
+    #[arg(long, default_value_t = 100.0)]
+    max_p99_ms: f64,
+}
+
+/// The methods' figures of one invocation, and the claims they broke.
+pub struct Report {
+    /// Method → claims it makes that this run broke, with the figure.
+    broken: Vec<(String, &'static str, u64)>,
+}
+
+impl Report {
+    /// A method that claims a guarantee and broke it fails the run, loudly,
+    /// unless `allowed` (a demonstration of what breaks).
+    pub fn check_claims(self, allowed: bool) -> anyhow::Result<()> {
+        if self.broken.is_empty() {
+            return Ok(());
+        }
+        eprintln!("\n!!! BROKEN CLAIMS: a method broke a guarantee it claims (README, `claims`):");
+        for (method, claim, figure) in &self.broken {
+            eprintln!("!!!   {method} claims `{claim}`; this run broke it {figure} times");
+        }
+        if allowed {
+            eprintln!("!!! (--allow-broken: reported, not failed)");
+            return Ok(());
+        }
+        bail!(
+            "{} broken claims (pass --allow-broken to demonstrate them without failing)",
+            self.broken.len()
+        )
+    }
+}
+
+/// Records what each measured run broke of the claims of its method.
+fn broken_claims(method: &str, measured: &Measured, into: &mut Vec<(String, &'static str, u64)>) {
+    if let Some(verification) = &measured.row.verification {
+        for claim in verification.broken_claims(&measured.claims) {
+            into.push((
+                method.to_string(),
+                claim.word(),
+                verification.breaking(claim),
+            ));
+        }
+    }
+}
+
+/// Runs each method on its own coupon and writes the comparison.
+pub fn compare(runner: &Runner, comparison: &Comparison) -> anyhow::Result<Report> {
+    let mut methods = comparison.methods.clone();
+    if methods == ["ALL"] {
+        methods = loaded_methods(&runner.api)?;
+    }
+    let total = comparison.total;
+    let members = comparison.arrivals.members()?;
+    let mut rows = Vec::new();
+    let mut raw = BTreeMap::new();
+    let mut broken = Vec::new();
+    for (i, method) in methods.iter().enumerate() {
+        println!(
+            "[{}/{}] {method}: {}",
+            i + 1,
+            methods.len(),
+            match &comparison.arrivals {
+                Arrivals::Spike { .. } =>
+                    format!("{members} members at once on a coupon of {total}"),
+                Arrivals::Rate { rate, duration } =>
+                    format!("{rate} req/s for {duration} on a coupon of {total}"),
+            }
+        );
+        let run = Run {
+            method,
+            total,
+            members,
+            arrivals: &comparison.arrivals,
+        };
+        let measured = run.execute(runner)?;
+        let row = &measured.row;
+        println!(
+            "      {:.0} req/s, p99 {:.1} ms, 2xx {}, 409 {}, 503 {}, rows {} of {}{}",
+            row.requests_per_second,
+            row.p99_ms,
+            row.accepted,
+            row.conflicts,
+            row.unavailable,
+            row.issue_rows,
+            row.total,
+            row.drain_ms
+                .map_or(String::new(), |ms| format!(", drained in {ms:.0} ms"))
+        );
+        if let Some(verification) = &row.verification {
+            println!("      verified: {}", verification.verdict);
+        }
+        broken_claims(method, &measured, &mut broken);
+        raw.insert(method.clone(), measured.raw);
+        rows.push(measured.row);
+    }
+    let (title, description) = match &comparison.arrivals {
+        Arrivals::Spike { .. } => (
+            "Event open",
+            format!(
+                "Each method on its own coupon of {total}: {members} distinct members send one request each, all at second zero."
+            ),
+        ),
+        Arrivals::Rate { rate, duration } => (
+            "Methods side by side",
+            format!(
+                "Each method on its own coupon of {total}: {rate} requests/s for {duration}, every request from a distinct member."
+            ),
+        ),
+    };
+    let provenance = provenance::describe(&runner.sources, &runner.k6, &raw)?;
+    report::write(&runner.out, title, &description, &rows, &raw, &provenance)?;
+    println!("\nreport: {}", runner.out.join("report.md").display());
+    print!(
+        "{}",
+        report::markdown(title, &description, &rows, &provenance)
+            .lines()
+            .skip(6)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    println!();
+    Ok(Report { broken })
+}
+
+/// `--methods all`: every method the server has loaded, in its order.
+fn loaded_methods(api: &Api) -> anyhow::Result<Vec<String>> {
+    let loaded = api.get("/lab/strategies")?;
+    let methods: Vec<String> = loaded["strategies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|strategy| strategy["method"].as_str().map(String::from))
+        .collect();
+    if methods.is_empty() {
+        bail!("--methods all: the server has no method loaded ({loaded})");
+    }
+    Ok(methods)
+}
+
+/// Raises the arrival rate on one method until failures or p99 pass their
+/// bound; reports the highest rate that held.
+pub fn capacity(runner: &Runner, search: &Capacity) -> anyhow::Result<Report> {
+    let Capacity {
+        method,
+        start,
+        step,
+        max,
+        duration,
+        max_failure_rate,
+        max_p99_ms,
+    } = search;
+    let (start, step, max) = (*start, *step, *max);
+    let mut rows = Vec::new();
+    let mut raw = BTreeMap::new();
+    let mut broken = Vec::new();
+    let mut held = None;
+    let mut rate = start;
+    while rate <= max {
+        let arrivals = Arrivals::Rate {
+            rate,
+            duration: duration.clone(),
+        };
+        // A total no run can exhaust: every request does the full work.
+        let members = arrivals.members()?;
+        println!("{method} at {rate} req/s for {duration}");
+        let run = Run {
+            method,
+            total: members,
+            members,
+            arrivals: &arrivals,
+        };
+        let mut measured = run.execute(runner)?;
+        let row = &measured.row;
+        let holds = row.failure_rate() <= *max_failure_rate
+            && row.p99_ms <= *max_p99_ms
+            && row.dropped == 0;
+        println!(
+            "      {:.0} req/s achieved, p99 {:.1} ms, failures {:.2}%, dropped {}: {}",
+            row.requests_per_second,
+            row.p99_ms,
+            row.failure_rate() * 100.0,
+            row.dropped,
+            if holds { "held" } else { "did not hold" }
+        );
+        broken_claims(method, &measured, &mut broken);
+        measured.row.method = format!("{method} @ {rate}/s");
+        raw.insert(measured.row.method.clone(), measured.raw);
+        rows.push(measured.row);
+        if !holds {
+            break;
+        }
+        held = Some(rate);
+        rate += step;
+    }
+    let verdict = match held {
+        // Every step held: the limit lies beyond the search.
+        Some(rate) if rate + step > max => format!(
+            "{method} held every step up to **{rate} req/s**, the last one below --max {max}; raise --max to search further"
+        ),
+        Some(rate) => format!("The highest arrival rate that held for {method}: **{rate} req/s**"),
+        None => format!("{method} did not hold even {start} req/s"),
+    };
+    let description = format!(
+        "{verdict} (bounds: failures ≤ {:.1}%, p99 ≤ {max_p99_ms} ms, no dropped iterations; {duration} per step, on a coupon no step can sell out).",
+        max_failure_rate * 100.0
+    );
+    let provenance = provenance::describe(&runner.sources, &runner.k6, &raw)?;
+    report::write(
+        &runner.out,
+        "Capacity of one coupon",
+        &description,
+        &rows,
+        &raw,
+        &provenance,
+    )?;
+    println!(
+        "\n{verdict}\nreport: {}",
+        runner.out.join("report.md").display()
+    );
+    Ok(Report { broken })
+}

@@ -1,0 +1,98 @@
+//! The couponlab load runner: what `cargo xtask loadtest | bench | idle |
+//! soak | api-check` run, once xtask has made sure of Redis and MySQL,
+//! built the release binaries (this one among them) and the components,
+//! and installed the tools the task calls (see `loadtest/README.md`).
+//!
+//! - `modes`: `loadtest`'s modes and flags, and the runner they set up;
+//! - `comparison`: compare, spike and capacity, run and reported;
+//! - `runner`, `run`: what every run shares, and one method's run;
+//! - `k6`, `records`: k6's command and figures, and what every client was
+//!   told;
+//! - `truth`, `verification`: the rows and Redis read directly, and their
+//!   join with the records, each method's claims checked;
+//! - `faults`: `--fault`, parsed and injected;
+//! - `server`, `own_redis`: the lab the runner serves, and a Redis of the
+//!   run's own;
+//! - `report`: report.md, chart.svg, report.html, results.json;
+//! - `provenance`: commit, command and versions behind the figures;
+//! - `smoke`: the checked runs `cargo xtask test` ends with;
+//! - `bench`, `idle`, `soak`, `api_check`: the other subcommands;
+//! - `api`, `paths`, `process_log`, `proc_stats`, `markers`: the lab's API,
+//!   where things are, a child's log, a process's figures, docs written
+//!   between markers.
+
+mod api;
+mod api_check;
+mod bench;
+mod comparison;
+mod faults;
+mod idle;
+mod k6;
+mod markers;
+mod modes;
+mod own_redis;
+mod paths;
+mod proc_stats;
+mod process_log;
+mod provenance;
+mod records;
+mod report;
+mod run;
+mod runner;
+mod server;
+mod smoke;
+mod soak;
+mod truth;
+mod verification;
+
+use std::process::Command;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+/// The couponlab load runner.
+#[derive(Parser)]
+#[command(bin_name = "cargo xtask", args_override_self = true)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// k6 runs of the methods, each joined with what the database and Redis
+    /// hold, and a report (loadtest/reports/<UTC time>/)
+    Loadtest {
+        #[command(subcommand)]
+        mode: modes::Mode,
+    },
+    /// couponlab against its native twin under wrk, written to
+    /// docs/performance.md
+    Bench(bench::Options),
+    /// What a lab costs at rest as its coupons pile up
+    Idle(idle::Options),
+    /// A long run at a constant rate, judged on whether what the lab holds
+    /// stays flat
+    Soak(soak::Command),
+    /// Schemathesis against a served lab's OpenAPI document
+    ApiCheck(api_check::Options),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().task {
+        Task::Loadtest { mode } => modes::main(mode),
+        Task::Bench(options) => bench::main(&options),
+        Task::Idle(options) => idle::main(&options),
+        Task::Soak(command) => soak::main(command),
+        Task::ApiCheck(options) => api_check::check(&options),
+    }
+}
+
+/// Runs a command, failing with its name when it fails.
+fn run(command: &mut Command) -> anyhow::Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start {command:?}"))?;
+    anyhow::ensure!(status.success(), "{command:?} failed with {status}");
+    Ok(())
+}

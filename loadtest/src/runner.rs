@@ -1,0 +1,115 @@
+//! What every run of one `cargo xtask loadtest` shares: the hosts the load
+//! goes to, k6, the database and Redis read for the join, the faults and
+//! what they act on (`--serve`'s server, its links, its own Redis).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use couponlab_links::{Links, REDIS_UPSTREAM};
+
+use crate::api::Api;
+use crate::faults::FaultPlan;
+use crate::k6::K6;
+use crate::own_redis::OwnRedis;
+use crate::server::{self, Serve, Server};
+use crate::truth::Sources;
+
+/// What every run of one `cargo xtask loadtest` shares.
+pub struct Runner {
+    /// The host that sets each run up and whose result is reported.
+    pub api: Api,
+    /// Every host the load is spread over (`--base-url a,b,...`), `api`
+    /// first.
+    pub hosts: Vec<Api>,
+    /// k6 processes that share out each run (k6's execution segments).
+    pub k6_processes: u32,
+    pub k6: K6,
+    /// The server's database and Redis, read directly for the join.
+    pub sources: Sources,
+    /// Where the report and the per-request records go.
+    pub out: PathBuf,
+    /// The `--fault`s, injected into every method's run.
+    pub faults: FaultPlan,
+    /// The proxies between `--serve`'s server and Redis/MySQL, when a fault
+    /// cuts or slows a link.
+    pub links: Option<Arc<Links>>,
+    /// `--serve`'s server, for the faults that kill it.
+    pub server: Option<Arc<Mutex<Server>>>,
+    /// The Redis of the run's own, for the faults that restart it.
+    pub redis: Option<Arc<Mutex<OwnRedis>>>,
+}
+
+impl Runner {
+    /// A runner with a server of its own (`--serve`: database
+    /// `couponlab_loadtest_<hash>`, Redis db 10), reached through the
+    /// fault proxies when a fault cuts or slows a link.
+    pub fn serving(
+        faults: FaultPlan,
+        roles_apart: bool,
+        k6: K6,
+        out: PathBuf,
+    ) -> anyhow::Result<Runner> {
+        let redis = faults.needs_own_redis().then(OwnRedis::start).transpose()?;
+        let redis_url = redis
+            .as_ref()
+            .map_or(server::REDIS_URL.to_string(), |redis| redis.url(10));
+        let links = if faults.needs_links() {
+            let upstream = redis
+                .as_ref()
+                .map_or(REDIS_UPSTREAM.to_string(), OwnRedis::address);
+            Some(Arc::new(Links::start_to(&upstream)?))
+        } else {
+            None
+        };
+        let server = Server::start_with(Serve {
+            links: links.as_deref(),
+            roles_apart,
+            redis_url: Some(&redis_url),
+            ..Serve::default()
+        })?;
+        let api = Api::new(&server.base_url())?;
+        Ok(Runner {
+            hosts: vec![api.clone()],
+            api,
+            k6_processes: 1,
+            k6,
+            sources: Sources::connect(&server::database_url()?, &redis_url, false)?,
+            out,
+            faults,
+            links,
+            server: Some(Arc::new(Mutex::new(server))),
+            redis: redis.map(|redis| Arc::new(Mutex::new(redis))),
+        })
+    }
+
+    /// A runner against servers someone else runs (`base_urls`, comma
+    /// separated: the load is spread over them), whose data is at
+    /// `database_url` and `redis_url` (a Redis Cluster's seed nodes when
+    /// `redis_cluster`).
+    pub fn against(
+        base_urls: &str,
+        database_url: &str,
+        redis_url: &str,
+        redis_cluster: bool,
+        faults: FaultPlan,
+        k6: K6,
+        out: PathBuf,
+    ) -> anyhow::Result<Runner> {
+        let hosts = base_urls
+            .split(',')
+            .map(Api::new)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Runner {
+            api: hosts[0].clone(),
+            hosts,
+            k6_processes: 1,
+            k6,
+            sources: Sources::connect(database_url, redis_url, redis_cluster)?,
+            out,
+            faults,
+            links: None,
+            server: None,
+            redis: None,
+        })
+    }
+}

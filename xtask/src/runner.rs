@@ -1,0 +1,133 @@
+//! `cargo xtask loadtest | bench | idle | soak | api-check`: the load
+//! runner (`loadtest/`, a crate of its own) run once what its task needs
+//! is there. The runner is a binary of the release build, so that build
+//! comes first; a task that serves a lab needs Redis and MySQL answering,
+//! and, when the lab is this checkout's, its components built and
+//! installed; and the tools the task calls are installed beside the build.
+//! The arguments go to the runner as they were given.
+
+use std::ffi::OsStr;
+use std::process::Command;
+
+use anyhow::bail;
+
+use crate::{build_all, build_release, release_binary, services, strategy_dir, tools};
+
+/// The load runner's binary.
+const RUNNER: &str = "couponlab-loadtest";
+
+/// The xtask tasks that are the runner's.
+pub const TASKS: [&str; 5] = ["loadtest", "bench", "idle", "soak", "api-check"];
+
+pub fn main(task: &str, args: &[String]) -> anyhow::Result<()> {
+    let needs = Needs::of(task, args);
+    if needs.lab {
+        services::ensure()?;
+    }
+    if needs.components {
+        build_all(&strategy_dir(), move || needs.install_tools())?;
+    } else {
+        build_release()?;
+        needs.install_tools()?;
+    }
+    run(task, args)
+}
+
+/// The checked runs `cargo xtask test` ends with, on what it built: the
+/// load runner end to end (under faults too), a minute's soak, the API
+/// check.
+pub fn smoke() -> anyhow::Result<()> {
+    run("loadtest", &["smoke"])?;
+    run("soak", &["smoke"])?;
+    run("api-check", &[] as &[&str])
+}
+
+/// Runs the runner's `task` with `args`, as built; a failure ends xtask
+/// with the runner's exit code, the runner having said why.
+fn run(task: &str, args: &[impl AsRef<OsStr>]) -> anyhow::Result<()> {
+    let status = Command::new(release_binary(RUNNER))
+        .arg(task)
+        .args(args)
+        .status()?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(code) => std::process::exit(code),
+        None => bail!("{RUNNER} {task} ended with {status}"),
+    }
+}
+
+/// A tool the runner calls.
+#[derive(Clone, Copy)]
+enum Tool {
+    /// A binary of Debian's: its name, and its package.
+    Debian(&'static str, &'static str),
+    K6,
+    Schemathesis,
+}
+
+/// A Redis of the run's own: the server, and the client that asks it.
+const OWN_REDIS: [Tool; 2] = [
+    Tool::Debian("redis-server", "redis-server"),
+    Tool::Debian("redis-cli", "redis-tools"),
+];
+
+/// What a runner task needs besides the runner.
+#[derive(Default)]
+struct Needs {
+    /// It serves a lab: Redis and MySQL must answer.
+    lab: bool,
+    /// The lab is this checkout's: the components are built and installed.
+    components: bool,
+    tools: Vec<Tool>,
+}
+
+impl Needs {
+    fn of(task: &str, args: &[String]) -> Needs {
+        let given = |flag: &str| args.iter().any(|arg| arg == flag);
+        if given("--help") || given("-h") || given("help") {
+            return Needs::default();
+        }
+        let lab = |components: bool, tools: &[Tool]| Needs {
+            lab: true,
+            components,
+            tools: tools.to_vec(),
+        };
+        match task {
+            // The smoke takes a picture of its report.
+            "loadtest" if args.first().is_some_and(|mode| mode == "smoke") => {
+                lab(true, &[Tool::K6, Tool::Debian("chromium", "chromium")])
+            }
+            // `--fault redis-restart` gives the served lab a Redis of its own.
+            "loadtest" if given("--serve") => lab(true, &[Tool::K6, OWN_REDIS[0], OWN_REDIS[1]]),
+            "loadtest" => Needs {
+                tools: vec![Tool::K6],
+                ..Needs::default()
+            },
+            "bench" => lab(
+                true,
+                &[
+                    Tool::Debian("wrk", "wrk"),
+                    Tool::Debian("redis-benchmark", "redis-tools"),
+                ],
+            ),
+            // `--server PATH` measures another build, with its components.
+            "idle" => lab(!given("--server"), &OWN_REDIS),
+            "soak" => lab(true, &OWN_REDIS),
+            // api-check
+            _ => lab(true, &[Tool::Schemathesis]),
+        }
+    }
+
+    fn install_tools(&self) -> anyhow::Result<()> {
+        for tool in &self.tools {
+            match *tool {
+                Tool::Debian(binary, package) => {
+                    services::ensure_debian(binary, package)?;
+                }
+                Tool::K6 => tools::ensure_k6()?,
+                Tool::Schemathesis => tools::ensure_schemathesis()?,
+            }
+        }
+        Ok(())
+    }
+}
