@@ -11,8 +11,8 @@
 //! - `truth`, `verification`: the rows and Redis read directly, and their
 //!   join with the records, each method's claims checked;
 //! - `faults`: `--fault`, parsed and injected;
-//! - `server`, `own_redis`: the lab the runner serves, and a Redis of the
-//!   run's own;
+//! - `launcher`, `server`, `own_redis`: the one way a server starts, the
+//!   lab a run serves, and a Redis of the run's own;
 //! - `report`: report.md, chart.svg, report.html, results.json;
 //! - `provenance`: commit, command and versions behind the figures;
 //! - `smoke`: the checked runs `cargo xtask test` ends with;
@@ -28,6 +28,7 @@ mod comparison;
 mod faults;
 mod idle;
 mod k6;
+mod launcher;
 mod markers;
 mod modes;
 mod own_redis;

@@ -1,24 +1,27 @@
-//! `--serve`: a server of the runner's own, on a free port, with a database
-//! (`couponlab_loadtest_<migrations>`) and a Redis database (10) nobody else
-//! uses. It is emptied at start and stopped with SIGTERM when the run ends.
-//! It may talk to Redis and MySQL through the fault-injection links of
-//! `proxy.rs`, run its consumer roles in processes of their own, and be
-//! killed and restarted in the middle of a run (its data kept).
+//! The lab a run serves itself (`--serve`, idle, soak, the API check, the
+//! bench), started through the launcher: `couponlab serve` of this
+//! checkout's release build (or another build) on a free port, with a
+//! database (`couponlab_loadtest_<migrations>`) and a Redis database (10)
+//! nobody else uses unless told others. It is emptied at start, once every
+//! component serves or was refused, and stopped with SIGTERM when the run
+//! ends. It may talk to Redis and MySQL through the fault-injection links
+//! (`couponlab-links`), run its consumer roles in processes of their own,
+//! and be killed and restarted in the middle of a run (its data kept).
 //! The database name carries a hash of the migrations, so a checkout with
 //! other migrations never meets a schema it cannot migrate.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use couponlab_links::Links;
 
 use crate::api::Api;
+use crate::launcher::{self, Bind, Launch, Launched, kill, terminate};
 use crate::paths::{release_binary, root, strategy_dir};
 use crate::process_log;
-use couponlab_links::Links;
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
 
@@ -41,6 +44,8 @@ pub struct Serve<'a> {
     /// The roles apart: `serve --consumers false` plus one `consume`
     /// process per consumer role.
     pub roles_apart: bool,
+    /// Its database, when not the runner's ([`database_url`]).
+    pub database_url: Option<&'a str>,
     /// Its Redis, when not the machine's ([`REDIS_URL`]).
     pub redis_url: Option<&'a str>,
     /// Settings of its own (`COUPONLAB_*`), besides its links.
@@ -51,11 +56,7 @@ pub struct Serve<'a> {
 }
 
 pub struct Server {
-    child: Child,
-    binary: PathBuf,
-    port: u16,
-    /// The environment every process of the server is started with.
-    env: Vec<(&'static str, String)>,
+    process: Launched,
     /// The consumer processes, when the roles run apart: role and process.
     consumers: Vec<(&'static str, Child)>,
     roles_apart: bool,
@@ -91,39 +92,45 @@ impl Server {
     /// Starts the server as `serve` says, on a free port, and empties the
     /// lab's data.
     pub fn start_with(serve: Serve<'_>) -> anyhow::Result<Server> {
-        let dist = strategy_dir();
+        let database_url = match serve.database_url {
+            Some(url) => url.to_string(),
+            None => database_url()?,
+        };
         let redis_url = serve.redis_url.unwrap_or(REDIS_URL);
         let (database_url, redis_url) = match serve.links {
             // The server derives its components' users' URLs from these,
             // host and port included: they go through the links too.
-            Some(links) => (links.through(&database_url()?)?, links.through(redis_url)?),
-            None => (database_url()?, redis_url.to_string()),
+            Some(links) => (links.through(&database_url)?, links.through(redis_url)?),
+            None => (database_url, redis_url.to_string()),
         };
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        // A run's log starts empty.
-        drop(server_log(false)?);
-        let env = vec![
+        let mut env = vec![
             ("DATABASE_URL", database_url),
             ("REDIS_URL", redis_url),
-            ("COUPONLAB_STRATEGY_DIR", path(&dist)),
+            (
+                "COUPONLAB_STRATEGY_DIR",
+                strategy_dir().to_string_lossy().into_owned(),
+            ),
         ];
-        let env: Vec<(&'static str, String)> = env
-            .into_iter()
-            .chain(
-                serve
-                    .env
-                    .iter()
-                    .map(|&(key, value)| (key, value.to_string())),
-            )
-            .collect();
-        let binary = serve
-            .binary
-            .map_or_else(|| release_binary("couponlab"), Path::to_path_buf);
-        let mut server = Server {
-            child: spawn_serve(&binary, port, &env, serve.roles_apart)?,
-            binary,
-            port,
+        env.extend(
+            serve
+                .env
+                .iter()
+                .map(|&(key, value)| (key, value.to_string())),
+        );
+        let launch = Launch {
+            binary: serve
+                .binary
+                .map_or_else(|| release_binary("couponlab"), Path::to_path_buf),
+            args: if serve.roles_apart {
+                vec!["serve", "--consumers", "false"]
+            } else {
+                vec!["serve"]
+            },
             env,
+            bind: Bind::Env("COUPONLAB_BIND"),
+        };
+        let mut server = Server {
+            process: Launched::start(launch)?,
             consumers: Vec::new(),
             roles_apart: serve.roles_apart,
         };
@@ -132,13 +139,14 @@ impl Server {
         Api::new(&server.base_url())?.delete_data()?;
         if serve.roles_apart {
             for role in CONSUMERS {
-                let consumer = spawn_consumer(&server.binary, role, &server.env)?;
+                let consumer = spawn_consumer(server.process.launch(), role)?;
                 server.consumers.push((role, consumer));
             }
         }
         println!(
-            "serving on {} (a database of its own, Redis db 10{}{}; log: {})",
+            "serving on {} (a database of its own, Redis {}{}{}; log: {})",
             server.base_url(),
+            serve.redis_url.unwrap_or(REDIS_URL),
             if serve.links.is_some() {
                 ", through fault-injection proxies"
             } else {
@@ -149,24 +157,24 @@ impl Server {
             } else {
                 ""
             },
-            server_log_path().display()
+            launcher::log_path().display()
         );
         Ok(server)
     }
 
     /// CPU time the serving process has used, in seconds.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        crate::proc_stats::cpu_seconds(self.child.id())
+        crate::proc_stats::cpu_seconds(self.process.pid())
             .context("cannot read the server's CPU time from /proc")
     }
 
-    /// The serving process's id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// The serving process.
+    pub fn process(&self) -> &Launched {
+        &self.process
     }
 
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.process.base_url()
     }
 
     /// Whether the consumers run in processes of their own.
@@ -182,22 +190,22 @@ impl Server {
         after_kill: impl FnOnce() -> anyhow::Result<()>,
     ) -> anyhow::Result<Restarted> {
         let killed_at = Instant::now();
-        let old = kill(&mut self.child);
+        let old = self.process.kill();
         after_kill()?;
         // A server that cannot start (its database link cut, say) exits:
         // it is started again until it answers, START_LIMIT at most.
         loop {
-            self.child = spawn_serve(&self.binary, self.port, &self.env, self.roles_apart)?;
+            self.process.start_again()?;
             match self.wait_answering() {
                 Ok(()) => break,
-                Err(_) if killed_at.elapsed() < START_LIMIT && self.child.try_wait()?.is_some() => {
+                Err(_) if killed_at.elapsed() < START_LIMIT && self.process.exited()?.is_some() => {
                     std::thread::sleep(Duration::from_millis(200));
                 }
                 Err(err) => return Err(err),
             }
         }
         Ok(Restarted {
-            processes: vec![("serve", old, self.child.id())],
+            processes: vec![("serve", old, self.process.pid())],
             ready_after: killed_at.elapsed(),
         })
     }
@@ -212,7 +220,7 @@ impl Server {
         let mut processes = Vec::new();
         for (role, child) in &mut self.consumers {
             let old = kill(child);
-            *child = spawn_consumer(&self.binary, role, &self.env)?;
+            *child = spawn_consumer(self.process.launch(), role)?;
             processes.push((*role, old, child.id()));
         }
         Ok(Restarted {
@@ -226,7 +234,7 @@ impl Server {
         let api = Api::new(&self.base_url())?;
         let started = Instant::now();
         while api.get("/lab/strategies").is_err() {
-            if let Some(status) = self.child.try_wait()? {
+            if let Some(status) = self.process.exited()? {
                 bail!("the server exited at start with {status}");
             }
             if started.elapsed() > START_LIMIT {
@@ -275,7 +283,7 @@ impl Server {
                 );
                 said = true;
             }
-            if let Some(status) = self.child.try_wait()? {
+            if let Some(status) = self.process.exited()? {
                 bail!("the server exited while proving its components, with {status}");
             }
             if started.elapsed() > PROVING_LIMIT {
@@ -286,69 +294,21 @@ impl Server {
     }
 }
 
+/// The consumers stop first; the serving process, launched, when dropped.
 impl Drop for Server {
     fn drop(&mut self) {
         for (_, consumer) in &mut self.consumers {
             terminate(consumer);
         }
-        terminate(&mut self.child);
     }
 }
 
-/// Stops a server process as a supervisor would (SIGTERM: it finishes what
-/// it holds) and waits for it.
-pub fn terminate(child: &mut Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-}
-
-/// `couponlab serve` on `port`.
-fn spawn_serve(
-    binary: &Path,
-    port: u16,
-    env: &[(&str, String)],
-    roles_apart: bool,
-) -> anyhow::Result<Child> {
-    let mut command = Command::new(binary);
-    command.arg("serve");
-    if roles_apart {
-        command.args(["--consumers", "false"]);
-    }
-    command
-        .envs(env.iter().map(|(key, value)| (key, value)))
-        .env("COUPONLAB_BIND", format!("127.0.0.1:{port}"))
-        .env("RUST_LOG", "warn")
-        .stdout(server_log(true)?)
-        .spawn()
-        .with_context(|| format!("cannot start {}", binary.display()))
-}
-
-/// Where the served process logs, each process of a run after the one
-/// before (a restart appends): what a fault did on the server's side.
-fn server_log_path() -> PathBuf {
-    root().join("target").join("loadtest-server.log")
-}
-
-fn server_log(append: bool) -> anyhow::Result<Stdio> {
-    let path = server_log_path();
-    std::fs::create_dir_all(path.parent().expect("target/"))?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(append)
-        .write(true)
-        .truncate(!append)
-        .open(&path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(Stdio::from(file))
-}
-
-/// `couponlab consume <role>`, once it says it consumes.
-fn spawn_consumer(binary: &Path, role: &str, env: &[(&str, String)]) -> anyhow::Result<Child> {
-    let mut child = Command::new(binary)
+/// `couponlab consume <role>` of the server `serve` launched, with its
+/// environment, once it says it consumes.
+fn spawn_consumer(serve: &Launch, role: &str) -> anyhow::Result<Child> {
+    let mut child = Command::new(&serve.binary)
         .args(["consume", role])
-        .envs(env.iter().map(|(key, value)| (key, value)))
+        .envs(serve.env.iter().map(|(key, value)| (key, value)))
         // Warnings as the server's, and the line that says it consumes.
         .env("RUST_LOG", "warn,couponlab=info")
         .stdout(Stdio::piped())
@@ -372,18 +332,6 @@ fn spawn_consumer(binary: &Path, role: &str, env: &[(&str, String)]) -> anyhow::
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
-}
-
-/// SIGKILL, reaped; the process's id.
-fn kill(child: &mut Child) -> u32 {
-    let pid = child.id();
-    let _ = child.kill();
-    let _ = child.wait();
-    pid
-}
-
-fn path(path: &std::path::Path) -> String {
-    path.to_string_lossy().into_owned()
 }
 
 /// The scratch database's URL, named after the migrations it holds.
@@ -427,10 +375,13 @@ mod tests {
                 &json!({ "name": "restart", "totalCount": 3 }),
             )
             .unwrap();
-        let before = server.child.id();
+        let before = server.process.pid();
         let restarted = server.kill_and_restart(|| Ok(())).unwrap();
-        assert_eq!(restarted.processes, [("serve", before, server.child.id())]);
-        assert_ne!(before, server.child.id());
+        assert_eq!(
+            restarted.processes,
+            [("serve", before, server.process.pid())]
+        );
+        assert_ne!(before, server.process.pid());
         // Answering on the same address, the coupon still there.
         let result = api
             .get(&format!("/lab/coupons/{}/result", coupon["id"]))

@@ -21,8 +21,8 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::{
-    Options, Process, REDIS_URL, database_url, figure, host_benchmark, sold_out_coupon,
-    sold_out_script, start_lab, write_script, wrk_run,
+    Options, database_url, figure, host_benchmark, sold_out_coupon, sold_out_script, start_lab,
+    start_twin, write_script, wrk_run,
 };
 use crate::api::Api;
 use crate::markers;
@@ -61,7 +61,7 @@ const STAGES: [(&str, &str); 10] = [
     ("respond", "the answer turned into a response"),
 ];
 
-pub(super) fn main(options: &Options, wrk: &Path, dist: &Path) -> anyhow::Result<()> {
+pub(super) fn main(options: &Options, wrk: &Path) -> anyhow::Result<()> {
     let database = database_url()?;
     let dir = root().join("target").join("bench");
     std::fs::create_dir_all(&dir)?;
@@ -70,32 +70,19 @@ pub(super) fn main(options: &Options, wrk: &Path, dist: &Path) -> anyhow::Result
     for file in [&lab_file, &twin_file] {
         let _ = std::fs::remove_file(file);
     }
-    let lab = start_lab(
-        &database,
-        dist,
-        ("COUPONLAB_BUDGET", lab_file.display().to_string()),
-    )?;
+    let lab_writes_to = lab_file.display().to_string();
+    let lab = start_lab(&database, ("COUPONLAB_BUDGET", &lab_writes_to))?;
     let api = Api::new(&lab.base_url())?;
-    lab.wait_until_answering(&api)?;
-    let twin = Process::start(
-        "native-twin",
-        &[],
-        &[
-            ("DATABASE_URL", database),
-            ("REDIS_URL", REDIS_URL.into()),
-            ("COUPONLAB_BUDGET", twin_file.display().to_string()),
-        ],
-        "--bind",
-    )?;
-    twin.wait_until_listening()?;
+    let twin_writes_to = ("COUPONLAB_BUDGET", twin_file.display().to_string());
+    let twin = start_twin(&database, &[twin_writes_to])?;
 
     let (coupon, first) = sold_out_coupon(&api)?;
     // The lab's REDIS_LUA, the twin's, then the lab's other languages.
     let runs = [
-        ("couponlab", &lab, LAB_METHOD),
+        ("couponlab", lab.process(), LAB_METHOD),
         ("native twin", &twin, LAB_METHOD),
-        ("couponlab", &lab, LANGUAGES[0]),
-        ("couponlab", &lab, LANGUAGES[1]),
+        ("couponlab", lab.process(), LANGUAGES[0]),
+        ("couponlab", lab.process(), LANGUAGES[1]),
     ];
     let mut scripts = Vec::new();
     for (_, process, method) in runs {

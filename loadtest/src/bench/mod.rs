@@ -29,10 +29,9 @@
 mod budget;
 
 use std::fmt::Write as _;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -40,14 +39,14 @@ use couponlab_contract::keys;
 use serde_json::json;
 
 use crate::api::Api;
-use crate::markers;
-use crate::paths::{release_binary, root, strategy_dir};
-use crate::server::terminate;
+use crate::launcher::{Bind, Launch, Launched};
+use crate::paths::{release_binary, root};
+use crate::server::{Serve, Server};
+use crate::{markers, proc_stats};
 
 const REDIS_URL: &str = "redis://127.0.0.1:6379/11";
-/// How long a lab may take to start: it compiles every component first,
-/// the Python and JavaScript ones taking seconds each.
-const START_LIMIT: Duration = Duration::from_secs(300);
+/// How long the native twin may take to listen.
+const TWIN_START_LIMIT: Duration = Duration::from_secs(30);
 /// REDIS_LUA written in other languages, and the pair each is reported as.
 const LANGUAGES: [(&str, &str); 2] = [
     ("PY_REDIS_LUA", "sold out, Python"),
@@ -87,30 +86,18 @@ impl Options {
 
 pub fn main(options: &Options) -> anyhow::Result<()> {
     let wrk = Path::new("wrk");
-    let dist = strategy_dir();
     if options.budget {
-        return budget::main(options, wrk, &dist);
+        return budget::main(options, wrk);
     }
 
     let database = database_url()?;
-    let lab_with_traces =
-        |traces: &str| start_lab(&database, &dist, ("COUPONLAB_TRACES", traces.into()));
-    let lab = lab_with_traces("on")?;
+    let lab = start_lab(&database, ("COUPONLAB_TRACES", "on"))?;
     let api = Api::new(&lab.base_url())?;
-    lab.wait_until_answering(&api)?;
-    api.delete_data()?;
-    let untraced = lab_with_traces("off")?;
-    untraced.wait_until_answering(&Api::new(&untraced.base_url())?)?;
-    let twin = Process::start(
-        "native-twin",
-        &[],
-        &[("DATABASE_URL", database), ("REDIS_URL", REDIS_URL.into())],
-        "--bind",
-    )?;
-    twin.wait_until_listening()?;
+    let untraced = start_lab(&database, ("COUPONLAB_TRACES", "off"))?;
+    let twin = start_twin(&database, &[])?;
     let servers = [
-        ("couponlab", &lab),
-        (UNTRACED, &untraced),
+        ("couponlab", lab.process()),
+        (UNTRACED, untraced.process()),
         ("native twin", &twin),
     ];
 
@@ -133,7 +120,7 @@ pub fn main(options: &Options) -> anyhow::Result<()> {
     for (method, pair) in LANGUAGES {
         let body = json!({ "memberId": first + 1, "method": method }).to_string();
         let script = write_script(&format!("sold-out-{method}.lua"), &sold_out_script(&body))?;
-        bench.alone(pair, "couponlab", &lab, &script, &sold_out)?;
+        bench.alone(pair, "couponlab", lab.process(), &script, &sold_out)?;
     }
 
     // Issue: a fresh member per request and a fresh coupon per run, so the
@@ -150,11 +137,7 @@ pub fn main(options: &Options) -> anyhow::Result<()> {
     )?;
     let raw = redis_benchmark(sold_out.parse().context("coupon id")?, first + 1)?;
     println!("redis-benchmark EVALSHA of lua/reserve.lua: {raw:.0} requests/s");
-    let rss = [
-        ("couponlab", lab.rss_kib()),
-        (UNTRACED, untraced.rss_kib()),
-        ("native twin", twin.rss_kib()),
-    ];
+    let rss = servers.map(|(server, process)| (server, proc_stats::rss_kib(process.pid())));
     let mut markdown = report.markdown(options, raw, &rss);
     let _ = writeln!(
         markdown,
@@ -169,7 +152,7 @@ pub fn main(options: &Options) -> anyhow::Result<()> {
 struct Bench<'a> {
     options: &'a Options,
     wrk: &'a Path,
-    servers: &'a [(&'static str, &'a Process)],
+    servers: &'a [(&'static str, &'a Launched)],
     report: &'a mut Report,
 }
 
@@ -201,7 +184,7 @@ impl Bench<'_> {
         &mut self,
         pair: &'static str,
         server: &'static str,
-        process: &Process,
+        process: &Launched,
         script: &Path,
         coupon: &str,
     ) -> anyhow::Result<()> {
@@ -223,7 +206,7 @@ impl Bench<'_> {
         pair: &'static str,
         round: u32,
         server: &'static str,
-        process: &Process,
+        process: &Launched,
         script: &Path,
         coupon: &mut impl FnMut() -> anyhow::Result<String>,
     ) -> anyhow::Result<()> {
@@ -247,21 +230,32 @@ impl Bench<'_> {
     }
 }
 
-/// A lab serving `dist` on the bench's database and Redis, with one more
-/// setting.
-fn start_lab(database: &str, dist: &Path, setting: (&str, String)) -> anyhow::Result<Process> {
-    Process::start(
-        "couponlab",
-        &["serve"],
-        &[
-            ("DATABASE_URL", database.into()),
-            ("REDIS_URL", REDIS_URL.into()),
-            ("COUPONLAB_STRATEGY_DIR", dist.display().to_string()),
-            ("COUPONLAB_WATCH", "false".into()),
-            setting,
-        ],
-        "COUPONLAB_BIND",
-    )
+/// A lab on the bench's database and Redis, with one more setting.
+fn start_lab(database: &str, setting: (&'static str, &str)) -> anyhow::Result<Server> {
+    Server::start_with(Serve {
+        database_url: Some(database),
+        redis_url: Some(REDIS_URL),
+        env: &[("COUPONLAB_WATCH", "false"), setting],
+        ..Serve::default()
+    })
+}
+
+/// The native twin on the bench's database and Redis, with `settings`
+/// besides, once it listens.
+fn start_twin(database: &str, settings: &[(&'static str, String)]) -> anyhow::Result<Launched> {
+    let mut env = vec![
+        ("DATABASE_URL", database.to_string()),
+        ("REDIS_URL", REDIS_URL.to_string()),
+    ];
+    env.extend_from_slice(settings);
+    let mut twin = Launched::start(Launch {
+        binary: release_binary("native-twin"),
+        args: Vec::new(),
+        env,
+        bind: Bind::Flag("--bind"),
+    })?;
+    twin.wait_listening(TWIN_START_LIMIT)?;
+    Ok(twin)
 }
 
 /// A coupon of total 1, issued once: its id, and the member it went to (the
@@ -283,86 +277,6 @@ fn create_coupon(api: &Api, total: u64) -> anyhow::Result<String> {
         &json!({ "name": "bench", "totalCount": total }),
     )?;
     Ok(coupon["id"].as_u64().context("coupon id")?.to_string())
-}
-
-/// A server process of the bench's own, on a free port.
-struct Process {
-    child: Child,
-    port: u16,
-}
-
-impl Process {
-    fn start(
-        binary: &str,
-        args: &[&str],
-        env: &[(&str, String)],
-        bind: &str,
-    ) -> anyhow::Result<Process> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let mut command = Command::new(release_binary(binary));
-        command
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null());
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        let address = format!("127.0.0.1:{port}");
-        if bind.starts_with("--") {
-            command.arg(bind).arg(&address);
-        } else {
-            command.env(bind, &address);
-        }
-        let child = command
-            .spawn()
-            .with_context(|| format!("cannot start {}", release_binary(binary).display()))?;
-        Ok(Process { child, port })
-    }
-
-    fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Waits until the lab answers and every component serves or was
-    /// refused (a component new to the database proves itself first).
-    fn wait_until_answering(&self, api: &Api) -> anyhow::Result<()> {
-        let started = Instant::now();
-        let serving = || {
-            api.get("/lab/strategies")
-                .is_ok_and(|loaded| loaded["awaiting"].as_array().is_some_and(Vec::is_empty))
-        };
-        while !serving() {
-            anyhow::ensure!(
-                started.elapsed() < START_LIMIT,
-                "the lab did not answer within {START_LIMIT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
-    }
-
-    fn wait_until_listening(&self) -> anyhow::Result<()> {
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(30),
-                "the native twin did not listen within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
-    }
-
-    /// Resident memory now, from /proc.
-    fn rss_kib(&self) -> Option<u64> {
-        crate::proc_stats::rss_kib(self.child.id())
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        terminate(&mut self.child);
-    }
 }
 
 /// What one of the host's benchmark tests (`test`, ignored unless asked
@@ -462,7 +376,7 @@ impl std::fmt::Display for Run {
 
 fn wrk_run(
     wrk: &Path,
-    process: &Process,
+    process: &Launched,
     script: &Path,
     coupon: &str,
     connections: u32,

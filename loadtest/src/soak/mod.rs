@@ -321,7 +321,7 @@ fn sample(
     load: &Load,
     started: Instant,
 ) -> anyhow::Result<Sample> {
-    let pid = server.pid();
+    let pid = server.process().pid();
     let coupons = load.coupons.lock().unwrap().clone();
     let read = Instant::now();
     api.get(&format!("/lab/coupons/{}/result", coupons[2]))?;
