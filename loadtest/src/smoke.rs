@@ -120,7 +120,8 @@ fn spike(
     total: u64,
     dir: &Path,
 ) -> anyhow::Result<Runner> {
-    let runner = Runner::serving(plan(faults)?, false, K6::find(None)?, dir.to_path_buf())?;
+    let plan = FaultPlan::parse(faults)?;
+    let runner = Runner::serving(plan, false, K6::find(None)?, dir.to_path_buf())?;
     let comparison = Comparison {
         methods: methods_named(methods),
         total,
@@ -186,10 +187,6 @@ fn results(dir: &Path) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&std::fs::read_to_string(
         dir.join("results.json"),
     )?)?)
-}
-
-fn plan(specs: &[&str]) -> anyhow::Result<FaultPlan> {
-    FaultPlan::parse(&specs.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
 fn methods_named(list: &str) -> Vec<String> {
