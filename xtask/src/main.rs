@@ -14,12 +14,14 @@
 //!   is built and installed.
 //!
 //! Modules: `strategies` builds and installs the components, `polyglot`
-//! the Python and JavaScript ones; `new` writes a strategy; `services`
+//! the Python and JavaScript ones, `installed` keeps the record of what was
+//! installed; `new` writes a strategy; `services`
 //! makes sure Redis and MySQL answer and installs Debian's tools; `cluster`
 //! starts and stops the Redis Cluster; `runner` runs the load runner after
 //! what its task needs, `tools` installs the Python tools it calls.
 
 mod cluster;
+mod installed;
 mod new;
 mod polyglot;
 mod runner;

@@ -156,7 +156,7 @@ fn fingerprint(sources: &Path, tool: &Path) -> anyhow::Result<u64> {
         bytes.extend(file.to_string_lossy().as_bytes());
         bytes.extend(std::fs::read(file)?);
     }
-    Ok(crate::strategies::fnv1a(&bytes))
+    Ok(crate::installed::fnv1a(&bytes))
 }
 
 /// The method directories of a language (those holding an app), and its

@@ -10,27 +10,24 @@
 //! under `strategies/testing/`.
 //!
 //! The task records what it installed, with a hash of each file, in
-//! [`RECORD`] in the strategy directory. A file it installed earlier whose
+//! [`installed::RECORD`] in the strategy directory. A file it installed earlier whose
 //! crate is gone is removed if it is still exactly what the task wrote; any
 //! other `.wasm` there (a file dropped in by hand, or one changed since) is
 //! left alone and named in a note.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::{root, run, strategy_dir};
+use crate::{installed, root, run, strategy_dir};
 
 const TARGET: &str = "wasm32-wasip2";
 /// Crates under this folder of the workspace are test fixtures: built for
 /// the host's tests, never installed.
 const FIXTURES: &str = "testing";
-/// The strategy directory's record of what this task installed: one line per
-/// file, `<hash> <file name>` (the server only loads `*.wasm`).
-const RECORD: &str = ".xtask-installed";
 
 /// `cargo xtask strategies [--check]`.
 pub fn main(args: &[String]) -> anyhow::Result<()> {
@@ -53,7 +50,9 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
 fn check_installed(dir: &Path) -> anyhow::Result<()> {
     crate::services::ensure()?;
     crate::build_release()?;
-    let files = read_record(dir)?.into_keys().map(|file| dir.join(file));
+    let files = installed::read_record(dir)?
+        .into_keys()
+        .map(|file| dir.join(file));
     println!("proving every installed component (couponlab check)");
     run(Command::new(crate::release_binary("couponlab"))
         .arg("check")
@@ -88,27 +87,15 @@ pub fn build_and_install(dir: &Path) -> anyhow::Result<()> {
                 from.display()
             );
         }
-        let hash = install(&from, &dir.join(&component.file))?;
+        let hash = installed::install(&from, &dir.join(&component.file))?;
         installed.insert(component.file.clone(), hash);
     }
     for built in crate::polyglot::build()?.into_iter().filter(|b| !b.fixture) {
-        let hash = install(&built.path, &dir.join(&built.file))?;
+        let hash = installed::install(&built.path, &dir.join(&built.file))?;
         installed.insert(built.file, hash);
     }
 
-    let recorded = read_record(dir)?;
-    let stale = stale(dir, &recorded, &installed)?;
-    for file in &stale.removed {
-        let path = dir.join(file);
-        std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
-        println!("removed {file}: installed earlier, its crate is no longer in the workspace");
-    }
-    write_record(dir, &installed)?;
-    for file in &stale.kept {
-        println!(
-            "note: left {file} in place: no crate of the workspace builds it, and this task has no record of installing it as it is"
-        );
-    }
+    installed::record(dir, &installed)?;
     println!(
         "installed {} components into {}",
         installed.len(),
@@ -186,112 +173,6 @@ fn components(metadata: &Value) -> anyhow::Result<Vec<Component>> {
     }
     components.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(components)
-}
-
-/// Copies `from` next to `to` under a temporary name, then renames it into
-/// place: a watching server sees either the old file or the whole new one.
-/// An unchanged file is left alone. Returns the hash of what `to` holds.
-fn install(from: &Path, to: &Path) -> anyhow::Result<u64> {
-    let bytes = std::fs::read(from).with_context(|| format!("cannot read {}", from.display()))?;
-    let hash = fnv1a(&bytes);
-    if std::fs::read(to).is_ok_and(|existing| existing == bytes) {
-        return Ok(hash);
-    }
-    let partial = to.with_extension("wasm.partial");
-    std::fs::write(&partial, &bytes)
-        .with_context(|| format!("cannot write {}", partial.display()))?;
-    std::fs::rename(&partial, to)
-        .with_context(|| format!("cannot rename into {}", to.display()))?;
-    Ok(hash)
-}
-
-/// The `.wasm` files of the strategy directory that are no crate's now.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Stale {
-    /// Installed by this task, still byte for byte what it wrote: to remove.
-    removed: Vec<String>,
-    /// Anything else: dropped in by hand, or changed since it was installed.
-    kept: Vec<String>,
-}
-
-/// Sorts the `.wasm` files in `dir` that are not in `installed` by whether
-/// `recorded` proves this task wrote them as they are.
-fn stale(
-    dir: &Path,
-    recorded: &BTreeMap<String, u64>,
-    installed: &BTreeMap<String, u64>,
-) -> anyhow::Result<Stale> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|ext| ext == "wasm")
-            && path.is_file()
-            && let Some(name) = path.file_name().and_then(|n| n.to_str())
-        {
-            files.push(name.to_string());
-        }
-    }
-    files.sort();
-    let mut stale = Stale::default();
-    for file in files {
-        if installed.contains_key(&file) {
-            continue;
-        }
-        let ours = match recorded.get(&file) {
-            Some(&hash) => std::fs::read(dir.join(&file)).is_ok_and(|bytes| fnv1a(&bytes) == hash),
-            None => false,
-        };
-        if ours {
-            stale.removed.push(file);
-        } else {
-            stale.kept.push(file);
-        }
-    }
-    Ok(stale)
-}
-
-fn read_record(dir: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
-    let path = dir.join(RECORD);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(err) => return Err(err).with_context(|| format!("cannot read {}", path.display())),
-    };
-    Ok(parse_record(&text))
-}
-
-/// `<16 hex digits> <file name>` lines; a line of another shape is ignored,
-/// so the files it would have named are treated as not installed by the task.
-fn parse_record(text: &str) -> BTreeMap<String, u64> {
-    text.lines()
-        .filter_map(|line| {
-            let (hash, file) = line.split_once(' ')?;
-            let hash = u64::from_str_radix(hash, 16).ok()?;
-            (file.ends_with(".wasm") && !file.contains('/')).then(|| (file.to_string(), hash))
-        })
-        .collect()
-}
-
-/// Replaces the record with what this run installed (write, then rename).
-fn write_record(dir: &Path, installed: &BTreeMap<String, u64>) -> anyhow::Result<()> {
-    let text: String = installed
-        .iter()
-        .map(|(file, hash)| format!("{hash:016x} {file}\n"))
-        .collect();
-    let path = dir.join(RECORD);
-    let partial: PathBuf = dir.join(format!("{RECORD}.partial"));
-    std::fs::write(&partial, text)
-        .with_context(|| format!("cannot write {}", partial.display()))?;
-    std::fs::rename(&partial, &path)
-        .with_context(|| format!("cannot rename into {}", path.display()))
-}
-
-/// FNV-1a, 64 bits: tells whether a file is still the one the task wrote.
-/// Not a defence against anyone; a file changed by hand just has to differ.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 fn ensure_target() -> anyhow::Result<()> {
@@ -380,55 +261,5 @@ mod tests {
         // `testing-tools` is not under `testing/`.
         let metadata = metadata(&[package("testing-tools", "testing-tools", "cdylib")]);
         assert_eq!(components(&metadata).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn the_record_reads_back_what_was_written() {
-        let dir = scratch("record");
-        let installed = BTreeMap::from([
-            ("a.wasm".to_string(), 1u64),
-            ("b.wasm".to_string(), u64::MAX),
-        ]);
-        write_record(&dir, &installed).unwrap();
-        assert_eq!(read_record(&dir).unwrap(), installed);
-        assert_eq!(
-            parse_record("zz a.wasm\n0001 ../x.wasm\n0002 notes.txt\n0003 ok.wasm\n"),
-            BTreeMap::from([("ok.wasm".to_string(), 3u64)])
-        );
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn only_files_the_task_wrote_and_nobody_changed_are_stale_to_remove() {
-        let dir = scratch("stale");
-        let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();
-        write("current.wasm", b"current");
-        write("removed_crate.wasm", b"old build");
-        write("changed_by_hand.wasm", b"someone's own");
-        write("dropped_in.wasm", b"hand-made");
-        write("notes.txt", b"not a component");
-        let recorded = BTreeMap::from([
-            ("current.wasm".to_string(), fnv1a(b"previous build")),
-            ("removed_crate.wasm".to_string(), fnv1a(b"old build")),
-            ("changed_by_hand.wasm".to_string(), fnv1a(b"old build")),
-            ("vanished.wasm".to_string(), fnv1a(b"x")),
-        ]);
-        let installed = BTreeMap::from([("current.wasm".to_string(), fnv1a(b"current"))]);
-        assert_eq!(
-            stale(&dir, &recorded, &installed).unwrap(),
-            Stale {
-                removed: vec!["removed_crate.wasm".into()],
-                kept: vec!["changed_by_hand.wasm".into(), "dropped_in.wasm".into()],
-            }
-        );
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("xtask-strategies-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
     }
 }

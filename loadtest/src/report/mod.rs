@@ -2,6 +2,7 @@
 //! matter side by side, and the raw results.
 
 pub mod html;
+pub mod markup;
 pub mod why;
 
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::Row;
-use super::html::esc;
+use super::markup::esc;
 
 /// What one method's run says about why.
 #[derive(Debug, Clone, PartialEq, Default)]

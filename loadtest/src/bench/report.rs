@@ -1,0 +1,164 @@
+//! What the bench writes: each figure the median of its rounds, the lab
+//! against its twin, traces on against off, the sold-out path in each
+//! language, and every run.
+
+use std::fmt::Write as _;
+
+use super::wrk::Run;
+use super::{LANGUAGES, Options, UNTRACED};
+
+/// Every run, by pair and server.
+#[derive(Default)]
+pub(super) struct Report {
+    runs: Vec<(&'static str, &'static str, Run, Run)>,
+}
+
+impl Report {
+    /// What request traces cost: couponlab against itself with
+    /// `COUPONLAB_TRACES=off`, at one connection (latency) and saturated
+    /// (the time per request the two cores spend, 2 s / req/s).
+    fn traces_cost(&self) -> String {
+        let mut out = String::from(
+            "\nRequest traces, on (the default) against `COUPONLAB_TRACES=off`:\n\n| pair | p50 c=1 on | off | added | req/s on | off | core time per request on | off | added |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for pair in ["sold out", "issue"] {
+            let p50 = |server| self.median(pair, server, |_, s| s.p50_us);
+            let rps = |server| self.median(pair, server, |l, _| l.requests_per_s);
+            let (on, off) = (p50("couponlab"), p50(UNTRACED));
+            let (rps_on, rps_off) = (rps("couponlab"), rps(UNTRACED));
+            let core_us = |rps: f64| 2e6 / rps;
+            let _ = writeln!(
+                out,
+                "| {pair} | {on:.0} µs | {off:.0} µs | {:+.0} µs | {rps_on:.0} | {rps_off:.0} | {:.1} µs | {:.1} µs | {:+.1} µs |",
+                on - off,
+                core_us(rps_on),
+                core_us(rps_off),
+                core_us(rps_on) - core_us(rps_off),
+            );
+        }
+        out
+    }
+
+    /// The sold-out path in Python and JavaScript against REDIS_LUA in
+    /// Rust, on the same server in the same run.
+    fn languages(&self) -> String {
+        let rust_rps = self.median("sold out", "couponlab", |l, _| l.requests_per_s);
+        let rust_p50 = self.median("sold out", "couponlab", |_, s| s.p50_us);
+        let mut out = format!(
+            "\nThe sold-out path in other languages (the same `lua/reserve.lua`), against REDIS_LUA in Rust on the same server:\n\n| method | req/s | of Rust's | p50 c=1 | added to Rust's |\n|---|---:|---:|---:|---:|\n| REDIS_LUA | {rust_rps:.0} | 1.00× | {rust_p50:.0} µs | — |\n"
+        );
+        for (method, pair) in LANGUAGES {
+            let rps = self.median(pair, "couponlab", |l, _| l.requests_per_s);
+            let p50 = self.median(pair, "couponlab", |_, s| s.p50_us);
+            if rps.is_nan() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "| {method} | {rps:.0} | {:.2}× | {p50:.0} µs | {:+.0} µs |",
+                rps / rust_rps,
+                p50 - rust_p50
+            );
+        }
+        out
+    }
+
+    pub(super) fn add(
+        &mut self,
+        pair: &'static str,
+        server: &'static str,
+        loaded: Run,
+        single: Run,
+    ) {
+        self.runs.push((pair, server, loaded, single));
+    }
+
+    /// The median of `figure` over a server's rounds of a pair.
+    pub(super) fn median(
+        &self,
+        pair: &str,
+        server: &str,
+        figure: impl Fn(&Run, &Run) -> f64,
+    ) -> f64 {
+        let mut values: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|(p, s, ..)| *p == pair && *s == server)
+            .map(|(_, _, loaded, single)| figure(loaded, single))
+            .collect();
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+
+    pub(super) fn markdown(
+        &self,
+        options: &Options,
+        raw: f64,
+        rss: &[(&str, Option<u64>)],
+    ) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Measured by `cargo xtask bench --duration {} --rounds {} --connections {}` on this \
+             machine (2 cores, server, twin, wrk, MariaDB and Redis together), alternating \
+             couponlab and `native-twin` run by run; each figure is the median of the rounds.\n",
+            options.duration, options.rounds, options.connections
+        );
+        let _ = writeln!(
+            out,
+            "| pair | couponlab req/s | twin req/s | throughput ratio | couponlab p99 | twin p99 | p99 ratio | couponlab p50 c=1 | twin p50 c=1 | overhead per request |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for pair in ["sold out", "issue"] {
+            // What counts for the issue pair is what issued.
+            let answered = |run: &Run| match pair {
+                "issue" => run.requests_per_s - run.refused_per_s,
+                _ => run.requests_per_s,
+            };
+            let lab_rps = self.median(pair, "couponlab", |l, _| answered(l));
+            let twin_rps = self.median(pair, "native twin", |l, _| answered(l));
+            let lab_p99 = self.median(pair, "couponlab", |l, _| l.p99_us);
+            let twin_p99 = self.median(pair, "native twin", |l, _| l.p99_us);
+            let lab_p50 = self.median(pair, "couponlab", |_, s| s.p50_us);
+            let twin_p50 = self.median(pair, "native twin", |_, s| s.p50_us);
+            let _ = writeln!(
+                out,
+                "| {pair} | {lab_rps:.0} | {twin_rps:.0} | {:.2}× | {:.2} ms | {:.2} ms | {:.2}× | {lab_p50:.0} µs | {twin_p50:.0} µs | {:+.0} µs |",
+                lab_rps / twin_rps,
+                lab_p99 / 1000.0,
+                twin_p99 / 1000.0,
+                lab_p99 / twin_p99,
+                lab_p50 - twin_p50,
+            );
+        }
+        out.push_str(&self.traces_cost());
+        out.push_str(&self.languages());
+        let _ = writeln!(
+            out,
+            "\n`redis-benchmark` of the same EVALSHA (50 clients): {raw:.0} requests/s — the \
+             physical limit of the sold-out path on one Redis core.\n"
+        );
+        for (server, kib) in rss {
+            if let Some(kib) = kib {
+                let _ = writeln!(
+                    out,
+                    "- resident memory of {server} after the run: {:.0} MiB",
+                    *kib as f64 / 1024.0
+                );
+            }
+        }
+        out.push_str("\nEvery run (refused: answers other than 2xx, the sold-out pair's 409s):\n\n| pair | server | c | req/s | refused/s | p50 | p99 | c=1 p50 |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+        for (pair, server, loaded, single) in &self.runs {
+            let _ = writeln!(
+                out,
+                "| {pair} | {server} | {} | {:.0} | {:.0} | {:.0} µs | {:.0} µs | {:.0} µs |",
+                options.connections,
+                loaded.requests_per_s,
+                loaded.refused_per_s,
+                loaded.p50_us,
+                loaded.p99_us,
+                single.p50_us
+            );
+        }
+        out
+    }
+}
