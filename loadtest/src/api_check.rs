@@ -1,19 +1,16 @@
 //! `cargo xtask api-check`: the `/lab` API as a tool nobody here wrote sees
 //! it. Schemathesis (pinned from PyPI, its dependencies too, in a virtual
-//! environment under the target directory, where xtask installs it) reads `GET /lab/openapi.json` of
-//! a served lab and sends what the document allows and what it rules out,
-//! in all its phases: examples, coverage, fuzzing, and stateful sequences
-//! that follow the links it infers (a coupon created, then issued). A 5xx,
+//! environment under the target directory, where xtask installs it) reads
+//! `GET /lab/openapi.json` of a served lab and sends what the document
+//! allows and what it rules out, in all its phases: examples, coverage,
+//! fuzzing, and stateful sequences that follow the links it infers (a
+//! coupon created, then issued). A 5xx,
 //! an answer the document does not describe, a request the document allows
 //! and the server refuses (or the reverse) fails the run.
 //!
 //! Its seed is the day's unless `--seed` names one: each day's run explores
 //! inputs the days before did not, and a failure is replayed with the seed
 //! the run printed.
-//!
-//! ```text
-//! cargo xtask api-check [--max-examples 100] [--seed N] [--out DIR]
-//! ```
 //!
 //! The lab it checks has members, a coupon and a report run, so that every
 //! operation can be reached with data that exists, a report file

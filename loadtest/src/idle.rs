@@ -1,10 +1,5 @@
 //! `cargo xtask idle`: what a lab costs at rest, as its coupons pile up.
 //!
-//! ```text
-//! cargo xtask idle [--coupons 1,200,2000,10000] [--seconds 10] [--out docs/performance.md | --no-out]
-//!                   [--server PATH]
-//! ```
-//!
 //! A served lab on a Redis of its own (so that every command Redis counts
 //! is the lab's) and a database of its own. For each number of coupons, in
 //! order, the coupons are created (straight into the database, as many

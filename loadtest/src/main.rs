@@ -1,25 +1,29 @@
 //! The couponlab load runner: what `cargo xtask loadtest | bench | idle |
 //! soak | api-check` run, once xtask has made sure of Redis and MySQL,
 //! built the release binaries (this one among them) and the components,
-//! and installed the tools the task calls (see `loadtest/README.md`).
+//! and installed the tools the task calls (`loadtest/README.md`).
 //!
-//! - `modes`: `loadtest`'s modes and flags, and the runner they set up;
-//! - `comparison`: compare, spike and capacity, run and reported;
-//! - `runner`, `run`: what every run shares, and one method's run;
-//! - `k6`, `records`: k6's command and figures, and what every client was
-//!   told;
-//! - `truth`, `verification`: the rows and Redis read directly, and their
-//!   join with the records, each method's claims checked;
-//! - `faults`: `--fault`, parsed and injected;
-//! - `launcher`, `server`, `own_redis`: the one way a server starts, the
-//!   lab a run serves, and a Redis of the run's own;
-//! - `report`: report.md, chart.svg, report.html, results.json;
-//! - `provenance`: commit, command and versions behind the figures;
+//! - `modes`: `loadtest`'s modes and common flags, and the runner they set
+//!   up; `comparison`: compare, spike and capacity, run and reported;
+//! - `runner`: what every run shares; `run`: one method's run, its drain
+//!   and its join;
+//! - `k6`: k6's command and figures; `records`: what every client was told;
+//! - `truth`: the rows and Redis read directly; `verification`: their join
+//!   with the records, and the claims each figure breaks;
+//! - `faults`: `--fault` (`spec` one value, `plan` a run's, `injector` run
+//!   while the load runs, `target` what a fault does and undoes);
+//! - `launcher`: the one way a server starts; `server`: the lab a run serves
+//!   (`restart`: killed and started again); `own_redis`: a Redis of the
+//!   run's own;
+//! - `report`: report.md, chart.svg, results.json (`html` report.html,
+//!   `markup` the HTML parts both reports share, `why` the anomalies and a
+//!   trace); `provenance`: commit, command and versions;
 //! - `smoke`: the checked runs `cargo xtask test` ends with;
-//! - `bench`, `idle`, `soak`, `api_check`: the other subcommands;
-//! - `api`, `paths`, `process_log`, `proc_stats`, `markers`: the lab's API,
-//!   where things are, a child's log, a process's figures, docs written
-//!   between markers.
+//! - `bench` (`wrk`, `report`, `budget`), `idle`, `soak` (`sample`,
+//!   `verdict`, `report`), `api_check`: the other subcommands;
+//! - `api`: the lab's API; `paths`: where things are; `markers`: figures
+//!   written into a document; `process_log`: a child's log; `proc_stats`: a
+//!   process's figures from `/proc`.
 
 mod api;
 mod api_check;

@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use crate::records::Record;
 
-/// What the database and Redis hold for one coupon once nothing moves.
 /// What k6's script calls an answer that says the outcome is unknown.
 const OUTCOME_UNKNOWN: &str = "OUTCOME_UNKNOWN";
 
+/// What the database and Redis hold for one coupon once nothing moves.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Truth {
     pub total: u64,

@@ -3,10 +3,6 @@
 //! written natively: `host/src/bin/native-twin.rs`) side by side, in one
 //! run, alternating A B A B, under `wrk`, and writes `docs/performance.md`.
 //!
-//! ```text
-//! cargo xtask bench [--budget] [--duration 10s] [--rounds 3] [--connections 50] [--out docs/performance.md]
-//! ```
-//!
 //! `--budget` measures instead where one sold-out request's time goes at
 //! one connection, stage by stage (see `budget`).
 //!

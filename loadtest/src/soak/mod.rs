@@ -2,10 +2,6 @@
 //! rate for a long while, sampled every few seconds, and judged on whether
 //! what it holds stays flat.
 //!
-//! ```text
-//! cargo xtask soak [--duration 30m] [--rate 100] [--every 10s] [--trim] [--coupons 0] [--out DIR]
-//! ```
-//!
 //! The requests go round [`METHODS`] (a database method, REDIS_LUA, the
 //! stream consumers, write-behind, the drop gate) at `--rate` a second, each
 //! from its own worker thread; every [`COUPON_EVERY`] each method gets a new
@@ -22,9 +18,9 @@
 //! result read, the p99 — and with `--trim` (`COUPONLAB_STREAM_TRIM`) the
 //! streams' entries. What grows by design is reported per accepted request
 //! or per coupon: Redis's memory and keys (reservations, request snapshots;
-//! stream entries unless trimmed). The report, in the load runner's form ([`report`]),
-//! goes under `--out` (default `loadtest/reports/<UTC time>-soak/`, where
-//! the console lists it).
+//! stream entries unless trimmed). The report, in the load runner's form
+//! (`report.rs`, the verdict in `verdict.rs`), goes under `--out` (default
+//! `loadtest/reports/<UTC time>-soak/`, where the console lists it).
 
 mod report;
 mod sample;
