@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use super::{CONSUMERS, START_LIMIT, Server, spawn_consumer};
+use super::{START_LIMIT, Server, spawn_consumer};
 use crate::launcher::kill;
 
 /// What a kill and restart did.
@@ -94,7 +94,7 @@ mod tests {
 
     use super::*;
     use crate::api::Api;
-    use crate::server::Serve;
+    use crate::server::{CONSUMERS, Serve};
 
     #[test]
     #[ignore = "needs the release couponlab binary and the components"]
