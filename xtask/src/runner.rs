@@ -9,7 +9,7 @@
 use std::ffi::OsStr;
 use std::process::Command;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 
 use crate::{build_all, build_release, release_binary, services, strategy_dir, tools};
 
@@ -45,10 +45,12 @@ pub fn smoke() -> anyhow::Result<()> {
 /// Runs the runner's `task` with `args`, as built; a failure ends xtask
 /// with the runner's exit code, the runner having said why.
 fn run(task: &str, args: &[impl AsRef<OsStr>]) -> anyhow::Result<()> {
-    let status = Command::new(release_binary(RUNNER))
+    let binary = release_binary(RUNNER);
+    let status = Command::new(&binary)
         .arg(task)
         .args(args)
-        .status()?;
+        .status()
+        .with_context(|| format!("cannot start the load runner {}", binary.display()))?;
     match status.code() {
         Some(0) => Ok(()),
         Some(code) => std::process::exit(code),
