@@ -6,19 +6,15 @@
 //! what changes is only that the row is locked before they run.
 
 use couponlab_sdk::sql::{self, IsolationLevel};
-use couponlab_sdk::{IssueResult, Outcome, Step, coupon, params, plain_reads, settle};
+use couponlab_sdk::{IssueResult, Outcome, Step, plain_reads, settle};
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
     let tx = sql::begin(IsolationLevel::RepeatableRead)?;
-    let rows = tx.query(
+    let [total, issued] = plain_reads::coupon_columns(
+        &tx,
         "SELECT total_count, issued_count FROM coupons WHERE id = ? FOR UPDATE",
-        &params![coupon_id],
+        coupon_id,
     )?;
-    let row = coupon::row(&rows)?;
-    let (total, issued) = (
-        sql::int(&row[0]).unwrap_or(0),
-        sql::int(&row[1]).unwrap_or(0),
-    );
 
     // This first plain read takes the transaction's snapshot with the row
     // lock held, so it sees the rows of every request that held it before.

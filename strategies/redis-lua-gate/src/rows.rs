@@ -10,6 +10,7 @@
 //! sale was made without the gate (Redis was down, the switch was off), or
 //! the gate was set again from the rows after this request reserved.
 
+use couponlab_sdk::confirm::begin_with_issue_row;
 use couponlab_sdk::params;
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
 
@@ -44,11 +45,7 @@ pub fn confirm(coupon_id: u64, member_id: u64, epoch: i64) -> Confirmed {
 }
 
 fn try_confirm(coupon_id: u64, member_id: u64, epoch: i64) -> Result<Confirmed, SqlError> {
-    let tx = sql::begin(IsolationLevel::RepeatableRead)?;
-    tx.execute(
-        "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
-        &params![coupon_id, member_id],
-    )?;
+    let tx = begin_with_issue_row(coupon_id, member_id)?;
     let updated = tx.execute(
         "UPDATE coupons SET issued_count = issued_count + 1 \
          WHERE id = ? AND issued_count < total_count AND version = ?",

@@ -19,7 +19,7 @@
 use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
 use couponlab_sdk::redis::RedisError;
 use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
-use couponlab_sdk::{IssueResult, coupon, params};
+use couponlab_sdk::{IssueResult, params, plain_reads};
 
 use crate::store;
 
@@ -92,13 +92,12 @@ pub fn from_rows(
     ttl_seconds: u32,
 ) -> Result<Set, Unanswered> {
     let tx = sql::begin(IsolationLevel::ReadCommitted)?;
-    let rows = tx.query(
+    let [total, per_member_limit, version] = plain_reads::coupon_columns(
+        &tx,
         "SELECT total_count, per_member_limit, version FROM coupons WHERE id = ? FOR UPDATE",
-        &params![coupon_id],
+        coupon_id,
     )?;
-    let row = coupon::row(&rows)?;
-    let column = |i: usize| row.get(i).and_then(sql::int).unwrap_or(0);
-    let (total, per_member_limit, version) = (column(0), column(1).max(1), column(2));
+    let per_member_limit = per_member_limit.max(1);
     if let Some(remaining) = store::seeded(coupon_id)? {
         tx.rollback()?;
         return Ok(Set {

@@ -35,6 +35,16 @@ fn reserved(coupon_id: u64, key: &str) -> String {
     format!("{}reserved:{key}", keys::gate(coupon_id))
 }
 
+/// The stock's keys, `KEYS[1..3]` of the scripts that set it and bring it
+/// up to date: the units left, the per-member limit, the epoch.
+fn stock(coupon_id: u64) -> Vec<String> {
+    args![
+        keys::gate_remaining(coupon_id),
+        limit(coupon_id),
+        epoch(coupon_id)
+    ]
+}
+
 /// What the reserve script decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -177,13 +187,8 @@ pub fn seed(
     epoch_version: i64,
     ttl_seconds: u32,
 ) -> Result<SeedAnswer, RedisError> {
-    let keys = args![
-        keys::gate_remaining(coupon_id),
-        limit(coupon_id),
-        epoch(coupon_id)
-    ];
     let argv = args![quantity, per_member_limit, ttl_seconds, epoch_version];
-    let reply = redis::eval(SEED, &keys, &argv)?;
+    let reply = redis::eval(SEED, &stock(coupon_id), &argv)?;
     match reply.as_array() {
         Some([seeded, left]) => Ok(SeedAnswer {
             seeded: seeded.as_int() == Some(1),
@@ -217,13 +222,8 @@ pub fn settle(
     version: i64,
     sold: bool,
 ) -> Result<Settled, RedisError> {
-    let keys = args![
-        keys::gate_remaining(coupon_id),
-        limit(coupon_id),
-        epoch(coupon_id),
-        buyer(coupon_id, member_id),
-        reserved(coupon_id, key)
-    ];
+    let mut keys = stock(coupon_id);
+    keys.extend([buyer(coupon_id, member_id), reserved(coupon_id, key)]);
     let reply = redis::eval(SETTLE, &keys, &args![version, member_id, u8::from(sold)])?;
     match reply.as_int() {
         Some(1) => Ok(Settled::CountedIn),

@@ -8,7 +8,7 @@
 //! keeps the total when a Redis method reserved too many.
 
 use crate::bindings::couponlab::strategy::types::{Confirmation, IssueResult, Outcome};
-use crate::sql::{self, IsolationLevel, SqlError};
+use crate::sql::{self, IsolationLevel, SqlError, Transaction};
 use crate::{args, keys, params, redis};
 
 /// How a confirm ended.
@@ -33,12 +33,21 @@ pub fn confirm(coupon_id: u64, member_id: u64) -> Confirmed {
     }
 }
 
-fn try_confirm(coupon_id: u64, member_id: u64) -> Result<Confirmed, SqlError> {
+/// Starts a confirm step: its transaction, with the issue row inserted
+/// first, so a member's second row fails on the UNIQUE key before the
+/// coupon row is touched. The limited drop's confirm (REDIS_LUA_GATE),
+/// whose UPDATE adds the gate's epoch to the guard, starts the same way.
+pub fn begin_with_issue_row(coupon_id: u64, member_id: u64) -> Result<Transaction, SqlError> {
     let tx = sql::begin(IsolationLevel::RepeatableRead)?;
     tx.execute(
         "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
         &params![coupon_id, member_id],
     )?;
+    Ok(tx)
+}
+
+fn try_confirm(coupon_id: u64, member_id: u64) -> Result<Confirmed, SqlError> {
+    let tx = begin_with_issue_row(coupon_id, member_id)?;
     let updated = tx.execute(
         "UPDATE coupons SET issued_count = issued_count + 1 WHERE id = ? AND issued_count < total_count",
         &params![coupon_id],

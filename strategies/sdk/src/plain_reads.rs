@@ -40,17 +40,33 @@ pub struct CouponRow {
 /// locks (nothing, or a shared lock under SERIALIZABLE) is the isolation
 /// level's doing.
 pub fn read_coupon(tx: &Transaction, coupon_id: u64) -> Step<CouponRow> {
-    let rows = tx.query(
+    let [total, issued, version] = coupon_columns(
+        tx,
         "SELECT total_count, issued_count, version FROM coupons WHERE id = ?",
-        &params![coupon_id],
+        coupon_id,
     )?;
-    let row = coupon::row(&rows)?;
-    let column = |index: usize| row.get(index).and_then(sql::int).unwrap_or(0);
     Ok(CouponRow {
-        total: column(0),
-        issued: column(1),
-        version: column(2),
+        total,
+        issued,
+        version,
     })
+}
+
+/// The integer columns `query` selects from one coupon's row in `tx`, its
+/// one parameter the coupon id (a NULL reads as 0); no row is
+/// UNKNOWN_COUPON. Whether the read locks is the query's: [`read_coupon`]
+/// reads plainly, PESSIMISTIC and the limited drop's seeding (REDIS_LUA_GATE)
+/// `FOR UPDATE`.
+pub fn coupon_columns<const N: usize>(
+    tx: &Transaction,
+    query: &str,
+    coupon_id: u64,
+) -> Step<[i64; N]> {
+    let rows = tx.query(query, &params![coupon_id])?;
+    let row = coupon::row(&rows)?;
+    Ok(std::array::from_fn(|index| {
+        row.get(index).and_then(sql::int).unwrap_or(0)
+    }))
 }
 
 /// Ends the request as DUPLICATE when the member already has the coupon.
