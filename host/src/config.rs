@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::canary::CanaryMode;
 use crate::runtime::CapabilityArgs;
 use crate::traces::TraceArgs;
 
@@ -255,4 +254,16 @@ mod tests {
         };
         assert_eq!(config.capabilities.permits.per_gate, 2);
     }
+}
+
+/// When a component proves its claims before it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum CanaryMode {
+    /// Never: every component that passes the registry's checks serves.
+    Off,
+    /// A file whose sha256 has not passed a canary on this database.
+    #[default]
+    Changed,
+    /// At every load, passed before or not.
+    Always,
 }

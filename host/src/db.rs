@@ -4,7 +4,6 @@
 //! pool of [`runtime::sql::user`](crate::runtime::sql::user), as a
 //! restricted user.
 
-use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -13,8 +12,9 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 use sqlx::{ConnectOptions, Connection, Executor};
 
 use crate::config::Config;
+use crate::db_target::{STEP_LIMIT, answered, pool_options, redacted};
 use crate::runtime::sql::lent::StatementLimit;
-use crate::runtime::sql::user::{self, pool_options, redacted};
+use crate::runtime::sql::user;
 
 /// The migrations in `migrations/`, embedded at build time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -70,25 +70,6 @@ pub async fn connect(config: &Config) -> anyhow::Result<Server> {
 
 /// How long a server waits for another one's migrations to finish.
 const MIGRATION_LOCK_WAIT_S: u32 = 300;
-
-/// How long one step of the start may wait for the database's answer.
-pub const STEP_LIMIT: Duration = Duration::from_secs(30);
-
-/// `step`, or an error once `limit` passed without its answer. A link that
-/// lost a statement or its answer on the way leaves the connection waiting
-/// for ever (sqlx sets no read timeout): failing the start instead lets
-/// whoever supervises the server start it again, on new connections.
-pub async fn answered<T>(
-    what: &str,
-    limit: Duration,
-    step: impl Future<Output = anyhow::Result<T>>,
-) -> anyhow::Result<T> {
-    tokio::time::timeout(limit, step).await.unwrap_or_else(|_| {
-        Err(anyhow::anyhow!(
-            "the database did not answer {what} within {limit:?}"
-        ))
-    })
-}
 
 /// Runs the migrations, one server at a time: several servers starting on
 /// one new database would otherwise apply the same migration at once, and

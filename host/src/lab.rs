@@ -2,21 +2,21 @@
 
 use std::hash::{BuildHasher, RandomState};
 use std::ops::Deref;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::MySqlPool;
 
-use crate::canary;
+use tokio_util::sync::DropGuard;
+
 use crate::config::Config;
-use crate::consumers::announce::Announcements;
 use crate::db;
 use crate::metrics::Metrics;
+use crate::recently::Recently;
 use crate::recorder::Recorder;
 use crate::redis_claim;
 use crate::redis_target::{RedisConn, RedisTarget};
-use crate::runtime::watcher::{self, DirectoryWatcher};
 use crate::runtime::{Admin, Capabilities, Limits, Registry, Runtime};
 use crate::settlements::Settlements;
 use crate::traces::Traces;
@@ -39,21 +39,21 @@ pub struct LabState {
     pub runtime: Runtime,
     /// The strategies this server serves, by method name.
     pub registry: Registry,
-    /// The canaries running or due, one prover per file.
-    pub provers: canary::provers::Provers,
     /// What each issue request asked and got.
     pub recorder: Recorder,
     /// Requests whose outcome is to be settled later.
     pub settlements: Settlements,
     /// What each request's component did, call by call: the traces kept.
     pub traces: Traces,
-    /// The coupons whose streams this process announced lately.
-    pub announcements: Announcements,
+    /// The coupons whose streams this process announced lately, by stream
+    /// kind (`crate::announcements`).
+    pub announced: Recently<(&'static str, u64)>,
     /// This process among all those sharing the lab's Redis: its stream
     /// consumers, its loader and its request snapshots go by it.
     pub identity: String,
-    /// Reloads components as the strategy directory changes (when enabled).
-    watcher: OnceLock<DirectoryWatcher>,
+    /// Renews the lab's claim of its Redis database until the lab is gone
+    /// (none when the database is shared).
+    _claim: Option<DropGuard>,
 }
 
 impl Deref for Lab {
@@ -65,7 +65,9 @@ impl Deref for Lab {
 
 impl Lab {
     /// Connects the pools (MySQL is migrated; Redis connects lazily, so a
-    /// server starts while Redis is down) and loads the strategy directory.
+    /// server starts while Redis is down) and claims the Redis database. No
+    /// component is loaded yet: `crate::canary::start` loads them, once the
+    /// roles their canaries need run.
     pub async fn start(mut config: Config) -> anyhow::Result<Lab> {
         // A lease that ran out under a confirm still in progress would hand
         // its permit to another request: the gate would admit one too many.
@@ -122,52 +124,28 @@ impl Lab {
         })?;
         // Claimed last: a start refused for anything else leaves no claim
         // to hold another lab back.
-        let identity = redis_claim::identity(&database.pool).await?;
-        if !config.share_redis_database {
+        let claim = if config.share_redis_database {
+            None
+        } else {
+            let identity = redis_claim::identity(&database.pool).await?;
             redis_claim::claim_at_start(&redis, &identity, &config.redis_url).await?;
-        }
-        let dir = config.strategy_dir.clone();
-        let watch = config.watch;
+            Some(redis_claim::keep(redis.clone(), identity))
+        };
         let recorder = Recorder::sleeping_after(Duration::from_secs(config.record_dormant_after_s));
-        let lab = Lab(Arc::new(LabState {
+        Ok(Lab(Arc::new(LabState {
             config,
             db: database.pool,
             redis,
             redis_target,
             runtime,
             registry: Registry::default(),
-            provers: Default::default(),
             recorder,
             settlements: Settlements::default(),
             traces,
-            announcements: Announcements::default(),
+            announced: Recently::default(),
             identity: process_identity(),
-            watcher: OnceLock::new(),
-        }));
-        if !lab.config.share_redis_database {
-            redis_claim::keep(lab.downgrade(), identity);
-        }
-        canary::load_dir(&lab)
-            .await
-            .with_context(|| format!("cannot read {}", dir.display()))?;
-        if lab.registry.strategies().is_empty() && lab.provers.is_idle() {
-            tracing::warn!(dir = %dir.display(), "no strategy loaded; run `cargo xtask strategies`");
-        }
-        if watch {
-            let owner = lab.downgrade();
-            let watching = watcher::watch(&dir, move |files| {
-                let Some(lab) = owner.upgrade() else {
-                    return false;
-                };
-                for file in files {
-                    canary::provers::schedule(&lab, file);
-                }
-                true
-            })?;
-            let _ = lab.watcher.set(watching);
-            tracing::info!(dir = %dir.display(), "watching for strategy changes");
-        }
-        Ok(lab)
+            _claim: claim,
+        })))
     }
 
     /// A handle that does not keep the server alive: the background work

@@ -1,57 +1,83 @@
 //! couponlab: a lab server that measures first-come-first-served coupon
 //! issuance strategies, each one a WebAssembly component.
 //!
-//! # Layout
+//! # Layers
 //!
-//! - [`budget`]: where a request's time goes, stage by stage, when
-//!   `COUPONLAB_BUDGET` asks for it (`cargo xtask bench --budget`).
-//! - [`canary`]: a new or changed component proves its claims on a scratch
-//!   coupon before it serves.
-//! - [`config`]: command line and environment configuration; each
-//!   capability's settings come from its own module.
-//! - [`lab`]: the shared state of one server: its own pools, the runtime,
-//!   the strategy registry, the request recorder.
-//! - [`db`]: the server's own MySQL pool, database creation and migrations.
-//! - [`redis_target`]: the lab's Redis, a server or a Redis Cluster, and the
-//!   connection every Redis command of the host goes through.
-//! - [`redis_claim`]: one lab per Redis database: each host claims it for
-//!   its lab, and a server refuses to start on another lab's.
-//! - [`runtime`]: the wasmtime engine, the WIT bindings, the world a
-//!   component implements, one call into it, one module per capability
-//!   given to components (`redis`, `sql`, `jobs`, `permits`, `clock`,
-//!   `log`), and the registry of loaded strategies.
-//! - [`http`]: the `/lab` API, one module per resource, and the response
-//!   envelope every route answers with.
-//! - [`metrics`]: the Prometheus metrics `GET /metrics` serves.
-//! - [`outcome`]: how an issue request ended, its name and its status.
-//! - [`recorder`]: what each issue request asked and got, per coupon, and
-//!   the snapshots through which every host's result covers every host's
-//!   requests.
-//! - [`results`]: the result of one coupon, from the database, the recorder
-//!   and Redis.
-//! - [`consumers`]: the roles that confirm requests answered 202 — job
-//!   workers, the pub/sub subscriber, the stream consumers, the write-behind
-//!   loader.
-//! - [`confirmations`]: what became of each 202, recorded in Redis so every
-//!   process sees it.
-//! - [`telemetry`]: tracing set-up.
+//! The modules stand on floors, and a module imports only from the floors
+//! below its own (`docs/architecture.md`, *Layers*; the `layers` test
+//! keeps it so). Lowest first:
+//!
+//! 1. Leaves, which import no other module of the crate:
+//!    - [`budget`]: where a request's time goes, stage by stage, when
+//!      `COUPONLAB_BUDGET` asks for it (`cargo xtask bench --budget`).
+//!    - [`metrics`]: the Prometheus metrics `GET /metrics` serves.
+//!    - [`telemetry`]: tracing set-up.
+//!    - [`redis_target`]: the lab's Redis, a server or a Redis Cluster, and
+//!      the connection every Redis command of the host goes through.
+//!    - [`db_target`]: the lab's database as the host reaches it: a URL
+//!      without its password, the pools' settings, a bound on each step.
+//!    - [`recently`]: keys done at most once an interval.
+//!    - [`optional_fields`]: the OpenAPI schema of a flattened optional
+//!      field.
+//! 2. [`runtime`]: the wasmtime engine, the WIT bindings, the world a
+//!    component implements, one call into it, one module per capability
+//!    given to components (`redis`, `sql`, `jobs`, `permits`, `clock`,
+//!    `log`), and the registry of loaded strategies.
+//! 3. The lab's state, each module above the one before:
+//!    - [`outcome`]: how a request ended, its name and its status.
+//!    - [`traces`]: what each request's component did, call by call.
+//!    - [`config`]: command line and environment configuration; each
+//!      capability's settings come from its own module.
+//!    - [`db`]: the server's own MySQL pool, database creation and
+//!      migrations.
+//!    - [`recorder`]: what each issue request asked and got, per coupon,
+//!      and the snapshots every host publishes of it.
+//!    - [`confirmations`]: what became of each 202, recorded in Redis so
+//!      every process sees it.
+//!    - [`settlements`]: the requests whose outcome is to be settled later.
+//!    - [`redis_claim`]: one lab per Redis database.
+//!    - [`lab`]: the shared state of one server: its pools, the runtime,
+//!      the strategy registry, the recorder, the traces.
+//! 4. The roles, which act on a lab, each above the one before:
+//!    - [`announcements`]: which coupons' streams the stream roles read.
+//!    - [`snapshots`]: this host's record published, every host's read.
+//!    - [`issuing`]: the one path of an issue request and of a 202's
+//!      confirmation.
+//!    - [`consumers`]: the roles that confirm requests answered 202, and
+//!      the settle loop.
+//!    - [`canary`]: a new or changed component proves its claims on a
+//!      scratch coupon before it serves; it loads and watches the
+//!      strategy directory.
+//!    - [`results`]: the result of one coupon, from the database, the
+//!      recorder and Redis.
+//! 5. [`http`]: the `/lab` API, one module per resource, and the response
+//!    envelope every route answers with.
+//! 6. This file: the commands, and a server's start and stop.
 
+pub mod announcements;
 pub mod budget;
 pub mod canary;
 pub mod config;
 pub mod confirmations;
 pub mod consumers;
 pub mod db;
+pub mod db_target;
 pub mod http;
+pub mod issuing;
 pub mod lab;
+#[cfg(test)]
+mod layers;
 pub mod metrics;
+pub mod optional_fields;
 pub mod outcome;
+pub mod recently;
 pub mod recorder;
 pub mod redis_claim;
 pub mod redis_target;
 pub mod results;
 pub mod runtime;
 pub mod settlements;
+pub mod snapshots;
 pub mod telemetry;
 pub mod traces;
 
@@ -81,7 +107,7 @@ pub async fn run(cli: config::Cli) -> anyhow::Result<()> {
         } => {
             // The serving processes decide what is proved; a consumer takes
             // the directory as it is.
-            config.canary = canary::CanaryMode::Off;
+            config.canary = config::CanaryMode::Off;
             let lab = Lab::start(config).await?;
             consume(lab, consumer, shutdown_signal()).await
         }
@@ -93,10 +119,10 @@ pub async fn run(cli: config::Cli) -> anyhow::Result<()> {
 /// strategy directory as it is (no canary of its own, no watcher), with
 /// every consumer role, and prints each report.
 async fn check(files: Vec<std::path::PathBuf>, mut config: config::Config) -> anyhow::Result<()> {
-    config.canary = canary::CanaryMode::Off;
+    config.canary = config::CanaryMode::Off;
     config.watch = false;
     let lab = Lab::start(config).await?;
-    let consumers = consumers::start(&lab, consumers::Selection::all());
+    let roles = Roles::start(&lab, consumers::Selection::all()).await?;
     let mut refused = 0;
     for file in &files {
         let (verdict, answer) = canary::check(&lab, file).await;
@@ -104,7 +130,7 @@ async fn check(files: Vec<std::path::PathBuf>, mut config: config::Config) -> an
         eprintln!("{}: {verdict}", file.display());
         refused += usize::from(verdict != "passed");
     }
-    consumers.stop().await;
+    roles.stop().await;
     anyhow::ensure!(
         refused == 0,
         "{refused} of {} components failed their canary",
@@ -115,30 +141,30 @@ async fn check(files: Vec<std::path::PathBuf>, mut config: config::Config) -> an
 
 /// Serves the `/lab` API on `listener` until `shutdown` completes, with the
 /// job workers, the publisher of its request record and, unless configured
-/// off, the subscriber and the stream consumers. On shutdown the HTTP
-/// server stops first, then the consumers finish what they hold, and the
-/// record is published a last time.
+/// off, the subscriber and the stream consumers; the strategy directory is
+/// loaded once they run, and watched. On shutdown the HTTP server stops
+/// first, then the consumers finish what they hold, and the record is
+/// published a last time.
 pub async fn serve(
     listener: TcpListener,
     lab: Lab,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let in_process = lab.config.consumers.in_process;
-    let consumers = consumers::start(
+    let roles = Roles::start(
         &lab,
         consumers::Selection {
             jobs: true,
             ..consumers::Selection::all_if(in_process)
         },
-    );
-    // The canaries of 202 methods need the consumers just started.
-    lab.provers.open();
-    let publisher = recorder::shared::Publisher::start(&lab);
+    )
+    .await?;
+    let publisher = snapshots::Publisher::start(&lab);
     let served = axum::serve(listener, http::router(lab))
         .with_graceful_shutdown(shutdown)
         .await
         .context("the HTTP server failed");
-    consumers.stop().await;
+    roles.stop().await;
     publisher.stop().await;
     served
 }
@@ -150,10 +176,45 @@ pub async fn consume(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     tracing::info!(?consumer, "couponlab is consuming");
-    let consumers = consumers::start(&lab, consumers::Selection::only(consumer));
+    let roles = Roles::start(&lab, consumers::Selection::only(consumer)).await?;
     shutdown.await;
-    consumers.stop().await;
+    roles.stop().await;
     Ok(())
+}
+
+/// The roles a process runs on its lab: the consumers it was asked for,
+/// then the canaries, which load and watch the strategy directory (the
+/// canary of a method that answers 202 waits for its confirmations). It is
+/// started once the roles what was loaded needs listen.
+struct Roles {
+    consumers: consumers::Consumers,
+    canaries: canary::Canaries,
+}
+
+impl Roles {
+    async fn start(lab: &Lab, selected: consumers::Selection) -> anyhow::Result<Roles> {
+        let mut consumers = consumers::start(lab, selected);
+        match canary::start(lab).await {
+            Ok(canaries) => {
+                consumers.before_serving(lab).await;
+                Ok(Roles {
+                    consumers,
+                    canaries,
+                })
+            }
+            Err(err) => {
+                consumers.stop().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Stops watching the directory, then lets the consumers finish what
+    /// they hold.
+    async fn stop(self) {
+        drop(self.canaries);
+        self.consumers.stop().await;
+    }
 }
 
 /// Completes on ctrl-c or SIGTERM.

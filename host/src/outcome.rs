@@ -1,13 +1,60 @@
 //! How an issue request ended: the component's answer (a WIT `outcome`) or
 //! why there was none (a [`CallError`]), the name results and responses
 //! use, and the HTTP status it is answered with. Every mapping between
-//! them is here, once.
+//! them is here, once. And the [`Ending`] of a request or a confirmation,
+//! as the recorder counts it and the traces keep it.
+
+use std::sync::Arc;
 
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::CallError;
 use crate::runtime::bindings::types::Outcome as WitOutcome;
+
+/// How one request ended, or the confirmation of one answered 202.
+pub struct Ending {
+    pub coupon_id: u64,
+    pub member_id: u64,
+    pub method: Arc<str>,
+    /// When and in which order it reached this server; a confirmation
+    /// reaches it as a job, a message or an entry, and has neither.
+    pub arrived: Option<Arrived>,
+    pub outcome: Outcome,
+    pub retries: u32,
+    pub compensations: u32,
+    /// Scripts the call sent that outlived its deadline and were killed.
+    pub scripts_killed: u32,
+    /// Facts the component reported (`receivers = 1`).
+    pub labels: Vec<(String, String)>,
+}
+
+/// A request's arrival on this server.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrived {
+    /// 1 for the first request on its coupon in this process, then 2, 3, ...
+    pub sequence: u64,
+    /// Microseconds since the Unix epoch: the order across hosts.
+    pub at_us: u64,
+}
+
+impl Ending {
+    /// An ending of `method` with `outcome` and nothing else to count.
+    #[cfg(test)]
+    pub fn of(method: &str, outcome: Outcome) -> Self {
+        Ending {
+            coupon_id: 0,
+            member_id: 0,
+            method: Arc::from(method),
+            arrived: None,
+            outcome,
+            retries: 0,
+            compensations: 0,
+            scripts_killed: 0,
+            labels: Vec::new(),
+        }
+    }
+}
 
 /// Every way an issue request can end, as the result endpoint names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -66,8 +113,8 @@ impl From<&CallError> for Outcome {
 }
 
 impl Outcome {
-    /// The HTTP status an answer with this outcome has (the API's table in
-    /// `docs/architecture.md`): 2xx for a coupon issued or accepted, 409
+    /// The HTTP status an answer with this outcome has (the table in the
+    /// README's *Using the API*): 2xx for a coupon issued or accepted, 409
     /// for a refusal the client caused, 503 for one it may retry, 404 for
     /// an unknown member or coupon, 500 and 504 for a component that failed.
     pub fn status(self) -> StatusCode {

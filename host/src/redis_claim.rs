@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::MySqlPool;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::lab::WeakLab;
+use crate::db_target::redacted;
 use crate::redis_target::RedisConn;
 use crate::runtime::redis::is_connection_error;
-use crate::runtime::sql::user::redacted;
 
 /// The claim's key: the host's, outside `coupon:*`, so `DELETE /lab/data`
 /// leaves it and no component can forge it.
@@ -84,15 +84,19 @@ pub async fn claim_at_start(
     }
 }
 
-/// Renews the claim for as long as the lab runs.
-pub fn keep(lab: WeakLab, identity: String) {
+/// Renews the claim until the guard it answers is dropped, with the lab
+/// that holds it.
+#[must_use = "the claim lapses when the guard is dropped"]
+pub fn keep(redis: RedisConn, identity: String) -> DropGuard {
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(RENEW_EVERY);
         loop {
-            every.tick().await;
-            let Some(redis) = lab.upgrade().map(|lab| lab.redis().clone()) else {
-                return;
-            };
+            tokio::select! {
+                () = stopped.cancelled() => return,
+                _ = every.tick() => {}
+            }
             match claim(&redis, &identity).await {
                 Ok(None) => {}
                 Ok(Some(other)) => tracing::error!(
@@ -105,4 +109,5 @@ pub fn keep(lab: WeakLab, identity: String) {
             }
         }
     });
+    stop.drop_guard()
 }

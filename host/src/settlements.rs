@@ -15,33 +15,23 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::futures::Notified;
 
-use crate::lab::Lab;
-use crate::recorder::Settlement;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::IssueRequest;
 
 /// Requests kept at most; one more is logged and dropped.
 const MAX_UNSETTLED: usize = 10_000;
 
-/// The pause after a round that left requests unsettled.
-const RETRY_EVERY: Duration = Duration::from_millis(250);
-
-/// How long a request is tried before the host gives up on it.
-const GIVE_UP_AFTER: Duration = Duration::from_secs(600);
-
-/// How long a round waits for the lost sessions to be ended.
-const SESSIONS_LIMIT: Duration = Duration::from_secs(2);
-
-struct Unsettled {
-    strategy: Arc<Strategy>,
-    request: IssueRequest,
-    since: Instant,
+/// A request kept, and since when.
+pub struct Unsettled {
+    pub strategy: Arc<Strategy>,
+    pub request: IssueRequest,
+    pub since: Instant,
 }
 
 #[derive(Default)]
@@ -54,8 +44,8 @@ pub struct Settlements {
 
 impl Settlements {
     /// Keeps `request` of `strategy` to be settled; false when the queue is
-    /// full. The caller counts it (see [`keep`]).
-    fn push(&self, strategy: &Arc<Strategy>, request: &IssueRequest) -> bool {
+    /// full. The caller counts it.
+    pub fn push(&self, strategy: &Arc<Strategy>, request: &IssueRequest) -> bool {
         let mut queue = self.queue.lock();
         if self.pending() >= MAX_UNSETTLED {
             tracing::error!(method = %strategy.method, coupon = request.coupon_id, member = request.member_id,
@@ -78,126 +68,22 @@ impl Settlements {
     }
 
     /// One settled, or given up on.
-    fn done(&self) {
+    pub fn done(&self) {
         self.outstanding.fetch_sub(1, Ordering::Relaxed);
     }
-}
 
-/// Keeps `request` of `strategy` to be settled, counted in the coupon's
-/// result and in `/metrics`.
-pub fn keep(lab: &Lab, strategy: &Arc<Strategy>, request: &IssueRequest) {
-    if lab.settlements.push(strategy, request) {
-        lab.recorder
-            .settlement(request.coupon_id, &strategy.method, Settlement::Asked);
-        lab.runtime
-            .metrics()
-            .settlements
-            .with_label_values(&[&strategy.method, "kept"])
-            .inc();
+    /// Every request queued, taken to be tried now.
+    pub fn take_all(&self) -> Vec<Unsettled> {
+        self.queue.lock().drain(..).collect()
     }
-}
 
-/// The request a confirmation of `coupon_id` and `member_id` stands for,
-/// as a consumer settles it.
-pub fn request_of(coupon_id: u64, member_id: u64) -> IssueRequest {
-    IssueRequest {
-        coupon_id,
-        member_id,
-        duplicate_check: true,
-        idempotency_key: None,
-        quantity: 1,
+    /// Requests tried and not settled, queued again.
+    pub fn put_back(&self, left: Vec<Unsettled>) {
+        self.queue.lock().extend(left);
     }
-}
 
-/// Settles what is kept until cancelled.
-pub async fn run(lab: Lab, cancel: CancellationToken) {
-    loop {
-        let round: Vec<Unsettled> = lab.settlements.queue.lock().drain(..).collect();
-        let mut left = Vec::new();
-        if !round.is_empty()
-            && lab
-                .runtime
-                .capabilities()
-                .sql
-                .orphans
-                .until_none(SESSIONS_LIMIT)
-                .await
-        {
-            for unsettled in round {
-                if let Some(unsettled) = settle(&lab, unsettled).await {
-                    left.push(unsettled);
-                }
-            }
-        } else {
-            left = round;
-        }
-        let waiting = !left.is_empty();
-        lab.settlements.queue.lock().extend(left);
-        let added = lab.settlements.added.notified();
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(RETRY_EVERY), if waiting => {}
-            () = added, if !waiting => {}
-        }
+    /// Completes when a request is kept after this call.
+    pub fn added(&self) -> Notified<'_> {
+        self.added.notified()
     }
-}
-
-/// One try; the request back when it is not settled yet.
-async fn settle(lab: &Lab, unsettled: Unsettled) -> Option<Unsettled> {
-    let Unsettled {
-        strategy, request, ..
-    } = &unsettled;
-    let method = &strategy.method;
-    if lab.recorder.in_flight(request.coupon_id, request.member_id) {
-        return Some(unsettled);
-    }
-    let settled = match lab.runtime.compensate(strategy, request).await {
-        Ok(compensation) if !compensation.unfinished => {
-            let issued = issued(lab, request).await;
-            tracing::info!(%method, coupon = request.coupon_id, member = request.member_id, ?issued,
-                detail = compensation.detail.as_deref().unwrap_or_default(), "settled a request");
-            issued
-        }
-        Ok(_) | Err(_) => None,
-    };
-    let Some(issued) = settled else {
-        if unsettled.since.elapsed() < GIVE_UP_AFTER {
-            return Some(unsettled);
-        }
-        tracing::error!(%method, coupon = request.coupon_id, member = request.member_id,
-            "gave up settling a request after {GIVE_UP_AFTER:?}: its reservation may stay stranded");
-        lab.runtime
-            .metrics()
-            .settlements
-            .with_label_values(&[method, "abandoned"])
-            .inc();
-        lab.settlements.done();
-        return None;
-    };
-    let (what, label) = if issued {
-        (Settlement::Issued, "issued")
-    } else {
-        (Settlement::NotIssued, "not_issued")
-    };
-    lab.recorder.settlement(request.coupon_id, method, what);
-    lab.runtime
-        .metrics()
-        .settlements
-        .with_label_values(&[method, label])
-        .inc();
-    lab.settlements.done();
-    None
-}
-
-/// Whether the member has its row (`None`: the database did not answer).
-async fn issued(lab: &Lab, request: &IssueRequest) -> Option<bool> {
-    sqlx::query_scalar::<_, i64>(
-        "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ? AND member_id = ?",
-    )
-    .bind(request.coupon_id)
-    .bind(request.member_id)
-    .fetch_one(lab.db())
-    .await
-    .ok()
-    .map(|rows| rows > 0)
 }

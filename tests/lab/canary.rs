@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use couponlab::canary::CanaryMode;
+use couponlab::config::CanaryMode;
 use serde_json::{Value, json};
 
 use crate::common::{PUBSUB, Setup, TestLab, component, until};

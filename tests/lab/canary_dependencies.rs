@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use couponlab::canary::{CanaryMode, LIMIT};
-use couponlab::config::Config;
+use couponlab::canary::LIMIT;
+use couponlab::config::{CanaryMode, Config};
 use serde_json::{Value, json};
 use sqlx::Executor;
 

@@ -8,8 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use couponlab::Lab;
-use couponlab::canary::CanaryMode;
-use couponlab::config::Config;
+use couponlab::config::{CanaryMode, Config};
 use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -891,6 +890,16 @@ where
 }
 
 impl Setup {
+    /// The permits of each gate (the limited drop's buffer in front of the
+    /// database): `per_gate` of them, a request waiting at most `timeout_ms`
+    /// for one.
+    pub fn permits(self, per_gate: u64, timeout_ms: u64) -> Self {
+        self.tune(move |c| {
+            c.capabilities.permits.per_gate = per_gate;
+            c.capabilities.permits.permit_timeout_ms = timeout_ms;
+        })
+    }
+
     /// Strategy calls end after `ms` milliseconds (`request_timeout_ms`):
     /// for the tests of what a deadline ends. In place of any other `tune`.
     pub fn call_deadline_ms(self, ms: u64) -> Self {

@@ -103,13 +103,7 @@ fn gate_labels(result: &Value) -> &Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stock_100_and_500_concurrent_reserves_admit_exactly_100_and_sell_out_400() {
     // Permits for everyone: this case is about the Lua's atomicity alone.
-    let lab = Setup::with(&[COMPONENT])
-        .tune(|c| {
-            c.capabilities.permits.per_gate = 500;
-            c.capabilities.permits.permit_timeout_ms = 10_000;
-        })
-        .start()
-        .await;
+    let lab = Setup::with(&[COMPONENT]).permits(500, 10_000).start().await;
     let (members, coupon) = lab.members_and_coupon(500, 100).await;
     lab.seed_drop(coupon, 100).await.ok();
 
@@ -399,13 +393,7 @@ async fn a_drop_seeded_above_the_coupon_drains_at_the_database_guard() {
 // Seed case 6.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_restored() {
-    let lab = Setup::with(&[COMPONENT])
-        .tune(|c| {
-            c.capabilities.permits.per_gate = 1;
-            c.capabilities.permits.permit_timeout_ms = 100;
-        })
-        .start()
-        .await;
+    let lab = Setup::with(&[COMPONENT]).permits(1, 100).start().await;
     let members = lab.members(21).await;
     // Stock for everyone: only the permit can refuse them.
     let coupon = lab.coupon(100).await;
@@ -452,11 +440,8 @@ async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_permit_whose_confirm_failed_comes_back_at_once() {
     let lab = Setup::with(&[COMPONENT])
-        .tune(|c| {
-            c.capabilities.permits.per_gate = 1;
-            c.capabilities.permits.permit_timeout_ms = 50;
-            c.request_timeout_ms = 500;
-        })
+        .permits(1, 50)
+        .tune(|c| c.request_timeout_ms = 500)
         .start()
         .await;
     let (members, coupon) = lab.members_and_coupon(2, 10).await;

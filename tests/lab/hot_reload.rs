@@ -79,6 +79,16 @@ impl<T: Send + 'static> Traffic<T> {
     }
 }
 
+/// Finishes a lab that [`Traffic`] shared, once its tasks are stopped and
+/// the test holds the last reference.
+async fn finish_after_traffic(lab: Arc<TestLab>) {
+    Arc::try_unwrap(lab)
+        .ok()
+        .expect("traffic tasks are done")
+        .finish()
+        .await;
+}
+
 async fn strategies(lab: &TestLab) -> Value {
     lab.get("/lab/strategies").await.ok().clone()
 }
@@ -139,11 +149,7 @@ async fn replacing_a_component_under_traffic_fails_no_request() {
         let count = answers.iter().filter(|a| a.as_deref() == Ok(build)).count();
         assert!(count > 0, "{build} never answered");
     }
-    Arc::try_unwrap(lab)
-        .ok()
-        .expect("traffic tasks are done")
-        .finish()
-        .await;
+    finish_after_traffic(lab).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -337,11 +343,7 @@ async fn hot_reload_benchmark() {
         far.len(),
         answers.iter().filter(|(_, ok)| !ok).count()
     );
-    Arc::try_unwrap(lab)
-        .ok()
-        .expect("traffic tasks are done")
-        .finish()
-        .await;
+    finish_after_traffic(lab).await;
 }
 
 /// `cargo xtask run` serves `strategies/dist`, a path relative to where it

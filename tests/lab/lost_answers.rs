@@ -49,18 +49,79 @@ async fn on_links<T: Send + 'static>(
         .expect("the link does as asked")
 }
 
-/// Members ask for `coupon` `at_once` at a time until all have an answer.
-async fn burst(
-    lab: &TestLab,
-    coupon: u64,
-    members: &[u64],
-    method: &str,
-    at_once: usize,
-) -> Vec<Reply> {
-    let mut replies = Vec::new();
-    for wave in members.chunks(at_once) {
-        replies.extend(lab.issue_all(coupon, wave, method).await);
+/// How members send their requests for a coupon.
+#[derive(Clone, Copy)]
+enum Pace {
+    /// This many at a time, each wave once the one before it has all its
+    /// answers.
+    Waves(usize),
+    /// This many in flight, each next one sent as soon as one is answered:
+    /// whenever the link is cut, commands are on their way.
+    Steady(usize),
+}
+
+/// Every one of `members` asks for `coupon` at `pace`; the replies in the
+/// members' order.
+async fn ask(lab: &TestLab, coupon: u64, members: &[u64], method: &str, pace: Pace) -> Vec<Reply> {
+    match pace {
+        Pace::Waves(at_once) => {
+            let mut replies = Vec::new();
+            for wave in members.chunks(at_once) {
+                replies.extend(lab.issue_all(coupon, wave, method).await);
+            }
+            replies
+        }
+        Pace::Steady(in_flight) => {
+            futures::stream::iter(members.iter().map(|&m| lab.issue(coupon, m, method)))
+                .buffered(in_flight)
+                .collect()
+                .await
+        }
     }
+}
+
+/// Cuts `link` `after` from now and restores it `lasting` later.
+async fn cut_for_a_while(links: &Arc<Links>, link: Link, after: Duration, lasting: Duration) {
+    tokio::time::sleep(after).await;
+    on_links(links, move |links| links.cut(link)).await;
+    tokio::time::sleep(lasting).await;
+    on_links(links, move |links| links.restore(link)).await;
+}
+
+/// A new coupon of `total` for each of `methods`, with its method.
+async fn coupons_for(
+    lab: &TestLab,
+    methods: &[&'static str],
+    total: u64,
+) -> Vec<(&'static str, u64)> {
+    let mut coupons = Vec::new();
+    for &method in methods {
+        coupons.push((method, lab.coupon_for(method, total).await));
+    }
+    coupons
+}
+
+/// A round of requests across a Redis cut: `members` new members ask for
+/// each of `coupons` at `pace` while the Redis link is cut `cut.0` into
+/// the round and restored `cut.1` later. Each coupon's replies, in the
+/// order of `coupons`, once the server has settled.
+async fn across_a_redis_cut(
+    lab: &TestLab,
+    links: &Arc<Links>,
+    coupons: &[(&str, u64)],
+    members: u64,
+    pace: Pace,
+    (cut_after, cut_lasting): (Duration, Duration),
+) -> Vec<Vec<Reply>> {
+    let members = lab.members(members).await;
+    let requests = join_all(
+        coupons
+            .iter()
+            .map(|&(method, coupon)| ask(lab, coupon, &members, method, pace)),
+    );
+    let cut = cut_for_a_while(links, Link::Redis, cut_after, cut_lasting);
+    let (replies, ()) = tokio::join!(requests, cut);
+    settled(lab).await;
     replies
 }
 
@@ -143,13 +204,11 @@ async fn a_database_cut_mid_burst_leaves_redis_equal_to_the_rows_and_no_lock_beh
         }
         let members = lab.members(150).await;
         let bursts = join_all(coupons.iter().flat_map(|&(method, first, second)| {
-            [first, second].map(|coupon| burst(&lab, coupon, &members, method, 20))
+            [first, second].map(|coupon| ask(&lab, coupon, &members, method, Pace::Waves(20)))
         }));
         let cut = async {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            on_links(&links, |links| links.cut(Link::Database)).await;
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            on_links(&links, |links| links.restore(Link::Database)).await;
+            let (after, lasting) = (Duration::from_millis(50), Duration::from_secs(2));
+            cut_for_a_while(&links, Link::Database, after, lasting).await;
             Instant::now()
         };
         let (replies, restored) = tokio::join!(bursts, cut);
@@ -223,25 +282,10 @@ async fn a_redis_cut_mid_burst_strands_no_stock_and_every_coupon_sells_out_exact
     let lab = linked_lab(&links, Link::Redis, &COMPONENTS).await;
     const TOTAL: u64 = 40;
     let methods = ["REDIS_LUA", "REDIS_SET_ONLY", "REDIS_LUA_GATE"];
+    let cut = (Duration::from_millis(100), Duration::from_secs(1));
     for round in 1..=5 {
-        let mut coupons = Vec::new();
-        for method in methods {
-            coupons.push((method, lab.coupon_for(method, TOTAL).await));
-        }
-        let members = lab.members(120).await;
-        let bursts = join_all(
-            coupons
-                .iter()
-                .map(|&(method, coupon)| burst(&lab, coupon, &members, method, 30)),
-        );
-        let cut = async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            on_links(&links, |links| links.cut(Link::Redis)).await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            on_links(&links, |links| links.restore(Link::Redis)).await;
-        };
-        tokio::join!(bursts, cut);
-        settled(&lab).await;
+        let coupons = coupons_for(&lab, &methods, TOTAL).await;
+        across_a_redis_cut(&lab, &links, &coupons, 120, Pace::Waves(30), cut).await;
         for &(method, coupon) in &coupons {
             // Sold out exactly: new members until the coupon refuses one.
             until(
@@ -272,22 +316,6 @@ async fn a_redis_cut_mid_burst_strands_no_stock_and_every_coupon_sells_out_exact
     lab.finish().await;
 }
 
-/// Every one of `members` asks for `coupon`, `in_flight` requests at a
-/// time, each next one sent as soon as one is answered: whenever the link
-/// is cut, commands are on their way. The replies in the members' order.
-async fn steady(
-    lab: &TestLab,
-    coupon: u64,
-    members: &[u64],
-    method: &str,
-    in_flight: usize,
-) -> Vec<Reply> {
-    futures::stream::iter(members.iter().map(|&m| lab.issue(coupon, m, method)))
-        .buffered(in_flight)
-        .collect()
-        .await
-}
-
 /// A 503 that says the outcome is unknown: its write's answer was lost,
 /// and the server settles it later.
 fn told_unknown(reply: &Reply) -> bool {
@@ -309,25 +337,10 @@ async fn a_redis_cut_mid_burst_settles_every_lost_answer_and_strands_nothing_in_
     const TOTAL: u64 = 40;
     let methods = ["REDIS_LUA", "REDIS_SET_ONLY"];
     let (mut stranded, mut lost, mut definite) = (Vec::new(), 0, 0);
+    let cut = (Duration::from_millis(40), Duration::from_millis(600));
     for round in 1..=10 {
-        let mut coupons = Vec::new();
-        for method in methods {
-            coupons.push((method, lab.coupon_for(method, TOTAL).await));
-        }
-        let members = lab.members(300).await;
-        let requests = join_all(
-            coupons
-                .iter()
-                .map(|&(method, coupon)| steady(&lab, coupon, &members, method, 64)),
-        );
-        let cut = async {
-            tokio::time::sleep(Duration::from_millis(40)).await;
-            on_links(&links, |links| links.cut(Link::Redis)).await;
-            tokio::time::sleep(Duration::from_millis(600)).await;
-            on_links(&links, |links| links.restore(Link::Redis)).await;
-        };
-        let (replies, ()) = tokio::join!(requests, cut);
-        settled(&lab).await;
+        let coupons = coupons_for(&lab, &methods, TOTAL).await;
+        let replies = across_a_redis_cut(&lab, &links, &coupons, 300, Pace::Steady(64), cut).await;
         for (&(method, coupon), replies) in coupons.iter().zip(&replies) {
             assert!(
                 replies.iter().any(|reply| reply.status == 503),

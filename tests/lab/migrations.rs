@@ -104,7 +104,7 @@ async fn a_database_that_never_answers_fails_the_start_within_its_step_limit() {
     config.strategy_dir = strategy_dir.clone();
     config.compile_cache = compile_cache();
     config.watch = false;
-    let limit = couponlab::db::STEP_LIMIT + Duration::from_secs(30);
+    let limit = couponlab::db_target::STEP_LIMIT + Duration::from_secs(30);
     let refused = tokio::time::timeout(limit, couponlab::Lab::start(config))
         .await
         .unwrap_or_else(|_| panic!("the start still waited after {limit:?}"))

@@ -128,6 +128,7 @@ async fn call_cost_benchmark() {
     let (members, coupon) = lab.members_and_coupon(2, 1).await;
     lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
     let server = couponlab::Lab::start(lab.config.clone()).await.unwrap();
+    let _canaries = couponlab::canary::start(&server).await.unwrap();
     for method in ["TEST_BUILD", "REDIS_LUA"] {
         let strategy = server.registry.get(method).unwrap();
         let request = IssueRequest {

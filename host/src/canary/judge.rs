@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::report::{Failure, Figures};
 pub use super::requests::{Asked, Part};
 use crate::outcome::Outcome;
 use crate::runtime::bindings::types::Claim;
+use crate::runtime::canary_report::{Failure, Figures};
 
 /// What the database and the record of 202s hold once the canary's
 /// requests are answered and confirmed.

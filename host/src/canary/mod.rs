@@ -26,8 +26,8 @@
 
 pub mod judge;
 mod passes;
-pub mod provers;
-mod report;
+mod provers;
+
 mod requests;
 mod scratch;
 
@@ -35,16 +35,19 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use chrono::Utc;
 
 use self::judge::Verdict;
-use self::provers::Turn;
+use self::provers::{Provers, Turn};
 use self::scratch::Scratch;
-use crate::db;
+use crate::config::CanaryMode;
+use crate::db_target;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
+use crate::runtime::canary_report::{CanaryReport, Failure};
 use crate::runtime::registry::{self, Candidate, components_in};
-pub use report::{CanaryReport, Failure};
+use crate::runtime::watcher::{self, DirectoryWatcher};
 
 /// The scratch coupon's total.
 pub const TOTAL: u64 = 16;
@@ -61,21 +64,49 @@ const RETRY_PAUSE: Duration = Duration::from_secs(2);
 /// component is proved again instead.
 const PASSES_LIMIT: Duration = Duration::from_secs(5);
 
-/// When a component proves its claims before it serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum CanaryMode {
-    /// Never: every component that passes the registry's checks serves.
-    Off,
-    /// A file whose sha256 has not passed a canary on this database.
-    #[default]
-    Changed,
-    /// At every load, passed before or not.
-    Always,
+/// This server's canaries: a prover for each file on trial, and the
+/// watcher that hands them the files that change. Dropping it stops the
+/// watching; the provers end with the lab.
+pub struct Canaries {
+    _watcher: Option<DirectoryWatcher>,
 }
 
-/// Loads the strategy directory at start. What needs no canary serves at
-/// once; the files left to prove are handed to their provers.
-pub async fn load_dir(lab: &Lab) -> anyhow::Result<()> {
+/// Loads the strategy directory — what needs no canary serves at once, the
+/// files left to prove are handed to their provers — and, unless the
+/// configuration says otherwise, watches it. Called once the server's
+/// consumer roles run: the canary of a method that answers 202 waits for
+/// its confirmations.
+pub async fn start(lab: &Lab) -> anyhow::Result<Canaries> {
+    let dir = &lab.config.strategy_dir;
+    let provers = Arc::new(Provers::default());
+    load_dir(lab, &provers)
+        .await
+        .with_context(|| format!("cannot read {}", dir.display()))?;
+    if lab.registry.strategies().is_empty() && provers.is_idle() {
+        tracing::warn!(dir = %dir.display(), "no strategy loaded; run `cargo xtask strategies`");
+    }
+    if !lab.config.watch {
+        return Ok(Canaries { _watcher: None });
+    }
+    let owner = lab.downgrade();
+    let watcher = watcher::watch(dir, move |files| {
+        let Some(lab) = owner.upgrade() else {
+            return false;
+        };
+        for file in files {
+            provers::schedule(&provers, &lab, file);
+        }
+        true
+    })?;
+    tracing::info!(dir = %dir.display(), "watching for strategy changes");
+    Ok(Canaries {
+        _watcher: Some(watcher),
+    })
+}
+
+/// Loads the strategy directory. What needs no canary serves at once; the
+/// files left to prove are handed to their provers.
+async fn load_dir(lab: &Lab, provers: &Arc<Provers>) -> anyhow::Result<()> {
     for file in components_in(&lab.config.strategy_dir)? {
         let candidate = {
             let _one_at_a_time = lab.registry.one_at_a_time().await;
@@ -86,7 +117,7 @@ pub async fn load_dir(lab: &Lab) -> anyhow::Result<()> {
         };
         match known(lab, &candidate).await {
             Some(report) => lab.registry.publish(&lab.runtime, candidate, report),
-            None => provers::schedule(lab, file),
+            None => provers::schedule(provers, lab, file),
         }
     }
     Ok(())
@@ -96,7 +127,7 @@ pub async fn load_dir(lab: &Lab) -> anyhow::Result<()> {
 /// changed component serves only once its canary passed. Only one prover
 /// looks at a file at a time ([`provers`]); the registry's maps are changed
 /// one file at a time, but canaries run side by side.
-pub async fn reload(lab: &Lab, file: &Path) -> Turn {
+async fn reload(lab: &Lab, file: &Path) -> Turn {
     let candidate = {
         let _one_at_a_time = lab.registry.one_at_a_time().await;
         lab.registry.examine(&lab.runtime, file).await
@@ -170,7 +201,7 @@ async fn known(lab: &Lab, candidate: &Candidate) -> Option<Option<CanaryReport>>
     match lab.config.canary {
         CanaryMode::Off => Some(None),
         CanaryMode::Always => None,
-        CanaryMode::Changed => match db::answered(
+        CanaryMode::Changed => match db_target::answered(
             "reading the passed canaries",
             PASSES_LIMIT,
             passes::remembered(lab.db(), &candidate.0.sha256),

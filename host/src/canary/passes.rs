@@ -4,7 +4,7 @@
 
 use sqlx::MySqlPool;
 
-use super::report::CanaryReport;
+use crate::runtime::canary_report::CanaryReport;
 
 /// The report of the canary `sha256` passed here before, if it did.
 pub async fn remembered(db: &MySqlPool, sha256: &str) -> anyhow::Result<Option<CanaryReport>> {

@@ -6,14 +6,10 @@
 //! verdict (a dependency down, the scratch coupon deleted) leaves its file
 //! awaiting and is run again after [`RETRY_AFTER`], for as long as it takes:
 //! a component is never refused because Redis or the database was away.
-//! No canary runs before the server [`Provers::open`]s them, once its own
-//! consumer roles run: a canary of a 202 method started while the first
-//! start still compiled the other components would wait for confirmations
-//! nobody was there to give.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Once;
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -40,27 +36,18 @@ pub struct Provers {
     /// last looked at it.
     running: Mutex<HashMap<PathBuf, bool>>,
     slots: Semaphore,
-    opened: Once,
 }
 
 impl Default for Provers {
     fn default() -> Self {
         Provers {
             running: Mutex::default(),
-            // No slot until the server opens them.
-            slots: Semaphore::new(0),
-            opened: Once::new(),
+            slots: Semaphore::new(AT_ONCE),
         }
     }
 }
 
 impl Provers {
-    /// Lets the canaries run, [`AT_ONCE`] at a time: the server calls it
-    /// once its consumer roles run. Calling it again changes nothing.
-    pub fn open(&self) {
-        self.opened.call_once(|| self.slots.add_permits(AT_ONCE));
-    }
-
     /// Whether no file is being proved or waits to be.
     pub fn is_idle(&self) -> bool {
         self.running.lock().is_empty()
@@ -95,9 +82,9 @@ impl Provers {
 /// Brings the registry in line with `file` in the background, beside the
 /// other files; a file already being looked at is looked at again when its
 /// prover is done.
-pub fn schedule(lab: &Lab, file: PathBuf) {
+pub fn schedule(provers: &Arc<Provers>, lab: &Lab, file: PathBuf) {
     {
-        let mut running = lab.provers.running.lock();
+        let mut running = provers.running.lock();
         if let Some(changed) = running.get_mut(&file) {
             *changed = true;
             return;
@@ -106,14 +93,14 @@ pub fn schedule(lab: &Lab, file: PathBuf) {
     }
     // The prover holds the lab only while it works: a server that stops
     // ends its provers.
-    let owner = lab.downgrade();
+    let (owner, provers) = (lab.downgrade(), provers.clone());
     tokio::spawn(async move {
         loop {
             let Some(lab) = owner.upgrade() else {
                 return;
             };
             let turn = {
-                let Ok(_slot) = lab.provers.slots.acquire().await else {
+                let Ok(_slot) = provers.slots.acquire().await else {
                     return;
                 };
                 super::reload(&lab, &file).await
@@ -122,13 +109,10 @@ pub fn schedule(lab: &Lab, file: PathBuf) {
                 tracing::warn!(file = %file.display(), %reason, "the canary reached no verdict; it runs again shortly, the file awaiting meanwhile");
                 drop(lab);
                 tokio::time::sleep(RETRY_AFTER).await;
-                let Some(lab) = owner.upgrade() else {
-                    return;
-                };
-                lab.provers.take_change(&file);
+                provers.take_change(&file);
                 continue;
             }
-            if !lab.provers.finish_unless_changed(&file) {
+            if !provers.finish_unless_changed(&file) {
                 return;
             }
         }

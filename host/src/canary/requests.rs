@@ -1,5 +1,5 @@
-//! The canary's requests, made the way `POST …/issue` makes them but
-//! recorded nowhere a user looks: an unknown member, an unknown coupon, a
+//! The canary's requests, made through the path of `POST …/issue`
+//! ([`crate::issuing`]) but recorded nowhere a user looks: an unknown member, an unknown coupon, a
 //! burst of members (some asking twice), then members one at a time until
 //! the coupon answers that it is sold out, each followed, for a method that
 //! answers 202, by the wait until its consumers confirmed what it accepted.
@@ -16,11 +16,11 @@ use tokio::task::JoinSet;
 use super::judge::Truth;
 use super::scratch::Scratch;
 use crate::confirmations;
-use crate::consumers::announce;
+use crate::issuing::{self, Asker};
 use crate::lab::Lab;
 use crate::outcome::Outcome;
+use crate::runtime::Strategy;
 use crate::runtime::bindings::types::IssueRequest;
-use crate::runtime::{IssueCall, Strategy, Unanswered};
 
 /// How often the wait for confirmations looks.
 const DRAIN_LOOK: Duration = Duration::from_millis(25);
@@ -176,31 +176,15 @@ async fn ask(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64, member: u64, part
         idempotency_key: None,
         quantity: 1,
     };
-    announce::announce(lab, strategy, coupon).await;
-    let started = Instant::now();
-    let IssueCall { answer, .. } = lab.runtime.issue(strategy, &request).await;
-    let took = started.elapsed();
-    announce::announce_after(lab, strategy, coupon);
-    let (outcome, detail, settle_later) = match answer {
-        Ok(result) => (result.outcome.into(), result.detail, result.settle_later),
-        Err(Unanswered { error, .. }) => (Outcome::from(&error), Some(error.to_string()), false),
-    };
-    let mut recorded = None;
-    if outcome == Outcome::Accepted {
-        recorded = confirmations::record_accepted(lab.redis(), coupon, member, &strategy.method)
-            .await
-            .err()
-            .map(|err| format!("the canary could not record its 202: {err}"));
-    }
+    let answered = issuing::issue(lab, strategy, request, Asker::Canary).await;
     Asked {
         part,
         coupon,
         member,
-        outcome,
-        // What the component said, or why the canary cannot judge the answer.
-        detail: recorded.or(detail),
-        settle_later,
-        took,
+        outcome: answered.outcome,
+        detail: answered.detail,
+        settle_later: answered.settle_later,
+        took: answered.took,
     }
 }
 

@@ -9,7 +9,7 @@ use anyhow::Context;
 use redis::AsyncCommands;
 use sqlx::{MySqlPool, Row};
 
-use crate::consumers::announce;
+use crate::announcements;
 use crate::lab::Lab;
 
 /// The names of a canary's members start with this, then its coupon's id.
@@ -152,7 +152,7 @@ async fn remove(lab: &Lab, coupons: &[u64]) -> anyhow::Result<()> {
 /// Removes a scratch coupon's Redis keys and announcements.
 async fn remove_keys(lab: &Lab, coupon: u64) -> redis::RedisResult<()> {
     let mut redis = lab.redis().clone();
-    announce::forget(&mut redis, coupon).await?;
+    announcements::forget(&mut redis, coupon).await?;
     for pattern in [
         format!("coupon:*{{{coupon}}}*"),
         format!("coupon:*{{{coupon}-*"),

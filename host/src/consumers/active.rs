@@ -28,8 +28,7 @@ use couponlab_contract::Stream;
 use redis::streams::{StreamInfoGroupsReply, StreamPendingReply, StreamRangeReply};
 use redis::{AsyncCommands, RedisResult, Value};
 
-use super::announce::{announced_for, announcements_key, now_ms};
-use super::group::CouponStream;
+use crate::announcements::{announced_for, announcements_key, now_ms};
 use crate::db;
 use crate::lab::Lab;
 use crate::redis_target::RedisConn;
@@ -39,6 +38,28 @@ use crate::redis_target::RedisConn;
 pub(super) const LOOK_EVERY: Duration = Duration::from_millis(200);
 /// How often a stream no longer announced is asked whether it is settled.
 const SETTLED_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// One coupon's stream of one kind.
+#[derive(Debug, Clone)]
+pub(super) struct CouponStream {
+    pub key: String,
+    pub kind: Stream,
+    pub coupon: u64,
+}
+
+impl CouponStream {
+    pub fn of(kind: Stream, coupon: u64) -> Self {
+        Self {
+            key: kind.key(coupon),
+            kind,
+            coupon,
+        }
+    }
+
+    pub fn group(&self) -> &'static str {
+        self.kind.group
+    }
+}
 
 /// The active coupons' streams of one kind a role reads.
 pub(super) struct CouponStreams {

@@ -20,7 +20,7 @@ use redis::streams::{
 use redis::{AsyncCommands, RedisResult};
 use tokio_util::sync::CancellationToken;
 
-use super::active::{CouponStreams, LOOK_EVERY};
+use super::active::{CouponStream, CouponStreams, LOOK_EVERY};
 use super::pause_unless_cancelled;
 use crate::lab::Lab;
 use crate::redis_target::RedisConn;
@@ -36,28 +36,6 @@ const CLAIM_PAGE: usize = 16;
 /// a slot) and so cannot block on them all: the pause after a round that
 /// found nothing.
 const CLUSTER_IDLE_PAUSE: Duration = Duration::from_millis(20);
-
-/// One coupon's stream of one kind.
-#[derive(Debug, Clone)]
-pub(super) struct CouponStream {
-    pub key: String,
-    pub kind: Stream,
-    pub coupon: u64,
-}
-
-impl CouponStream {
-    pub fn of(kind: Stream, coupon: u64) -> Self {
-        Self {
-            key: kind.key(coupon),
-            kind,
-            coupon,
-        }
-    }
-
-    pub fn group(&self) -> &'static str {
-        self.kind.group
-    }
-}
 
 /// What a role runs with, as [`keep_running`] hands it over: the lab, the
 /// signal to stop, the consumer's name in its group, a connection of its

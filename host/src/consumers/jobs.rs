@@ -9,7 +9,8 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{record, until_answered};
+use super::until_answered;
+use crate::issuing;
 use crate::lab::Lab;
 use crate::runtime::jobs::Job;
 
@@ -46,7 +47,9 @@ async fn run(lab: &Lab, job: Job) {
     })
     .await;
     match ran.result {
-        Ok(confirmation) => record(lab, &job.strategy, &confirmation, Some(ran.trace)).await,
+        Ok(confirmation) => {
+            issuing::confirmed(lab, &job.strategy, &confirmation, Some(ran.trace)).await
+        }
         // Failed every attempt: the reservation stays and the request stays
         // pending in the result — visible, not silently lost.
         Err(err) => {

@@ -1,6 +1,7 @@
 //! The roles that confirm requests answered 202: the job workers (stage 4),
 //! the pub/sub subscriber (stage 5), the stream consumers (stage 6) and the
-//! write-behind loader (stages 9-10).
+//! write-behind loader (stages 9-10); and the settle loop, which finishes
+//! what calls left unsettled ([`settle`]).
 //!
 //! The host owns the mechanics — reading, claiming, acking, counting
 //! deliveries, dead-lettering, recording — and hands each job, message or
@@ -9,29 +10,24 @@
 //! runs one alone.
 
 mod active;
-pub mod announce;
+
 mod group;
 pub mod jobs;
 #[cfg(test)]
 mod lua_names;
 pub mod pubsub;
+mod settle;
 pub mod stream;
 pub mod write_behind;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Consumer;
-use crate::confirmations;
 use crate::lab::Lab;
-use crate::runtime::bindings::types::Confirmation;
-use crate::runtime::trace::CallTrace;
-use crate::runtime::{CallError, Strategy, Traced};
-use crate::settlements;
-use crate::traces::Finished;
+use crate::runtime::{CallError, Traced};
 
 /// How long a stopping role may take to finish what it holds.
 const STOP_GRACE: Duration = Duration::from_secs(30);
@@ -76,29 +72,44 @@ impl Selection {
 pub struct Consumers {
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    subscriber: Option<pubsub::Subscribed>,
 }
 
 /// Starts the `selected` consumers for `lab`.
 pub fn start(lab: &Lab, selected: Selection) -> Consumers {
     let cancel = CancellationToken::new();
     // Every process settles what its own calls left unsettled.
-    let mut tasks = vec![tokio::spawn(settlements::run(lab.clone(), cancel.clone()))];
+    let mut tasks = vec![tokio::spawn(settle::run(lab.clone(), cancel.clone()))];
     if selected.jobs {
         tasks.extend(jobs::spawn(lab, cancel.clone()));
     }
-    if selected.pubsub {
-        tasks.push(pubsub::spawn(lab, cancel.clone()));
-    }
+    let subscriber = selected.pubsub.then(|| {
+        let (task, subscribed) = pubsub::spawn(lab, cancel.clone());
+        tasks.push(task);
+        subscribed
+    });
     if selected.stream {
         tasks.extend(stream::spawn(lab, cancel.clone()));
     }
     if selected.write_behind {
         tasks.push(write_behind::spawn(lab, cancel.clone()));
     }
-    Consumers { cancel, tasks }
+    Consumers {
+        cancel,
+        tasks,
+        subscriber,
+    }
 }
 
 impl Consumers {
+    /// Waits until the roles the loaded components need listen (the
+    /// subscriber, when a component of the pub/sub role is loaded).
+    pub async fn before_serving(&mut self, lab: &Lab) {
+        if let Some(subscriber) = &mut self.subscriber {
+            subscriber.before_serving(lab).await;
+        }
+    }
+
     /// Stops reading new work, lets every role finish what it holds (or
     /// leave it pending), and waits for them.
     pub async fn stop(self) {
@@ -136,45 +147,6 @@ where
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(RETRY_MAX);
-    }
-}
-
-/// Records what an accepted request became, and for an issued one how long
-/// after its 202 it was confirmed; one the component could not settle is
-/// kept to be settled later. `trace`: the call that confirmed it alone,
-/// kept with the request's traces.
-async fn record(
-    lab: &Lab,
-    strategy: &Arc<Strategy>,
-    confirmation: &Confirmation,
-    trace: Option<CallTrace>,
-) {
-    let method = &*strategy.method;
-    if let Some(trace) = trace {
-        let finished = Finished {
-            coupon_id: confirmation.coupon_id,
-            member_id: confirmation.member_id,
-            method,
-            sequence: None,
-            arrived_us: u64::MAX,
-            outcome: confirmation.outcome.into(),
-            compensations: confirmation.compensations,
-        };
-        lab.traces.confirmation(finished, trace);
-    }
-    if confirmation.settle_later {
-        let request = settlements::request_of(confirmation.coupon_id, confirmation.member_id);
-        settlements::keep(lab, strategy, &request);
-    }
-    match confirmations::record_confirmed(lab.redis(), confirmation).await {
-        Ok(Some(lag)) if strategy.serving() => lab
-            .runtime
-            .metrics()
-            .confirmation_lag
-            .with_label_values(&[method])
-            .observe(lag.as_secs_f64()),
-        Ok(_) => {}
-        Err(err) => tracing::warn!(method, error = %err, "could not record a confirmation"),
     }
 }
 

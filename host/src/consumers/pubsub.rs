@@ -13,23 +13,54 @@ use std::time::Duration;
 
 use couponlab_contract::message;
 use futures::StreamExt;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
-use super::{pause_unless_cancelled, record, until_answered};
+use super::{pause_unless_cancelled, until_answered};
+use crate::issuing;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 
 /// How often the subscriber looks for (or re-checks) a component to serve.
 const HANDLER_CHECK: Duration = Duration::from_secs(1);
 
-pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
+/// How long a starting server waits for its subscriber before it serves.
+const SUBSCRIBER_WAIT: Duration = Duration::from_secs(3);
+
+/// Whether the subscriber is subscribed, as its task tells it.
+pub struct Subscribed(watch::Receiver<bool>);
+
+impl Subscribed {
+    /// Waits, at most a few seconds, until the subscriber listens when a
+    /// component of the pub/sub role is loaded: a 202 answered before it
+    /// listens publishes into nothing, and a server that serves a component
+    /// from its first request must not open with that gap.
+    pub async fn before_serving(&mut self, lab: &Lab) {
+        if !listening(lab) {
+            return;
+        }
+        let subscribed = self.0.wait_for(|subscribed| *subscribed);
+        if tokio::time::timeout(SUBSCRIBER_WAIT, subscribed)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "the pub/sub subscriber did not listen within {SUBSCRIBER_WAIT:?}; serving anyway"
+            );
+        }
+    }
+}
+
+pub fn spawn(lab: &Lab, cancel: CancellationToken) -> (JoinHandle<()>, Subscribed) {
     let lab = lab.clone();
-    tokio::spawn(async move {
+    let (subscribed, told) = watch::channel(false);
+    let task = tokio::spawn(async move {
         loop {
             if listening(&lab) {
-                match subscribe(&lab, &cancel).await {
+                let result = subscribe(&lab, &cancel, &subscribed).await;
+                subscribed.send_replace(false);
+                match result {
                     Ok(()) if cancel.is_cancelled() => return,
                     Ok(()) => tracing::info!("no pubsub-issuer component is loaded; unsubscribed"),
                     Err(err) => {
@@ -41,16 +72,22 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> JoinHandle<()> {
                 return;
             }
         }
-    })
+    });
+    (task, Subscribed(told))
 }
 
 /// Listens until cancelled or until no component handles the messages
 /// (`Ok`), or until the connection fails (`Err`).
-async fn subscribe(lab: &Lab, cancel: &CancellationToken) -> anyhow::Result<()> {
+async fn subscribe(
+    lab: &Lab,
+    cancel: &CancellationToken,
+    subscribed: &watch::Sender<bool>,
+) -> anyhow::Result<()> {
     // On a cluster, one node: every node hands on every PUBLISH.
     let mut pubsub = lab.redis_target.subscriber().get_async_pubsub().await?;
     let channel = lab.redis_target.requests_channel();
     pubsub.subscribe(&channel).await?;
+    subscribed.send_replace(true);
     tracing::info!(%channel, "pub/sub subscriber listening");
     let mut messages = pubsub.on_message();
     // The seed hands messages to a bounded executor; so do we.
@@ -98,7 +135,9 @@ async fn handle(lab: &Lab, payload: &str) {
     let attempts = lab.config.consumers.max_deliveries;
     let handled = until_answered(attempts, || lab.runtime.handle_message(&strategy, payload)).await;
     match handled.result {
-        Ok(Some(confirmation)) => record(lab, &strategy, &confirmation, Some(handled.trace)).await,
+        Ok(Some(confirmation)) => {
+            issuing::confirmed(lab, &strategy, &confirmation, Some(handled.trace)).await
+        }
         Ok(None) => tracing::warn!(method = %strategy.method, payload, "message not understood"),
         // Failed every attempt: the member stays reserved and the request
         // pending in the result.

@@ -29,11 +29,13 @@ use redis::streams::StreamId;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::active::CouponStream;
 use super::group::{
-    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, held_ids, holding,
-    keep_running, to_wit,
+    Consumer, ack, copy_to_dead_letters, delivery_counts, field, held_ids, holding, keep_running,
+    to_wit,
 };
-use super::{pause_unless_cancelled, record, until_answered};
+use super::{pause_unless_cancelled, until_answered};
+use crate::issuing;
 use crate::lab::Lab;
 use crate::redis_target::RedisConn;
 use crate::runtime::Strategy;
@@ -151,7 +153,7 @@ async fn deliver(
             if answer.disposition == Disposition::Ack {
                 // Recorded before the ack: a crash in between redelivers the
                 // entry, and the first outcome recorded stays.
-                record(lab, &strategy, &answer.confirmation, Some(handled.trace)).await;
+                issuing::confirmed(lab, &strategy, &answer.confirmation, Some(handled.trace)).await;
                 ack(conn, stream, &[&entry.id]).await?;
             }
         }
@@ -187,7 +189,7 @@ async fn dead_letter(
     let answered = until_answered(1, || lab.runtime.dead_letter(&strategy, &entry)).await;
     match answered.result {
         Ok(confirmation) => {
-            record(lab, &strategy, &confirmation, Some(answered.trace)).await;
+            issuing::confirmed(lab, &strategy, &confirmation, Some(answered.trace)).await;
             ack(conn, stream, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, deliveries, "stream entry dead-lettered");
         }

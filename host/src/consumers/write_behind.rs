@@ -24,11 +24,13 @@ use redis::RedisResult;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::active::CouponStream;
 use super::group::{
-    Consumer, CouponStream, ack, copy_to_dead_letters, delivery_counts, field, held_ids, holding,
-    keep_running, to_wit,
+    Consumer, ack, copy_to_dead_letters, delivery_counts, field, held_ids, holding, keep_running,
+    to_wit,
 };
-use super::{pause_unless_cancelled, record, until_answered};
+use super::{pause_unless_cancelled, until_answered};
+use crate::issuing;
 use crate::lab::Lab;
 use crate::redis_target::RedisConn;
 use crate::runtime::Strategy;
@@ -185,7 +187,7 @@ async fn load_batch(
                 tracing::error!(method = %strategy.method, entries = entries.len(), confirmations = confirmations.len(), "a loaded batch's confirmations do not match its entries");
             }
             for confirmation in &confirmations {
-                record(lab, strategy, confirmation, None).await;
+                issuing::confirmed(lab, strategy, confirmation, None).await;
             }
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
             ack(conn, stream, &ids).await?;
@@ -203,7 +205,7 @@ async fn load_batch(
         let loaded = until_answered(1, || lab.runtime.load_entry(strategy, entry)).await;
         match loaded.result {
             Ok(Ok(confirmation)) => {
-                record(lab, strategy, &confirmation, Some(loaded.trace)).await;
+                issuing::confirmed(lab, strategy, &confirmation, Some(loaded.trace)).await;
                 ack(conn, stream, &[&entry.id]).await?;
             }
             Ok(Err(err)) => {
@@ -238,7 +240,7 @@ async fn dead_letter(
         until_answered(1, || lab.runtime.write_behind_dead_letter(strategy, &entry)).await;
     match answered.result {
         Ok(confirmation) => {
-            record(lab, strategy, &confirmation, Some(answered.trace)).await;
+            issuing::confirmed(lab, strategy, &confirmation, Some(answered.trace)).await;
             ack(conn, stream, &[&entry.id]).await?;
             tracing::warn!(id = %entry.id, "write-behind entry dead-lettered; reconcile will write it");
             Ok(true)

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
 use super::schema::{ServerFailed, Success};
-use crate::consumers::announce;
+use crate::announcements;
 use crate::lab::Lab;
 use crate::recorder::shared;
 use crate::redis_target::RedisConn;
@@ -75,12 +75,12 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     let deleted = unlink_matching(&mut redis, "coupon:*").await?;
     // Every host's record of requests: this one's now, the others' at their
     // next look at the generation; then their snapshots.
-    shared::start_new_generation(&lab).await?;
+    shared::start_new_generation(&lab.recorder, lab.redis()).await?;
     unlink_matching(&mut redis, shared::SNAPSHOTS).await?;
-    unlink_matching(&mut redis, announce::ANNOUNCEMENTS).await?;
+    unlink_matching(&mut redis, announcements::ANNOUNCEMENTS).await?;
     // The announcements were deleted: the next request of a coupon
     // announces it afresh.
-    lab.announcements.clear();
+    lab.announced.clear();
     lab.traces.clear();
     Ok(Answer(
         StatusCode::OK,

@@ -1,8 +1,6 @@
-//! `POST /lab/coupons/{couponId}/issue`: run one issue request on the
-//! component that serves the chosen method.
-//!
-//! The host only times, records and translates: which checks run, in which
-//! order, and what is compensated is the component's business.
+//! `POST /lab/coupons/{couponId}/issue`: the body checked, one issue
+//! request run on the component that serves the chosen method
+//! ([`crate::issuing`]), its answer in the envelope.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +9,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
-use tracing::Instrument;
 use utoipa::openapi::{ContentBuilder, RefOr, Response, ResponseBuilder};
 use utoipa::{IntoResponses, ToSchema};
 
@@ -19,15 +16,10 @@ use super::envelope::{Answer, ApiError, AppJson, idempotency_key, positive, posi
 use super::integer::{integer, optional_integer};
 use super::schema::{ComponentFailed, CouponPath, Success, refusal};
 use crate::budget::{self, Stage};
-use crate::confirmations;
-use crate::consumers::announce;
+use crate::issuing::{self, Asker};
 use crate::lab::Lab;
 use crate::outcome::Outcome;
-use crate::recorder::Ending;
 use crate::runtime::bindings::types::IssueRequest;
-use crate::runtime::{IssueCall, Unanswered};
-use crate::settlements;
-use crate::traces::Finished;
 
 /// Most coupons one request may ask for.
 const MAX_QUANTITY: u64 = 100;
@@ -175,121 +167,8 @@ async fn issue(
         idempotency_key: body.idempotency_key,
         quantity: quantity as u32,
     };
-    let arrival = lab.recorder.arrive(coupon_id, member_id);
-    let sequence = arrival.sequence;
-    let span = tracing::debug_span!(
-        "issue",
-        method = %strategy.method,
-        coupon = coupon_id,
-        outcome = tracing::field::Empty
-    );
-    announce::announce(&lab, &strategy, coupon_id).await;
-    let IssueCall {
-        answer,
-        scripts_killed,
-        trace,
-    } = lab
-        .runtime
-        .issue(&strategy, &request)
-        .instrument(span.clone())
-        .await;
-    announce::announce_after(&lab, &strategy, coupon_id);
-    let (ending, detail) = match answer {
-        Ok(result) => {
-            let detail = if result.settle_later {
-                settlements::keep(&lab, &strategy, &request);
-                Some(format!(
-                    "{}; the result shows what it became once settled",
-                    result.detail.as_deref().unwrap_or("outcome unknown")
-                ))
-            } else {
-                result.detail
-            };
-            (
-                Ending {
-                    outcome: result.outcome.into(),
-                    retries: result.retries,
-                    compensations: result.compensations,
-                    scripts_killed,
-                    labels: result.labels,
-                },
-                detail,
-            )
-        }
-        Err(Unanswered {
-            error,
-            compensation,
-        }) => {
-            tracing::error!(method = %strategy.method, %error, "strategy call failed");
-            let outcome = Outcome::from(&error);
-            // An undo that could not run now runs later.
-            if compensation.as_ref().is_some_and(|done| {
-                done.as_ref().is_err() || done.as_ref().is_ok_and(|done| done.unfinished)
-            }) {
-                settlements::keep(&lab, &strategy, &request);
-            }
-            let (compensations, undone) = match compensation {
-                None => (0, String::new()),
-                Some(Ok(done)) => (
-                    done.undone,
-                    format!(
-                        "; compensated: {}",
-                        done.detail.as_deref().unwrap_or("done")
-                    ),
-                ),
-                Some(Err(failed)) => (0, format!("; the compensation failed too: {failed}")),
-            };
-            (
-                Ending {
-                    outcome,
-                    retries: 0,
-                    compensations,
-                    scripts_killed,
-                    labels: Vec::new(),
-                },
-                Some(format!("{error}{undone}")),
-            )
-        }
-    };
-    let outcome = ending.outcome;
-    span.record("outcome", outcome.name());
-    let retries = ending.retries;
-    let finished = Finished {
-        coupon_id,
-        member_id,
-        method: &strategy.method,
-        sequence: Some(sequence),
-        arrived_us: arrival.arrived_us(),
-        outcome,
-        compensations: ending.compensations,
-    };
-    lab.traces.request(finished, trace);
-    let latency = lab.recorder.finish(arrival, &strategy.method, ending);
-    let metrics = lab.runtime.metrics();
-    metrics
-        .issue_requests
-        .with_label_values(&[&*strategy.method, outcome.name()])
-        .inc();
-    metrics
-        .issue_duration
-        .with_label_values(&[&*strategy.method])
-        .observe(latency.as_secs_f64());
-    if outcome == Outcome::Accepted {
-        // Recorded off the response path: the 202 does not wait for it. The
-        // record lives in Redis so a consumer in another process can pair its
-        // confirmation with it.
-        let lab = lab.clone();
-        let method = strategy.method.clone();
-        tokio::spawn(async move {
-            if let Err(err) =
-                confirmations::record_accepted(lab.redis(), coupon_id, member_id, &method).await
-            {
-                tracing::warn!(coupon = coupon_id, member = member_id, error = %err, "could not record an acceptance");
-            }
-        });
-    }
-
-    budget::lap(Stage::Record);
+    let answered = issuing::issue(&lab, &strategy, request, Asker::User).await;
+    let outcome = answered.outcome;
     let status = outcome.status();
     if status.is_success() {
         Ok(Answer(
@@ -299,13 +178,16 @@ async fn issue(
                 member_id,
                 method: strategy.method.to_string(),
                 outcome: outcome.name(),
-                sequence,
-                detail,
-                retries,
+                // A user's request always has its arrival order.
+                sequence: answered.sequence.unwrap_or_default(),
+                detail: answered.detail,
+                retries: answered.retries,
             },
         ))
     } else {
-        let detail = detail.unwrap_or_else(|| outcome.default_message(coupon_id, member_id));
+        let detail = answered
+            .detail
+            .unwrap_or_else(|| outcome.default_message(coupon_id, member_id));
         Err(ApiError::refused(outcome, detail))
     }
 }

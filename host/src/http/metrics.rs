@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 
-use crate::consumers::announce;
+use crate::announcements;
 use crate::lab::Lab;
 use crate::results::stream_summary;
 
@@ -68,7 +68,7 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
     // out, not the scrape.
     for kind in [ISSUE_STREAM, WRITE_BEHIND_STREAM] {
         let coupons =
-            announce::announced_within(&mut lab.redis().clone(), kind, STREAMS_SUMMED_OVER)
+            announcements::announced_within(&mut lab.redis().clone(), kind, STREAMS_SUMMED_OVER)
                 .await
                 .unwrap_or_default();
         let (mut pending, mut dead_letters) = (0, 0);

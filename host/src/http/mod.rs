@@ -33,7 +33,6 @@ use crate::lab::Lab;
 use crate::runtime::Strategy;
 
 pub use envelope::{ApiError, Envelope};
-pub(crate) use schema::optional_fields;
 
 pub fn router(lab: Lab) -> Router {
     Router::new()

@@ -11,8 +11,8 @@ use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError};
 use super::schema::{ServerFailed, Success};
-use crate::canary::CanaryReport;
 use crate::lab::Lab;
+use crate::runtime::canary_report::CanaryReport;
 use crate::runtime::registry::components_in;
 
 pub fn router() -> Router<Lab> {

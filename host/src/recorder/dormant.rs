@@ -76,7 +76,7 @@ impl Recorder {
     /// Encodes the records idle for `dormant_after` that hold nothing
     /// unpublished and no call. Encoded outside the map's lock, which every
     /// arrival takes; a record that changed meanwhile stays live.
-    pub(super) fn put_idle_to_sleep(&self) {
+    pub fn put_idle_to_sleep(&self) {
         let idle: Vec<(u64, Arc<Mutex<CouponRecord>>)> = self
             .coupons
             .lock()
@@ -139,14 +139,13 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::outcome::Outcome;
-    use crate::recorder::Ending;
+    use crate::outcome::{Ending, Outcome};
 
     const COUPON: u64 = 7;
 
     fn served(recorder: &Recorder, member: u64) {
         let arrival = recorder.arrive(COUPON, member);
-        recorder.finish(arrival, &Arc::from("M"), Ending::of(Outcome::Issued));
+        recorder.finish(arrival, Ending::of("M", Outcome::Issued));
     }
 
     /// Makes `coupon`'s record look published and idle long enough.
@@ -188,7 +187,7 @@ mod tests {
         // The next request wakes it, figures, arrival order and all.
         let third = recorder.arrive(COUPON, 3);
         assert_eq!(third.sequence, 3, "the sequence goes on");
-        recorder.finish(third, &Arc::from("M"), Ending::of(Outcome::Issued));
+        recorder.finish(third, Ending::of("M", Outcome::Issued));
         assert_eq!(
             recorder.coupons(),
             RecordCount {
@@ -215,7 +214,7 @@ mod tests {
             };
             // 100 µs to about a second, spread over the histogram's range.
             let latency = Duration::from_micros(100 + member * member / 25);
-            Recorder::record(arrival, &method, Ending::of(outcome), latency);
+            Recorder::record(arrival, Ending::of(&method, outcome), latency);
         }
         age(&recorder, COUPON);
         recorder.put_idle_to_sleep();
@@ -234,7 +233,7 @@ mod tests {
         age(&recorder, COUPON);
         recorder.put_idle_to_sleep();
         assert_eq!(recorder.coupons().live, 1, "a call is running");
-        recorder.finish(running, &Arc::from("M"), Ending::of(Outcome::Issued));
+        recorder.finish(running, Ending::of("M", Outcome::Issued));
         recorder.put_idle_to_sleep();
         assert_eq!(recorder.coupons().live, 1, "its ending is not published");
     }

@@ -24,7 +24,7 @@ pub use self::tally::{
     FairnessSummary, HostRecord, HostsSummary, LatencySummary, MethodSummary, RequestSummary,
     Settlement,
 };
-use crate::outcome::Outcome;
+use crate::outcome::{Arrived, Ending};
 
 /// A request that has arrived and not yet been answered.
 pub struct Arrival {
@@ -87,30 +87,6 @@ impl CouponRecord {
     }
 }
 
-/// What one request ended with.
-pub struct Ending {
-    pub outcome: Outcome,
-    pub retries: u32,
-    pub compensations: u32,
-    /// Scripts the call sent that outlived its deadline and were killed.
-    pub scripts_killed: u32,
-    /// Facts the component reported (`receivers = 1`).
-    pub labels: Vec<(String, String)>,
-}
-
-impl Ending {
-    /// An ending with `outcome` and nothing else to count.
-    pub fn of(outcome: Outcome) -> Self {
-        Ending {
-            outcome,
-            retries: 0,
-            compensations: 0,
-            scripts_killed: 0,
-            labels: Vec::new(),
-        }
-    }
-}
-
 fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -118,9 +94,12 @@ fn now_us() -> u64 {
 }
 
 impl Arrival {
-    /// When it arrived, microseconds since the Unix epoch.
-    pub fn arrived_us(&self) -> u64 {
-        self.arrived_us
+    /// Its order and time, as an [`Ending`] carries them.
+    pub fn arrived(&self) -> Arrived {
+        Arrived {
+            sequence: self.sequence,
+            at_us: self.arrived_us,
+        }
     }
 }
 
@@ -150,9 +129,9 @@ impl Recorder {
     }
 
     /// Records how the request ended; returns its latency.
-    pub fn finish(&self, arrival: Arrival, method: &Arc<str>, ending: Ending) -> Duration {
+    pub fn finish(&self, arrival: Arrival, ending: Ending) -> Duration {
         let latency = arrival.started.elapsed();
-        Self::record(arrival, method, ending, latency);
+        Self::record(arrival, ending, latency);
         latency
     }
 
@@ -171,7 +150,7 @@ impl Recorder {
         record.tally.settlement(method, what);
     }
 
-    fn record(arrival: Arrival, method: &Arc<str>, ending: Ending, latency: Duration) {
+    fn record(arrival: Arrival, ending: Ending, latency: Duration) {
         let latency_us = latency.as_micros().max(1) as u64;
         let mut record = arrival.record.lock();
         if let Some(calls) = record.in_flight.get_mut(&arrival.member) {
@@ -181,9 +160,7 @@ impl Recorder {
             }
         }
         record.mark_changed();
-        record
-            .tally
-            .record(arrival.arrived_us, method, ending, latency_us);
+        record.tally.record(arrival.arrived_us, ending, latency_us);
     }
 
     /// This process's record of `coupon` alone.
@@ -232,28 +209,23 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::Outcome;
 
     fn ending(outcome: Outcome) -> Ending {
-        Ending::of(outcome)
+        Ending::of("TEST", outcome)
     }
 
     /// Requests arrive in order 1..=n; `script[i]` is how arrival i+1 ends,
     /// after how many milliseconds.
     fn play(script: &[(Outcome, u64)]) -> RequestSummary {
         let recorder = Recorder::default();
-        let method: Arc<str> = Arc::from("TEST");
         // Arrival times 1, 2, 3, ... µs.
         let arrivals: Vec<Arrival> = (0..script.len() as u64)
             .map(|member| recorder.arrive_at(7, member, member + 1))
             .collect();
         // Answers come back in reverse order: arrival order is what counts.
         for (arrival, (outcome, ms)) in arrivals.into_iter().zip(script).rev() {
-            Recorder::record(
-                arrival,
-                &method,
-                ending(*outcome),
-                Duration::from_millis(*ms),
-            );
+            Recorder::record(arrival, ending(*outcome), Duration::from_millis(*ms));
         }
         recorder.summary(7)
     }
@@ -310,7 +282,6 @@ mod tests {
     #[ignore = "benchmark; run explicitly"]
     fn recorder_benchmark() {
         let recorder = Recorder::default();
-        let method: Arc<str> = Arc::from("BENCH");
         let started = Instant::now();
         for n in 0..1_000_000u64 {
             let arrival = recorder.arrive(1, n);
@@ -321,7 +292,6 @@ mod tests {
             };
             Recorder::record(
                 arrival,
-                &method,
                 ending(outcome),
                 Duration::from_micros(200 + n % 5_000),
             );

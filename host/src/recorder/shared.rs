@@ -25,16 +25,13 @@
 //!   at most) is forgotten with the old record.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use redis::{AsyncCommands, RedisResult};
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::tally::Tally;
 use super::{HostRecord, HostsSummary, Recorder, RequestSummary};
-use crate::lab::Lab;
+use crate::redis_target::RedisConn;
 
 /// The pattern of every snapshot key, for DELETE /lab/data.
 pub const SNAPSHOTS: &str = "couponlab:hosts:*";
@@ -131,104 +128,80 @@ impl Recorder {
     }
 }
 
+/// What a publication needs besides the record: where, as whom, and the
+/// setting every snapshot carries.
+#[derive(Clone, Copy)]
+pub struct Publication<'a> {
+    pub redis: &'a RedisConn,
+    pub host: &'a str,
+    pub permits_per_gate: u64,
+}
+
 /// Publishes this host's changed records after reading the lab's
-/// generation; returns that generation.
-async fn publish(lab: &Lab) -> RedisResult<u64> {
+/// generation; answers it, and whether it was new: another host deleted
+/// the lab's data, and this host forgot its record.
+pub async fn publish(recorder: &Recorder, to: Publication<'_>) -> RedisResult<(u64, bool)> {
     // One publication at a time: two could otherwise land in the wrong
     // order, an older snapshot over a newer one.
-    let _one_at_a_time = lab.recorder.publishing.lock().await;
-    let mut redis = lab.redis().clone();
+    let _one_at_a_time = recorder.publishing.lock().await;
+    let mut redis = to.redis.clone();
     let generation: Option<u64> = redis.get(GENERATION).await?;
     let generation = generation.unwrap_or(0);
-    if lab.recorder.enter_generation(generation) {
-        // Another host deleted the lab's data: coupon ids start again.
-        lab.announcements.clear();
-    }
+    let new = recorder.enter_generation(generation);
     let header = Header {
         generation,
         published_at_ms: now_ms(),
-        permits_per_gate: lab.config.capabilities.permits.per_gate,
+        permits_per_gate: to.permits_per_gate,
     };
-    let snapshots = lab.recorder.take_changed(header);
+    let snapshots = recorder.take_changed(header);
     if snapshots.is_empty() {
-        return Ok(generation);
+        return Ok((generation, new));
     }
     let mut commands = Vec::with_capacity(2 * snapshots.len());
     for (coupon, snapshot) in &snapshots {
-        commands.push(redis::Cmd::hset(
-            snapshot_key(*coupon),
-            &lab.identity,
-            snapshot,
-        ));
+        commands.push(redis::Cmd::hset(snapshot_key(*coupon), to.host, snapshot));
         commands.push(redis::Cmd::pexpire(snapshot_key(*coupon), KEEP_MS));
     }
     let published: RedisResult<()> = redis.each(commands).await.map(drop);
     if let Err(err) = published {
-        lab.recorder
-            .mark_changed(snapshots.into_iter().map(|(coupon, _)| coupon));
+        recorder.mark_changed(snapshots.into_iter().map(|(coupon, _)| coupon));
         return Err(err);
     }
-    Ok(generation)
-}
-
-/// Publishes this host's record every interval while the server runs, and
-/// once more when it stops.
-pub struct Publisher {
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl Publisher {
-    pub fn start(lab: &Lab) -> Self {
-        let cancel = CancellationToken::new();
-        let every = Duration::from_millis(lab.config.snapshot_interval_ms.max(10));
-        let (lab, stopping) = (lab.clone(), cancel.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let stopped = tokio::select! {
-                    () = stopping.cancelled() => true,
-                    () = tokio::time::sleep(every) => false,
-                };
-                match publish(&lab).await {
-                    // What is published may go dormant.
-                    Ok(_) => lab.recorder.put_idle_to_sleep(),
-                    Err(err) => {
-                        tracing::debug!(error = %err, "could not publish the request record")
-                    }
-                }
-                if stopped {
-                    return;
-                }
-            }
-        });
-        Self { cancel, task }
-    }
-
-    pub async fn stop(self) {
-        self.cancel.cancel();
-        let _ = self.task.await;
-    }
+    Ok((generation, new))
 }
 
 /// The request figures of `coupon` over every host: this host's live
-/// record and the snapshots the others published. Redis failing leaves
-/// this host's alone, and says so.
-pub async fn every_host(lab: &Lab, coupon: u64) -> RequestSummary {
-    let (others, error) = match others(lab, coupon).await {
-        Ok(others) => (others, None),
-        Err(err) => (Vec::new(), Some(format!("Redis could not be read: {err}"))),
+/// record and the snapshots the others published, after publishing this
+/// host's own (all it changed: a host read once stands published for every
+/// coupon). Redis failing leaves this host's alone, and says so. Answers
+/// too whether the lab's generation was new to this host (see [`publish`]).
+/// A snapshot older than `calls_over_ms` names no member in flight: a host
+/// that published nothing for that long has no call running (its calls
+/// ended at their deadline, their compensations soon after), and its
+/// in-flight members would otherwise hide stranded ones forever.
+pub async fn every_host(
+    recorder: &Recorder,
+    to: Publication<'_>,
+    coupon: u64,
+    calls_over_ms: i64,
+) -> (RequestSummary, bool) {
+    let (others, new, error) = match publish(recorder, to).await {
+        Ok((generation, new)) => match others(to, coupon, generation, calls_over_ms).await {
+            Ok(others) => (others, new, None),
+            Err(err) => (Vec::new(), new, Some(err)),
+        },
+        Err(err) => (Vec::new(), false, Some(err)),
     };
-    let mut summary = lab
-        .recorder
-        .merged_with(coupon, others.iter().map(|(_, snapshot)| snapshot));
+    let error = error.map(|err| format!("Redis could not be read: {err}"));
+    let mut summary = recorder.merged_with(coupon, others.iter().map(|(_, snapshot)| snapshot));
     let theirs: u64 = others.iter().map(|(_, s)| s.tally.requests()).sum();
     let now = now_ms();
     let this_host = HostRecord {
-        id: lab.identity.clone(),
+        id: to.host.to_string(),
         this_host: true,
         age_ms: 0,
         requests: summary.total.saturating_sub(theirs),
-        permits_per_gate: lab.config.capabilities.permits.per_gate,
+        permits_per_gate: to.permits_per_gate,
     };
     let merged: Vec<HostRecord> = std::iter::once(this_host)
         .chain(others.iter().map(|(id, snapshot)| HostRecord {
@@ -244,24 +217,22 @@ pub async fn every_host(lab: &Lab, coupon: u64) -> RequestSummary {
         merged,
         error,
     };
-    summary
+    (summary, new)
 }
 
-/// The other hosts' snapshots of `coupon` in this generation, by host id,
-/// after publishing this host's own (all it changed: a host read once
-/// stands published for every coupon).
-async fn others(lab: &Lab, coupon: u64) -> RedisResult<Vec<(String, Snapshot)>> {
-    let generation = publish(lab).await?;
-    let published: HashMap<String, String> =
-        lab.redis().clone().hgetall(snapshot_key(coupon)).await?;
-    // A host that published nothing for this long has no call running: its
-    // calls ended at their deadline (and their compensations soon after).
-    // Its in-flight members would otherwise hide stranded ones forever.
-    let calls_over_ms = 2 * lab.config.request_timeout_ms as i64;
+/// The snapshots of `coupon` other hosts published in `generation`, by
+/// host id, those older than `calls_over_ms` without members in flight.
+async fn others(
+    to: Publication<'_>,
+    coupon: u64,
+    generation: u64,
+    calls_over_ms: i64,
+) -> RedisResult<Vec<(String, Snapshot)>> {
+    let published: HashMap<String, String> = to.redis.clone().hgetall(snapshot_key(coupon)).await?;
     let now = now_ms();
     let mut others: Vec<(String, Snapshot)> = published
         .into_iter()
-        .filter(|(host, _)| *host != lab.identity)
+        .filter(|(host, _)| host != to.host)
         .filter_map(
             |(host, json)| match serde_json::from_str::<Snapshot>(&json) {
                 Ok(snapshot) => Some((host, snapshot)),
@@ -286,11 +257,11 @@ async fn others(lab: &Lab, coupon: u64) -> RedisResult<Vec<(String, Snapshot)>> 
 /// Starts a new generation of the lab (DELETE /lab/data): this host forgets
 /// its record now, the others at their next look. The caller deletes the
 /// snapshots ([`SNAPSHOTS`]).
-pub async fn start_new_generation(lab: &Lab) -> RedisResult<()> {
-    let _one_at_a_time = lab.recorder.publishing.lock().await;
-    let generation: u64 = lab.redis().clone().incr(GENERATION, 1).await?;
-    lab.recorder.clear();
-    *lab.recorder.generation.lock() = Some(generation);
+pub async fn start_new_generation(recorder: &Recorder, redis: &RedisConn) -> RedisResult<()> {
+    let _one_at_a_time = recorder.publishing.lock().await;
+    let generation: u64 = redis.clone().incr(GENERATION, 1).await?;
+    recorder.clear();
+    *recorder.generation.lock() = Some(generation);
     Ok(())
 }
 

@@ -11,8 +11,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::Ending;
-use crate::outcome::Outcome;
+use crate::outcome::{Ending, Outcome};
 
 #[derive(Clone, Serialize, Deserialize)]
 pub(super) struct Tally {
@@ -123,13 +122,7 @@ impl Tally {
     }
 
     /// Adds one request, which arrived at `arrived_us` and took `latency_us`.
-    pub(super) fn record(
-        &mut self,
-        arrived_us: u64,
-        method: &Arc<str>,
-        ending: Ending,
-        latency_us: u64,
-    ) {
+    pub(super) fn record(&mut self, arrived_us: u64, ending: Ending, latency_us: u64) {
         self.latency_us.saturating_record(latency_us);
         match ending.outcome {
             Outcome::Issued | Outcome::Accepted => self.fairness.served.push(arrived_us),
@@ -141,7 +134,7 @@ impl Tally {
         }
         let method = self
             .methods
-            .entry(method.clone())
+            .entry(ending.method.clone())
             .or_insert_with(MethodTally::new);
         *method.outcomes.entry(ending.outcome).or_default() += 1;
         method.latency_us.saturating_record(latency_us);

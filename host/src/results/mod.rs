@@ -18,12 +18,13 @@ use serde::Serialize;
 use sqlx::Row;
 use utoipa::ToSchema;
 
+use crate::announcements;
 use crate::confirmations::{self, AsyncSummary};
-use crate::consumers::announce;
 use crate::lab::Lab;
-use crate::recorder::{self, RequestSummary};
+use crate::recorder::RequestSummary;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::ResultLabel;
+use crate::snapshots;
 use crate::traces::RequestTrace;
 use crate::traces::anomalies::{self, Anomaly, Facts};
 
@@ -64,7 +65,7 @@ pub struct CouponResult {
     shards: Option<Vec<ShardFigures>>,
     /// Requests answered 202 and what became of them (every process's).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::http::optional_fields::<AsyncSummary>)]
+    #[schema(schema_with = crate::optional_fields::optional_fields::<AsyncSummary>)]
     confirmations: Option<AsyncSummary>,
     /// The labels the serving methods' descriptors ask to total, each under
     /// its field: value → requests (REDIS_PUBSUB's `publishReceivers`:
@@ -134,7 +135,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
             .into_iter()
             .map(|member| member as u64)
             .collect();
-    let requests = recorder::shared::every_host(lab, coupon_id).await;
+    let requests = snapshots::every_host(lab, coupon_id).await;
     // The methods that served the coupon: those any host answered for,
     // and those any process answered 202 for (a restarted server's record
     // of requests starts empty, Redis's does not).
@@ -165,7 +166,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     // The stream behind the coupon's asynchronous method, if it has one.
     let stream = serving
         .iter()
-        .find_map(|strategy| announce::stream_of(&strategy.world));
+        .find_map(|strategy| announcements::stream_of(&strategy.world));
     let stream = match stream {
         Some(kind) => noting_failure(
             lab,
@@ -245,16 +246,16 @@ fn label_totals<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::Outcome;
-    use crate::recorder::{Ending, Recorder};
+    use crate::outcome::{Ending, Outcome};
+    use crate::recorder::Recorder;
 
-    fn accepted(labels: &[(&str, &str)]) -> Ending {
+    fn accepted(method: &str, labels: &[(&str, &str)]) -> Ending {
         Ending {
             labels: labels
                 .iter()
                 .map(|(name, value)| (name.to_string(), value.to_string()))
                 .collect(),
-            ..Ending::of(Outcome::Accepted)
+            ..Ending::of(method, Outcome::Accepted)
         }
     }
 
@@ -274,13 +275,13 @@ mod tests {
     fn an_asked_label_is_totalled_across_methods_under_its_field() {
         let recorder = Recorder::default();
         let requests = [
-            ("REDIS_PUBSUB", accepted(&[("receivers", "1")])),
-            ("REDIS_PUBSUB", accepted(&[("receivers", "0")])),
-            ("OTHER", accepted(&[("receivers", "1"), ("unasked", "x")])),
+            accepted("REDIS_PUBSUB", &[("receivers", "1")]),
+            accepted("REDIS_PUBSUB", &[("receivers", "0")]),
+            accepted("OTHER", &[("receivers", "1"), ("unasked", "x")]),
         ];
-        for (member, (method, ending)) in requests.into_iter().enumerate() {
+        for (member, ending) in requests.into_iter().enumerate() {
             let arrival = recorder.arrive(7, member as u64);
-            recorder.finish(arrival, &Arc::from(method), ending);
+            recorder.finish(arrival, ending);
         }
         let receivers = ResultLabel {
             label: "receivers".into(),

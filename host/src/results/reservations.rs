@@ -27,7 +27,7 @@ pub struct RedisFigures {
     /// `dbOnlyMembers`.
     set_up_again: u64,
     #[serde(flatten)]
-    #[schema(schema_with = crate::http::optional_fields::<SetComparison>)]
+    #[schema(schema_with = crate::optional_fields::optional_fields::<SetComparison>)]
     comparison: Option<SetComparison>,
 }
 

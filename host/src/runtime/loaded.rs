@@ -15,7 +15,7 @@ use super::bindings::types::{Claim, Descriptor, ResultLabel};
 use super::engine::Runtime;
 use super::store::HostState;
 use super::world::World;
-use crate::canary::CanaryReport;
+use crate::runtime::canary_report::CanaryReport;
 
 /// A loaded, checked component, ready to instantiate per call.
 pub struct Strategy {

@@ -16,6 +16,7 @@ pub mod bindings;
 mod call;
 #[cfg(test)]
 mod call_benchmark;
+pub mod canary_report;
 pub mod capabilities;
 mod clock;
 mod ended;
@@ -41,3 +42,16 @@ pub use self::engine::{Limits, Runtime};
 pub use self::loaded::{Quarantine, Strategy};
 pub use self::registry::Registry;
 pub use self::world::World;
+
+/// The ways a connection breaks once a request went out: whatever the server
+/// did, its answer is lost. The Redis and SQL capabilities' tests check that
+/// each reads every one of them so.
+#[cfg(test)]
+const BROKEN_CONNECTION: [std::io::ErrorKind; 6] = [
+    std::io::ErrorKind::BrokenPipe,
+    std::io::ErrorKind::ConnectionReset,
+    std::io::ErrorKind::ConnectionAborted,
+    std::io::ErrorKind::UnexpectedEof,
+    std::io::ErrorKind::NotConnected,
+    std::io::ErrorKind::TimedOut,
+];

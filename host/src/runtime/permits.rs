@@ -38,7 +38,7 @@ pub struct PermitsArgs {
     /// What a gate does when Redis cannot give its verdict: `on` serves
     /// through the component's database path (seed 000's BE-03), `off`
     /// answers 503. Passed to the component, which decides.
-    #[arg(long = "gate-fail-open", env = "COUPONLAB_GATE_FAIL_OPEN", default_value = "on", value_parser = crate::traces::on_off)]
+    #[arg(long = "gate-fail-open", env = "COUPONLAB_GATE_FAIL_OPEN", default_value = "on", value_parser = clap::builder::BoolishValueParser::new())]
     pub gate_fail_open: bool,
 }
 

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use super::engine::Runtime;
 use super::loaded::{FileStamp, Strategy, load};
 use super::trials::Trials;
-use crate::canary::CanaryReport;
+use crate::runtime::canary_report::CanaryReport;
 
 /// A new or changed component that passed every check of its file and has
 /// served nothing yet: the caller publishes or refuses it.

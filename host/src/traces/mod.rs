@@ -28,7 +28,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::metrics::Metrics;
-use crate::outcome::Outcome;
+use crate::outcome::{Ending, Outcome};
 use crate::runtime::trace::{CallTrace, TracedCall};
 
 /// The traces' settings.
@@ -36,7 +36,7 @@ use crate::runtime::trace::{CallTrace, TracedCall};
 pub struct TraceArgs {
     /// Record each request's capability calls and keep its trace (`off`:
     /// neither, which is what the bench compares `on` with).
-    #[arg(long = "traces", env = "COUPONLAB_TRACES", default_value = "on", value_parser = on_off)]
+    #[arg(long = "traces", env = "COUPONLAB_TRACES", default_value = "on", value_parser = clap::builder::BoolishValueParser::new())]
     pub enabled: bool,
     /// Traces kept per coupon besides the sample: served, writing, failed
     /// and compensated requests and confirmations.
@@ -50,14 +50,6 @@ pub struct TraceArgs {
     /// 1.6 KiB; `trace_cost_benchmark`).
     #[arg(long, env = "COUPONLAB_TRACED_COUPONS", default_value_t = 16)]
     pub traced_coupons: usize,
-}
-
-pub(crate) fn on_off(value: &str) -> Result<bool, String> {
-    match value {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        other => Err(format!("{other:?} is neither on nor off")),
-    }
 }
 
 /// Why a trace was kept.
@@ -121,17 +113,6 @@ pub struct RequestTrace {
     pub calls_dropped: u32,
 }
 
-/// What the host knows of a request when its call has ended.
-pub struct Finished<'a> {
-    pub coupon_id: u64,
-    pub member_id: u64,
-    pub method: &'a str,
-    pub sequence: Option<u64>,
-    pub arrived_us: u64,
-    pub outcome: Outcome,
-    pub compensations: u32,
-}
-
 #[derive(Default)]
 struct CouponTraces {
     /// When it was last traced, by the store's tick.
@@ -176,14 +157,14 @@ impl Traces {
     }
 
     /// Keeps the trace of a request that has ended, or drops it.
-    pub fn request(&self, finished: Finished<'_>, trace: CallTrace) {
+    pub fn request(&self, ending: &Ending, trace: CallTrace) {
         if !self.args.enabled {
             return;
         }
-        let status = finished.outcome.status();
+        let status = ending.outcome.status();
         let keep = if status.is_success() {
             Some(Kept::Served)
-        } else if finished.compensations > 0 {
+        } else if ending.compensations > 0 {
             Some(Kept::Compensated)
         } else if status.is_server_error() {
             Some(Kept::Failed)
@@ -192,42 +173,44 @@ impl Traces {
         } else {
             None
         };
-        let sold_out = finished.outcome == Outcome::SoldOut;
-        self.store(finished, trace, keep, sold_out);
+        let sold_out = ending.outcome == Outcome::SoldOut;
+        self.store(ending, trace, keep, sold_out);
     }
 
     /// Keeps the trace of a 202's confirmation.
-    pub fn confirmation(&self, finished: Finished<'_>, trace: CallTrace) {
+    pub fn confirmation(&self, ending: &Ending, trace: CallTrace) {
         if self.args.enabled {
-            self.store(finished, trace, Some(Kept::Confirmation), false);
+            self.store(ending, trace, Some(Kept::Confirmation), false);
         }
     }
 
-    fn store(&self, finished: Finished<'_>, trace: CallTrace, keep: Option<Kept>, sold_out: bool) {
+    fn store(&self, ending: &Ending, trace: CallTrace, keep: Option<Kept>, sold_out: bool) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let duration = trace.started.elapsed();
         let started_us = wall_us(trace.started);
+        // A confirmation arrived as its call started.
+        let arrived_us = ending.arrived.map_or(started_us, |arrived| arrived.at_us);
         let mut calls = trace.calls;
         // Kept for minutes: no room for calls that never came.
         calls.shrink_to_fit();
         let built = |kept| {
             Arc::new(RequestTrace {
                 id,
-                coupon_id: finished.coupon_id,
-                member_id: finished.member_id,
-                method: finished.method.to_string(),
-                sequence: finished.sequence,
-                arrived_us: finished.arrived_us.min(started_us),
+                coupon_id: ending.coupon_id,
+                member_id: ending.member_id,
+                method: ending.method.to_string(),
+                sequence: ending.arrived.map(|arrived| arrived.sequence),
+                arrived_us: arrived_us.min(started_us),
                 started_us,
                 duration_us: duration.as_micros() as u64,
-                outcome: finished.outcome.name().to_string(),
+                outcome: ending.outcome.name().to_string(),
                 kept,
                 calls,
                 calls_dropped: trace.calls_dropped,
             })
         };
         let mut coupons = self.coupons.lock();
-        let coupon = self.coupon(&mut coupons, finished.coupon_id);
+        let coupon = self.coupon(&mut coupons, ending.coupon_id);
         let kept = match keep {
             Some(_) if coupon.kept.len() >= self.args.traces_per_coupon => None,
             Some(reason) => {
@@ -238,16 +221,13 @@ impl Traces {
                 && coupon
                     .first_refusal
                     .as_ref()
-                    .is_none_or(|first| finished.arrived_us < first.arrived_us) =>
+                    .is_none_or(|first| arrived_us < first.arrived_us) =>
             {
                 coupon.first_refusal = Some(built(Kept::FirstRefusal));
                 Some(Kept::FirstRefusal)
             }
             None => {
-                let reservoir = coupon
-                    .samples
-                    .entry(finished.method.to_string())
-                    .or_default();
+                let reservoir = coupon.samples.entry(ending.method.to_string()).or_default();
                 reservoir.seen += 1;
                 let sample = self.args.trace_sample;
                 if reservoir.traces.len() < sample {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::outcome::Arrived;
 use crate::runtime::trace::{CallTrace, Read};
 
 fn traces(per_coupon: usize, sample: usize, coupons: usize) -> Traces {
@@ -12,15 +13,15 @@ fn traces(per_coupon: usize, sample: usize, coupons: usize) -> Traces {
 }
 
 /// A REDIS_LUA request of `member_id`, arrived at `member_id` µs.
-fn finished(coupon_id: u64, member_id: u64, outcome: Outcome) -> Finished<'static> {
-    Finished {
+fn finished(coupon_id: u64, member_id: u64, outcome: Outcome) -> Ending {
+    Ending {
         coupon_id,
         member_id,
-        method: "REDIS_LUA",
-        sequence: Some(member_id),
-        arrived_us: member_id,
-        outcome,
-        compensations: 0,
+        arrived: Some(Arrived {
+            sequence: member_id,
+            at_us: member_id,
+        }),
+        ..Ending::of("REDIS_LUA", outcome)
     }
 }
 
@@ -28,7 +29,7 @@ fn ended(traces: &Traces, coupon_id: u64, member_id: u64, outcome: Outcome) {
     let mut trace = CallTrace::default();
     let pending = trace.start("redis", "EVALSHA");
     trace.finish(pending, Ok(Read::integer(Some(0))));
-    traces.request(finished(coupon_id, member_id, outcome), trace);
+    traces.request(&finished(coupon_id, member_id, outcome), trace);
 }
 
 #[test]
@@ -135,7 +136,7 @@ fn traced_request(store: &Traces, coupon_id: u64, member_id: u64, issuing: bool)
     } else {
         Outcome::SoldOut
     };
-    store.request(finished(coupon_id, member_id, outcome), trace);
+    store.request(&finished(coupon_id, member_id, outcome), trace);
 }
 
 /// Not a pass/fail test: what recording and keeping a request's trace

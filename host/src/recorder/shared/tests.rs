@@ -1,11 +1,10 @@
 //! The merge of several hosts' records, through the snapshots they publish.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::outcome::Outcome;
-use crate::recorder::Ending;
+use crate::outcome::{Ending, Outcome};
+use crate::recorder::RequestSummary;
 
 const COUPON: u64 = 7;
 const HEADER: Header = Header {
@@ -24,14 +23,9 @@ fn play(recorder: &Recorder, script: &[(u64, Outcome, u64, &str)]) {
             retries: (at % 3) as u32,
             compensations: u32::from(at % 5 == 0),
             labels: vec![("receivers".into(), (at % 2).to_string())],
-            ..Ending::of(outcome)
+            ..Ending::of(method, outcome)
         };
-        Recorder::record(
-            arrival,
-            &Arc::from(method),
-            ending,
-            Duration::from_millis(ms),
-        );
+        Recorder::record(arrival, ending, Duration::from_millis(ms));
     }
 }
 

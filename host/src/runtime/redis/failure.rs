@@ -95,14 +95,7 @@ mod tests {
 
     #[test]
     fn a_connection_that_broke_or_a_reply_that_never_came_lost_the_answer() {
-        for kind in [
-            io::ErrorKind::BrokenPipe,
-            io::ErrorKind::ConnectionReset,
-            io::ErrorKind::ConnectionAborted,
-            io::ErrorKind::UnexpectedEof,
-            io::ErrorKind::NotConnected,
-            io::ErrorKind::TimedOut,
-        ] {
+        for kind in crate::runtime::BROKEN_CONNECTION {
             let err = to_wit_error(io_error(kind));
             assert!(lost(&err), "{kind:?}: {err:?}");
         }

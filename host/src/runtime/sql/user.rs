@@ -19,13 +19,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::Executor;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 
 use prometheus::IntCounter;
 
 use super::GuestSql;
 use super::lent::{Limits, StatementLimit};
 use super::orphans::Orphans;
+use crate::db_target::{STEP_LIMIT, answered, pool_options, redacted};
 use crate::runtime::capabilities::derived_password;
 
 /// The `sql` capability's settings.
@@ -109,9 +110,9 @@ pub async fn connect(
         })?,
         None => {
             let password = derived_password(STRATEGY_USER, admin.url);
-            crate::db::answered(
+            answered(
                 "setting up the components' user",
-                crate::db::STEP_LIMIT,
+                STEP_LIMIT,
                 ensure_user(admin.pool, admin.options, &password),
             )
             .await?;
@@ -143,34 +144,6 @@ pub async fn connect(
         args.clone(),
         orphans,
     ))
-}
-
-/// A pool whose sessions wait for row locks `lock_wait_timeout_s` at most
-/// (below a call's budget, so a long lock wait is a typed error, not a
-/// cancelled call), with `extra` session settings.
-pub fn pool_options(
-    size: u32,
-    lock_wait_timeout_s: u32,
-    extra: Option<String>,
-) -> MySqlPoolOptions {
-    let mut session = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait_timeout_s}");
-    if let Some(extra) = extra {
-        session = format!("{session}; {extra}");
-    }
-    MySqlPoolOptions::new()
-        .max_connections(size)
-        .acquire_timeout(Duration::from_secs(5))
-        // No ping before each use: it would add a round trip to every
-        // transaction on the request path, and a broken connection already
-        // surfaces as a typed connection error (503) on first use.
-        .test_before_acquire(false)
-        .after_connect(move |conn, _meta| {
-            let session = session.clone();
-            Box::pin(async move {
-                conn.execute(session.as_str()).await?;
-                Ok(())
-            })
-        })
 }
 
 /// Creates [`STRATEGY_USER`] for the host this server connects from, or
@@ -212,16 +185,4 @@ async fn ensure_user(
         })?;
     }
     Ok(())
-}
-
-/// The URL without its password, for messages.
-pub fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            let user = credentials.split(':').next().unwrap_or("");
-            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
-        }
-        _ => url.to_string(),
-    }
 }

@@ -192,8 +192,6 @@ pub fn answer_lost(err: &sqlx::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::io;
-
     use sqlx::Connection;
 
     use super::*;
@@ -218,13 +216,7 @@ mod tests {
 
     #[test]
     fn a_broken_connection_loses_the_answer_and_the_pool_sends_nothing() {
-        for kind in [
-            io::ErrorKind::BrokenPipe,
-            io::ErrorKind::ConnectionReset,
-            io::ErrorKind::ConnectionAborted,
-            io::ErrorKind::UnexpectedEof,
-            io::ErrorKind::TimedOut,
-        ] {
+        for kind in crate::runtime::BROKEN_CONNECTION {
             assert!(answer_lost(&sqlx::Error::Io(kind.into())), "{kind:?}");
         }
         assert!(answer_lost(&sqlx::Error::Protocol(

@@ -8,19 +8,17 @@
 //! it): an entry a slow call added late is read all the same. An
 //! announcement keeps a stream read for the request timeout and
 //! [`ANNOUNCED_MARGIN`], longer than a call runs before it adds its entry
-//! ([`super::active`] reads them).
+//! (the stream roles, `crate::consumers`, read them).
 //!
 //! The key is the host's, outside `coupon:*`: no component can forge it.
 //! Hosts compare their clocks through the scores: clocks apart by more than
 //! [`ANNOUNCED_MARGIN`] would make a slow call's late entry wait for the
 //! announcement after the call.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use couponlab_contract::{ISSUE_STREAM, Stream, WRITE_BEHIND_STREAM};
-use parking_lot::Mutex;
 use redis::{AsyncCommands, ErrorKind, RedisError, RedisResult};
 
 use crate::lab::Lab;
@@ -38,19 +36,17 @@ const ANNOUNCE_TIMEOUT: Duration = Duration::from_millis(250);
 /// read: the grace a call is given past its deadline, and clocks of hosts
 /// a little apart.
 const ANNOUNCED_MARGIN: Duration = Duration::from_secs(2);
-/// Announcements a process remembers before forgetting the old ones.
-const REMEMBERED: usize = 4_096;
 
-pub(super) fn announcements_key(kind: Stream) -> String {
+pub fn announcements_key(kind: Stream) -> String {
     format!("couponlab:streams:{}", kind.prefix.trim_end_matches(':'))
 }
 
-pub(super) fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
 /// How long an announcement keeps a stream read: longer than a call runs.
-pub(super) fn announced_for(lab: &Lab) -> Duration {
+pub fn announced_for(lab: &Lab) -> Duration {
     lab.config.request_timeout() + ANNOUNCED_MARGIN
 }
 
@@ -60,43 +56,6 @@ pub fn stream_of(world: &World) -> Option<Stream> {
         World::StreamIssuer(_) => Some(ISSUE_STREAM),
         World::WriteBehindIssuer(_) => Some(WRITE_BEHIND_STREAM),
         _ => None,
-    }
-}
-
-/// What this process announced, and when.
-#[derive(Default)]
-pub struct Announcements {
-    last: Mutex<HashMap<(&'static str, u64), Instant>>,
-}
-
-impl Announcements {
-    /// Whether `coupon`'s stream of `kind` is due an announcement (none in
-    /// the last [`ANNOUNCE_EVERY`]); if so, it counts as announced now.
-    fn due(&self, kind: Stream, coupon: u64) -> bool {
-        let now = Instant::now();
-        let mut last = self.last.lock();
-        if last
-            .get(&(kind.prefix, coupon))
-            .is_some_and(|at| now.duration_since(*at) < ANNOUNCE_EVERY)
-        {
-            return false;
-        }
-        if last.len() >= REMEMBERED {
-            last.retain(|_, at| now.duration_since(*at) < ANNOUNCE_EVERY);
-        }
-        last.insert((kind.prefix, coupon), now);
-        true
-    }
-
-    /// An announcement did not reach Redis: the next one is due at once.
-    fn failed(&self, kind: Stream, coupon: u64) {
-        self.last.lock().remove(&(kind.prefix, coupon));
-    }
-
-    /// Forgets what was announced: the lab's data was deleted, the
-    /// announcements with it.
-    pub fn clear(&self) {
-        self.last.lock().clear();
     }
 }
 
@@ -118,11 +77,11 @@ pub async fn announce(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64) {
     let Some(kind) = stream_of(&strategy.world) else {
         return;
     };
-    if !lab.announcements.due(kind, coupon) {
+    if !lab.announced.due((kind.prefix, coupon), ANNOUNCE_EVERY) {
         return;
     }
     if let Err(err) = add(lab, kind, coupon).await {
-        lab.announcements.failed(kind, coupon);
+        lab.announced.forget(&(kind.prefix, coupon));
         tracing::warn!(coupon, streams = kind.prefix, error = %err, "could not announce a coupon's stream; trying again after the call");
     }
 }
@@ -136,7 +95,7 @@ pub fn announce_after(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64) {
     let Some(kind) = stream_of(&strategy.world) else {
         return;
     };
-    if !lab.announcements.due(kind, coupon) {
+    if !lab.announced.due((kind.prefix, coupon), ANNOUNCE_EVERY) {
         return;
     }
     let lab = lab.clone();
@@ -146,7 +105,7 @@ pub fn announce_after(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64) {
             match add(&lab, kind, coupon).await {
                 Ok(()) => return,
                 Err(err) if Instant::now() >= give_up => {
-                    lab.announcements.failed(kind, coupon);
+                    lab.announced.forget(&(kind.prefix, coupon));
                     tracing::error!(coupon, streams = kind.prefix, error = %err, "could not announce a coupon's stream; its entries are read once a role reconnects");
                     return;
                 }
