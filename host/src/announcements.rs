@@ -8,7 +8,7 @@
 //! it): an entry a slow call added late is read all the same. An
 //! announcement keeps a stream read for the request timeout and
 //! [`ANNOUNCED_MARGIN`], longer than a call runs before it adds its entry
-//! (the stream roles, `crate::consumers`, read them).
+//! (the stream roles among the consumers read them).
 //!
 //! The key is the host's, outside `coupon:*`: no component can forge it.
 //! Hosts compare their clocks through the scores: clocks apart by more than

@@ -235,7 +235,7 @@ pub async fn confirmed(
     }
 }
 
-/// Keeps `request` of `strategy` to be settled (`crate::consumers`' settle
+/// Keeps `request` of `strategy` to be settled (the consumers' settle
 /// loop tries it), counted in the coupon's result and in `/metrics`.
 fn keep_to_settle(lab: &Lab, strategy: &Arc<Strategy>, request: &IssueRequest) {
     if lab.settlements.push(strategy, request) {

@@ -66,7 +66,7 @@ impl Deref for Lab {
 impl Lab {
     /// Connects the pools (MySQL is migrated; Redis connects lazily, so a
     /// server starts while Redis is down) and claims the Redis database. No
-    /// component is loaded yet: `crate::canary::start` loads them, once the
+    /// component is loaded yet: the canary's start loads them, once the
     /// roles their canaries need run.
     pub async fn start(mut config: Config) -> anyhow::Result<Lab> {
         // A lease that ran out under a confirm still in progress would hand

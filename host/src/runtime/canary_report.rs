@@ -1,6 +1,6 @@
 //! What a canary found, as `GET /lab/strategies` shows it and the database
 //! remembers it. Every loaded strategy carries its report, so it stands
-//! with the runtime; the canary (`crate::canary`, above) writes it.
+//! with the runtime; the canary (a module above) writes it.
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 //! strategy it runs, so replacing or removing a method never disturbs a call
 //! already in flight, and readers take no lock. Changes are made one file at
 //! a time: [`Registry::examine`] loads and checks a changed file, and the
-//! caller (`crate::canary`) publishes the candidate or refuses it, each a new
+//! caller (the canary) publishes the candidate or refuses it, each a new
 //! map stored at once. Components on trial serve only their canary's scratch
 //! coupons ([`Registry::owner`]).
 

@@ -1,5 +1,5 @@
 //! Components on trial: a canary's component, not yet serving its method,
-//! confirms the work of its scratch coupons alone (`crate::canary`).
+//! confirms the work of its scratch coupons alone (the canary's).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
