@@ -74,7 +74,7 @@ pub(super) fn main(options: &Options, wrk: &Path) -> anyhow::Result<()> {
     let lab = start_lab(&database, ("COUPONLAB_BUDGET", &lab_writes_to))?;
     let api = Api::new(&lab.base_url())?;
     let twin_writes_to = ("COUPONLAB_BUDGET", twin_file.display().to_string());
-    let twin = start_twin(&database, &[twin_writes_to])?;
+    let twin = start_twin(&database, &[twin_writes_to], None)?;
 
     let (coupon, first) = sold_out_coupon(&api)?;
     // The lab's REDIS_LUA, the twin's, then the lab's other languages.

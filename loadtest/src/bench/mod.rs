@@ -4,7 +4,9 @@
 //! run, alternating A B A B, under `wrk`, and writes `docs/performance.md`.
 //!
 //! `--budget` measures instead where one sold-out request's time goes at
-//! one connection, stage by stage (see `budget`).
+//! one connection, stage by stage (see `budget`); `--instructions` counts
+//! the instructions each server spends per request under callgrind, part
+//! by part (see `instructions`).
 //!
 //! Two pairs:
 //!
@@ -14,7 +16,9 @@
 //!   request (the EVALSHA reservation, then the confirm transaction).
 //!
 //! For each pair: throughput and p99 at `--connections`, p50 at one
-//! connection, each the median of the rounds; and `redis-benchmark` of the
+//! connection, each the median of the rounds (a comparison of the two
+//! servers with its range over the rounds; the document is written only
+//! from three rounds or more); and `redis-benchmark` of the
 //! EVALSHA alone as the physical limit. A third server, couponlab with
 //! `COUPONLAB_TRACES=off`, runs beside them: the difference is what
 //! recording and keeping each request's trace costs. The sold-out pair is
@@ -23,6 +27,7 @@
 //! database (`couponlab_bench_<migrations>`) and Redis database 11.
 
 mod budget;
+mod instructions;
 mod report;
 mod wrk;
 
@@ -52,6 +57,9 @@ const LANGUAGES: [(&str, &str); 2] = [
     ("PY_REDIS_LUA", "sold out, Python"),
     ("JS_REDIS_LUA", "sold out, JavaScript"),
 ];
+/// Fewest rounds whose figures are written into the document.
+const MIN_ROUNDS_WRITTEN: u32 = 3;
+
 /// The lab with `COUPONLAB_TRACES=off`, as the report names it.
 const UNTRACED: &str = "couponlab, traces off";
 
@@ -59,8 +67,12 @@ const UNTRACED: &str = "couponlab, traces off";
 pub struct Options {
     /// Measure instead where one sold-out request's time goes at one
     /// connection, stage by stage
-    #[arg(long)]
+    #[arg(long, conflicts_with = "instructions")]
     budget: bool,
+    /// Count instead the instructions each server spends per request, under
+    /// callgrind, and split the lab's by what they are spent in
+    #[arg(long)]
+    instructions: bool,
     /// How long each wrk run lasts (wrk's form: 10s, 1m)
     #[arg(long, default_value = "10s")]
     duration: String,
@@ -89,12 +101,15 @@ pub fn main(options: &Options) -> anyhow::Result<()> {
     if options.budget {
         return budget::main(options, wrk);
     }
+    if options.instructions {
+        return instructions::main(options.rounds);
+    }
 
     let database = database_url()?;
     let lab = start_lab(&database, ("COUPONLAB_TRACES", "on"))?;
     let api = Api::new(&lab.base_url())?;
     let untraced = start_lab(&database, ("COUPONLAB_TRACES", "off"))?;
-    let twin = start_twin(&database, &[])?;
+    let twin = start_twin(&database, &[], None)?;
     let servers = [
         ("couponlab", lab.process()),
         (UNTRACED, untraced.process()),
@@ -143,8 +158,18 @@ pub fn main(options: &Options) -> anyhow::Result<()> {
         markdown,
         "\nThe same, measured alone on the request's path (`cargo test --release --workspace --lib -- trace_cost_benchmark --ignored`: a REDIS_LUA request's calls recorded and its trace kept or sampled, a million times): {trace_cost}."
     );
+    println!("\n{markdown}");
+    // One run is one draw of a shared machine: a figure written down for
+    // others to compare with has its spread.
+    if options.rounds < MIN_ROUNDS_WRITTEN {
+        println!(
+            "not written to {}: a figure there comes from at least {MIN_ROUNDS_WRITTEN} rounds",
+            options.out().display()
+        );
+        return Ok(());
+    }
     markers::write_between(&options.out(), "bench", &markdown)?;
-    println!("\n{markdown}\nwritten to {}", options.out().display());
+    println!("written to {}", options.out().display());
     Ok(())
 }
 
@@ -241,15 +266,19 @@ fn start_lab(database: &str, setting: (&'static str, &str)) -> anyhow::Result<Se
 }
 
 /// The native twin on the bench's database and Redis, with `settings`
-/// besides, once it listens.
-fn start_twin(database: &str, settings: &[(&'static str, String)]) -> anyhow::Result<Launched> {
+/// besides, once it listens; `binary` runs it another way (under a tool).
+fn start_twin(
+    database: &str,
+    settings: &[(&'static str, String)],
+    binary: Option<PathBuf>,
+) -> anyhow::Result<Launched> {
     let mut env = vec![
         ("DATABASE_URL", database.to_string()),
         ("REDIS_URL", REDIS_URL.to_string()),
     ];
     env.extend_from_slice(settings);
     let mut twin = Launched::start(Launch {
-        binary: release_binary("native-twin"),
+        binary: binary.unwrap_or_else(|| release_binary("native-twin")),
         args: Vec::new(),
         env,
         bind: Bind::Flag("--bind"),

@@ -80,14 +80,48 @@ impl Report {
         server: &str,
         figure: impl Fn(&Run, &Run) -> f64,
     ) -> f64 {
-        let mut values: Vec<f64> = self
-            .runs
+        let mut values = self.values(pair, server, figure);
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+
+    /// `figure` over a server's rounds of a pair, in the order they ran.
+    fn values(&self, pair: &str, server: &str, figure: impl Fn(&Run, &Run) -> f64) -> Vec<f64> {
+        self.runs
             .iter()
             .filter(|(p, s, ..)| *p == pair && *s == server)
             .map(|(_, _, loaded, single)| figure(loaded, single))
+            .collect()
+    }
+
+    /// `compare(lab, twin)` of each round's couponlab and twin figures (run
+    /// one after the other), as its median and range over the rounds.
+    fn per_round(
+        &self,
+        pair: &str,
+        figure: impl Fn(&Run, &Run) -> f64,
+        compare: impl Fn(f64, f64) -> f64,
+    ) -> Spread {
+        let lab = self.values(pair, "couponlab", &figure);
+        let twin = self.values(pair, "native twin", &figure);
+        let mut values: Vec<f64> = lab
+            .iter()
+            .zip(&twin)
+            .map(|(l, t)| compare(*l, *t))
             .collect();
         values.sort_by(f64::total_cmp);
-        values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+        match (values.first(), values.last()) {
+            (Some(min), Some(max)) => Spread {
+                median: values[values.len() / 2],
+                min: *min,
+                max: *max,
+            },
+            _ => Spread {
+                median: f64::NAN,
+                min: f64::NAN,
+                max: f64::NAN,
+            },
+        }
     }
 
     pub(super) fn markdown(
@@ -101,7 +135,8 @@ impl Report {
             out,
             "Measured by `cargo xtask bench --duration {} --rounds {} --connections {}` on this \
              machine (2 cores, server, twin, wrk, MariaDB and Redis together), alternating \
-             couponlab and `native-twin` run by run; each figure is the median of the rounds.\n",
+             couponlab and `native-twin` run by run; each figure is the median of the rounds, \
+             and each comparison of the two also its range over the rounds (min–max).\n",
             options.duration, options.rounds, options.connections
         );
         let _ = writeln!(
@@ -120,14 +155,18 @@ impl Report {
             let twin_p99 = self.median(pair, "native twin", |l, _| l.p99_us);
             let lab_p50 = self.median(pair, "couponlab", |_, s| s.p50_us);
             let twin_p50 = self.median(pair, "native twin", |_, s| s.p50_us);
+            let ratio = |lab: f64, twin: f64| lab / twin;
+            let throughput = self.per_round(pair, |l, _| answered(l), ratio);
+            let p99 = self.per_round(pair, |l, _| l.p99_us, ratio);
+            let overhead = self.per_round(pair, |_, s| s.p50_us, |lab, twin| lab - twin);
             let _ = writeln!(
                 out,
-                "| {pair} | {lab_rps:.0} | {twin_rps:.0} | {:.2}× | {:.2} ms | {:.2} ms | {:.2}× | {lab_p50:.0} µs | {twin_p50:.0} µs | {:+.0} µs |",
-                lab_rps / twin_rps,
+                "| {pair} | {lab_rps:.0} | {twin_rps:.0} | {} | {:.2} ms | {:.2} ms | {} | {lab_p50:.0} µs | {twin_p50:.0} µs | {} |",
+                throughput.show(|v| format!("{v:.2}×")),
                 lab_p99 / 1000.0,
                 twin_p99 / 1000.0,
-                lab_p99 / twin_p99,
-                lab_p50 - twin_p50,
+                p99.show(|v| format!("{v:.2}×")),
+                overhead.show(|v| format!("{v:+.0} µs")),
             );
         }
         out.push_str(&self.traces_cost());
@@ -160,5 +199,24 @@ impl Report {
             );
         }
         out
+    }
+}
+
+/// A comparison over the rounds.
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    /// The median and, in brackets, the range, each written by `show`.
+    fn show(&self, show: impl Fn(f64) -> String) -> String {
+        format!(
+            "{} ({}–{})",
+            show(self.median),
+            show(self.min),
+            show(self.max)
+        )
     }
 }
