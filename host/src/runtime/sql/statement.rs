@@ -13,6 +13,11 @@
 //! locks (`GET_LOCK`): such a statement runs, and its connection is closed
 //! afterwards instead of being handed to the next borrower.
 
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use parking_lot::RwLock;
+
 /// Statement kinds a component may run.
 const DATA_STATEMENTS: [&str; 6] = ["SELECT", "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH"];
 
@@ -26,8 +31,36 @@ pub enum Residue {
     Session,
 }
 
+/// A verdict on a statement: what it leaves, or why it is refused.
+type Verdict = Result<Residue, String>;
+
+/// Statements checked, and their verdicts, which depend on the text alone.
+/// A component sends the same few statements again and again, and reading
+/// one again cost the issue pair 6,500 instructions a request
+/// (`cargo xtask bench --instructions`). Bounded: statements past the
+/// bound, or longer than a line of SQL usually is, are read every time.
+static CHECKED: LazyLock<RwLock<HashMap<Box<str>, Verdict, foldhash::fast::RandomState>>> =
+    LazyLock::new(Default::default);
+const CHECKED_STATEMENTS: usize = 4096;
+const CHECKED_LENGTH: usize = 4096;
+
 /// Checks `statement`; `Err` says why it is refused.
-pub fn check(statement: &str) -> Result<Residue, String> {
+pub fn check(statement: &str) -> Verdict {
+    if let Some(verdict) = CHECKED.read().get(statement) {
+        return verdict.clone();
+    }
+    let verdict = read(statement);
+    if statement.len() <= CHECKED_LENGTH {
+        let mut checked = CHECKED.write();
+        if checked.len() < CHECKED_STATEMENTS {
+            checked.insert(statement.into(), verdict.clone());
+        }
+    }
+    verdict
+}
+
+/// [`check`], reading the statement.
+fn read(statement: &str) -> Verdict {
     let tokens = tokens(statement)?;
     let first = first_word(&tokens);
     if !DATA_STATEMENTS.contains(&first) {
@@ -44,7 +77,7 @@ pub fn check(statement: &str) -> Result<Residue, String> {
     }
     let leaves_session_state = tokens
         .iter()
-        .any(|t| matches!(t, Token::Variable) || *t == Token::Word("GET_LOCK".into()));
+        .any(|t| matches!(t, Token::Variable) || matches!(t, Token::Word(w) if w == "GET_LOCK"));
     Ok(if leaves_session_state {
         Residue::Session
     } else {
@@ -268,5 +301,19 @@ mod tests {
             refused.starts_with("DROP statements are not allowed"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn a_statement_checked_again_gets_the_same_verdict() {
+        for statement in [
+            "SELECT 1 FROM coupons WHERE id = ? -- checked twice",
+            "SELECT GET_LOCK('checked twice', 1)",
+            "SET @checked_twice = 1",
+        ] {
+            let first = read(statement);
+            assert_eq!(check(statement), first, "{statement}");
+            assert!(CHECKED.read().contains_key(statement), "{statement}");
+            assert_eq!(check(statement), first, "{statement}");
+        }
     }
 }
