@@ -72,6 +72,13 @@ const ROWS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "the script watch",
+        &[
+            "couponlab::runtime::redis::runaway",
+            "couponlab::runtime::redis::scripts",
+        ],
+    ),
+    (
         "host calls, the lab's side",
         &[
             "couponlab::runtime::redis::",
@@ -107,9 +114,36 @@ const ROWS: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "wasmtime (store, instantiation, boundary)",
-        &["wasmtime", "cranelift"],
+        "wasmtime: the store made and dropped",
+        &["wasmtime::runtime::store"],
     ),
+    (
+        "wasmtime: instantiation",
+        &[
+            "wasmtime::runtime::component::instance",
+            "wasmtime::runtime::component::component",
+            "wasmtime::runtime::instance",
+            "wasmtime::runtime::instantiate",
+            "wasmtime::runtime::module",
+            "wasmtime::runtime::vm::instance",
+            "wasmtime::runtime::vm::component",
+            "wasmtime::runtime::vm::table",
+            "wasmtime::runtime::vm::memory",
+            "wasmtime_environ::",
+            "cranelift_bforest::",
+        ],
+    ),
+    (
+        "wasmtime: crossings (calls, lifting and lowering, fibers)",
+        &[
+            "wasmtime::runtime::component::func",
+            "wasmtime::runtime::func",
+            "wasmtime::runtime::fiber",
+            "wasmtime::runtime::vm::traphandlers",
+            "wasmtime_internal_fiber::",
+        ],
+    ),
+    ("wasmtime, elsewhere", &["wasmtime", "cranelift"]),
     ("guest (compiled wasm)", &["guest"]),
     (
         "tokio (tasks, timers, sockets)",
@@ -136,10 +170,13 @@ const CHARGED_TO_CALLERS: [&str; 4] = ["memcpy", "memmove", "memset", "memcmp"];
 
 /// The rows of wasmtime's own work: the fresh instance, its call and its
 /// teardown, which any embedder pays.
-const WASMTIME_OWN: [&str; 3] = [
+const WASMTIME_OWN: [&str; 6] = [
     "WASI context",
     "instance pool (slots taken, reset)",
-    "wasmtime (store, instantiation, boundary)",
+    "wasmtime: the store made and dropped",
+    "wasmtime: instantiation",
+    "wasmtime: crossings (calls, lifting and lowering, fibers)",
+    "wasmtime, elsewhere",
 ];
 
 /// The row of the component's own code.
@@ -320,7 +357,7 @@ pub(super) fn table(lab: &[(&'static str, u64)], twin: &[(&'static str, u64)]) -
         line(part, *lab, *twin);
     }
     line(
-        "*wasmtime's own: WASI context, instance pool, wasmtime*",
+        "*wasmtime's own: the WASI context, the pool and the four wasmtime rows*",
         wasmtime_own(lab),
         wasmtime_own(twin),
     );

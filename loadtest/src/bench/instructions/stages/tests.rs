@@ -13,7 +13,7 @@ fn code_belongs_to_the_source_file_it_was_written_in() {
             "/work/vendor/wasmtime/src/runtime/component/instance.rs",
             "couponlab::runtime::call::<impl couponlab::runtime::engine::Runtime>::instantiate::{{closure}}"
         ),
-        "wasmtime (store, instantiation, boundary)"
+        "wasmtime: instantiation"
     );
     assert_eq!(
         row(
@@ -35,7 +35,7 @@ fn code_belongs_to_the_source_file_it_was_written_in() {
             "/rustc/5980/library/core/src/ptr/mod.rs",
             "core::ptr::drop_in_place<wasmtime::runtime::store::StoreInner<couponlab::runtime::store::HostState>>"
         ),
-        "wasmtime (store, instantiation, boundary)"
+        "wasmtime: the store made and dropped"
     );
     assert_eq!(row("???", "0x000000000673b100"), "guest (compiled wasm)");
     assert_eq!(
