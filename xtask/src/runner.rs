@@ -105,6 +105,14 @@ impl Needs {
                 tools: vec![Tool::K6],
                 ..Needs::default()
             },
+            // `--instructions` runs both servers under callgrind.
+            "bench" if given("--instructions") => lab(
+                true,
+                &[
+                    Tool::Debian("valgrind", "valgrind"),
+                    Tool::Debian("callgrind_control", "valgrind"),
+                ],
+            ),
             "bench" => lab(
                 true,
                 &[

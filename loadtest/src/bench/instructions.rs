@@ -84,9 +84,13 @@ pub fn main(rounds: u32) -> anyhow::Result<()> {
         let twin_split = stages::split(&twin_dump.dump, twin_dump.per_request)?;
         let own = stages::wasmtime_own(&split);
         println!(
-            "\n{pair}, instructions per request over {rounds} rounds (median, min–max): couponlab {lab}, \
+            "\n{pair}, instructions per request over {} (median, min–max): couponlab {lab}, \
              native twin {twin}, the lab's extra {extra}; in the median round the extra is \
              {:.2}× wasmtime's own {own}, and the component's code ran {}",
+            match rounds {
+                1 => "1 round".to_string(),
+                rounds => format!("{rounds} rounds"),
+            },
             extra.median as f64 / own.max(1) as f64,
             stages::guest(&split),
         );
