@@ -1,4 +1,5 @@
-//! Integration tests: real servers on 127.0.0.1:0, real MariaDB, real Redis,
+//! Integration tests: real servers on 127.0.0.1:0, real MariaDB, real Redis
+//! (and PostgreSQL, for what each engine allows: `isolation`),
 //! real components. One test binary, so wasmtime links once.
 
 mod common;
@@ -17,6 +18,7 @@ mod drop_gate_fail_open;
 mod hang_ups;
 mod hot_reload;
 mod idle;
+mod isolation;
 mod issue_concurrency;
 mod languages;
 mod least_privilege;

@@ -1,4 +1,4 @@
-//! Make sure Redis and MySQL/MariaDB answer, starting local ones that are
+//! Make sure Redis, MySQL/MariaDB and PostgreSQL answer, starting local ones that are
 //! installed but down; and the Debian tools the tests and the bench use.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -50,6 +50,13 @@ pub fn ensure() -> anyhow::Result<()> {
                 "--appendonly",
                 "no",
             ],
+        },
+        // The isolation tests' second engine (`tests/lab/isolation`).
+        Service {
+            name: "PostgreSQL",
+            address: "127.0.0.1:5432".to_string(),
+            program: "/usr/bin/pg_ctlcluster",
+            start: &["pg_ctlcluster", "15", "main", "start"],
         },
     ];
     for service in &services {
