@@ -1,12 +1,12 @@
-//! A callgrind dump of the lab's requests split by whose code ran: each
-//! function's own instructions (`callgrind_annotate`'s exclusive counts),
-//! so nothing is counted twice. A line of code belongs to the crate or the
-//! lab's module its source file is in, so code the compiler inlined counts
-//! to where it was written, not to the function it was inlined into; the
-//! standard library's generic code counts to the function it was compiled
-//! for. The C library's copies and fills (`memcpy`, `memset`) are charged
-//! to the functions that called them, in proportion to their calls: a
-//! slot's reset is the pool's work, not the C library's.
+//! A callgrind dump split by whose code ran, read from callgrind's own
+//! format: each line's own instructions (a call's inclusive cost is not its
+//! caller's), so nothing is counted twice. A line of code belongs to the
+//! crate or the lab's module its source file is in, so code the compiler
+//! inlined counts to where it was written, not to the function it was
+//! inlined into; the standard library's generic code counts to the function
+//! it was compiled for. The C library's copies and fills (`memcpy`,
+//! `memset`) are charged to the calls that asked for them: a slot's reset
+//! is the pool's work, not the C library's.
 
 use std::collections::HashMap;
 use std::path::Path;
