@@ -208,13 +208,11 @@ pub struct Run {
 
 impl Run {
     pub async fn start(engine: Engine, level: &str, case: &str) -> Run {
-        let table = format!(
-            "hermitage_{}_{}_{}",
-            engine.tag(),
-            level.replace(' ', "_"),
-            case.replace('-', "_")
-        )
-        .to_lowercase();
+        let table: String = format!("hermitage_{}_{level}_{case}", engine.tag())
+            .to_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
         let mut observer = Conn::open(engine).await;
         for sql in [
             format!("DROP TABLE IF EXISTS {table}"),
