@@ -46,7 +46,7 @@ pub struct LabState {
     /// What each request's component did, call by call: the traces kept.
     pub traces: Traces,
     /// The coupons whose streams this process announced lately, by stream
-    /// kind (`crate::announcements`).
+    /// kind (the announcements, a floor above).
     pub announced: Recently<(&'static str, u64)>,
     /// This process among all those sharing the lab's Redis: its stream
     /// consumers, its loader and its request snapshots go by it.

@@ -2,8 +2,8 @@
 //! command and its reply, each SQL statement with its table and rows, the
 //! transactions' boundaries and isolation level, and the integers the
 //! reads that decide brought back (a count, a stock, a set's size). The
-//! store holds one [`CallTrace`]; [`crate::traces`] decides which are kept
-//! and explains anomalies with them.
+//! store holds one [`CallTrace`]; the request traces above the runtime
+//! decide which are kept and explain anomalies with them.
 //!
 //! Recording is on every call's path, so it stays cheap: a clock read and
 //! a push per capability call, the texts it keeps short.
