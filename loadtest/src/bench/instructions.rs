@@ -24,10 +24,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use serde_json::json;
 
+use super::spread::Spread;
 use super::{REDIS_URL, create_coupon, database_url, sold_out_coupon, start_twin};
 use crate::api::Api;
 use crate::launcher::Launched;
-use crate::paths::{release_binary, root, strategy_dir};
+use crate::paths::{release_binary, strategy_dir, target_dir};
 use crate::server::{Serve, Server};
 
 /// Requests counted per pair and server.
@@ -52,8 +53,16 @@ struct Round {
 }
 
 pub fn main(rounds: u32) -> anyhow::Result<()> {
-    let out = root().join("target").join("callgrind");
+    let out = dumps_dir();
     std::fs::create_dir_all(&out)?;
+    // Dumps of earlier runs would only pile up: each run's are its own.
+    for entry in std::fs::read_dir(&out)? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name.starts_with("couponlab.") || name.starts_with("native-twin.") {
+            std::fs::remove_file(&path)?;
+        }
+    }
     let database = database_url()?;
     let mut counted = Vec::new();
     for round in 1..=rounds {
@@ -65,12 +74,12 @@ pub fn main(rounds: u32) -> anyhow::Result<()> {
             "sold out" => [round.sold_out[0].per_request, round.sold_out[1].per_request],
             _ => [round.issue[0].per_request, round.issue[1].per_request],
         };
-        let lab = Spread::of(counted.iter().map(|round| counts(round)[0]));
-        let twin = Spread::of(counted.iter().map(|round| counts(round)[1]));
-        let extra = Spread::of(counted.iter().map(|round| {
-            let [lab, twin] = counts(round);
-            lab.saturating_sub(twin)
-        }));
+        let spread = |figure: fn([u64; 2]) -> u64| {
+            Spread::of(counted.iter().map(|round| figure(counts(round)))).context("no round")
+        };
+        let lab = spread(|[lab, _]| lab)?;
+        let twin = spread(|[_, twin]| twin)?;
+        let extra = spread(|[lab, twin]| lab.saturating_sub(twin))?;
         // The split of the round whose lab count is the median.
         let median = counted
             .iter()
@@ -83,45 +92,23 @@ pub fn main(rounds: u32) -> anyhow::Result<()> {
         let split = stages::split(&lab_dump.dump, lab_dump.per_request)?;
         let twin_split = stages::split(&twin_dump.dump, twin_dump.per_request)?;
         let own = stages::wasmtime_own(&split);
+        let over = match rounds {
+            1 => "1 round".to_string(),
+            rounds => format!("{rounds} rounds"),
+        };
         println!(
-            "\n{pair}, instructions per request over {} (median, min–max): couponlab {lab}, \
-             native twin {twin}, the lab's extra {extra}; in the median round the extra is \
+            "\n{pair}, instructions per request over {over} (median, min–max): couponlab {}, \
+             native twin {}, the lab's extra {}; in the median round the extra is \
              {:.2}× wasmtime's own {own}, and the component's code ran {}",
-            match rounds {
-                1 => "1 round".to_string(),
-                rounds => format!("{rounds} rounds"),
-            },
+            lab.show(|n| n),
+            twin.show(|n| n),
+            extra.show(|n| n),
             extra.median as f64 / own.max(1) as f64,
             stages::guest(&split),
         );
         println!("{}", stages::table(&split, &twin_split));
     }
     Ok(())
-}
-
-/// A figure over the rounds: its median and its range.
-struct Spread {
-    median: u64,
-    min: u64,
-    max: u64,
-}
-
-impl Spread {
-    fn of(values: impl Iterator<Item = u64>) -> Spread {
-        let mut values: Vec<u64> = values.collect();
-        values.sort_unstable();
-        Spread {
-            median: values[values.len() / 2],
-            min: values[0],
-            max: values[values.len() - 1],
-        }
-    }
-}
-
-impl std::fmt::Display for Spread {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({}–{})", self.median, self.min, self.max)
-    }
 }
 
 /// Both pairs on the lab, then on the twin, each server started afresh
@@ -140,39 +127,30 @@ fn count_round(database: &str, out: &Path, round: u32) -> anyhow::Result<Round> 
     let twin_coupon = create_coupon(&api, 100_000_000)?;
     let sold_out_body = |_: u32| json!({ "memberId": first + 1, "method": "REDIS_LUA" });
     let issue_body = |n: u32| json!({ "memberId": pool + u64::from(n), "method": "REDIS_LUA" });
-    let name = |server: &str, pair: &str| format!("{server}-{pair}-{round}");
+    // Both pairs on one server, its dumps named after it and the round.
+    let pairs = |server: &Launched, issue_coupon: &str, who: &str| {
+        let name = |pair: &str| format!("{who}-{pair}-{round}");
+        let sold_out = count(
+            server,
+            &sold_out,
+            SOLD_OUT_REQUESTS,
+            sold_out_body,
+            &name("sold-out"),
+        )?;
+        let issue = count(
+            server,
+            issue_coupon,
+            ISSUE_REQUESTS,
+            issue_body,
+            &name("issue"),
+        )?;
+        anyhow::Ok((sold_out, issue))
+    };
 
-    let lab_sold_out = count(
-        lab.process(),
-        &sold_out,
-        SOLD_OUT_REQUESTS,
-        sold_out_body,
-        &name("lab", "sold-out"),
-    )?;
-    let lab_issue = count(
-        lab.process(),
-        &lab_coupon,
-        ISSUE_REQUESTS,
-        issue_body,
-        &name("lab", "issue"),
-    )?;
+    let (lab_sold_out, lab_issue) = pairs(lab.process(), &lab_coupon, "lab")?;
     drop(lab);
-
     let twin = start_twin_under_callgrind(database, out)?;
-    let twin_sold_out = count(
-        &twin,
-        &sold_out,
-        SOLD_OUT_REQUESTS,
-        sold_out_body,
-        &name("twin", "sold-out"),
-    )?;
-    let twin_issue = count(
-        &twin,
-        &twin_coupon,
-        ISSUE_REQUESTS,
-        issue_body,
-        &name("twin", "issue"),
-    )?;
+    let (twin_sold_out, twin_issue) = pairs(&twin, &twin_coupon, "twin")?;
     Ok(Round {
         sold_out: [lab_sold_out, twin_sold_out],
         issue: [lab_issue, twin_issue],
@@ -282,9 +260,14 @@ fn count(
     })
 }
 
+/// Where the servers' dumps and their launch scripts go.
+fn dumps_dir() -> PathBuf {
+    target_dir().join("callgrind")
+}
+
 /// Dumps the process's counts; the dump's file.
 fn dump(pid: u32, label: &str) -> anyhow::Result<PathBuf> {
-    let out = root().join("target").join("callgrind");
+    let out = dumps_dir();
     let before = dumps_of(&out, pid)?;
     callgrind_control(pid, &format!("--dump={label}"))?;
     let after = dumps_of(&out, pid)?;

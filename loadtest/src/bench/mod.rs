@@ -29,6 +29,7 @@
 mod budget;
 mod instructions;
 mod report;
+mod spread;
 mod wrk;
 
 use std::fmt::Write as _;

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use super::spread::Spread;
 use super::wrk::Run;
 use super::{LANGUAGES, Options, UNTRACED};
 
@@ -95,33 +96,19 @@ impl Report {
     }
 
     /// `compare(lab, twin)` of each round's couponlab and twin figures (run
-    /// one after the other), as its median and range over the rounds.
+    /// one after the other), as its median and range over the rounds, each
+    /// written by `show`.
     fn per_round(
         &self,
         pair: &str,
         figure: impl Fn(&Run, &Run) -> f64,
         compare: impl Fn(f64, f64) -> f64,
-    ) -> Spread {
+        show: impl Fn(f64) -> String,
+    ) -> String {
         let lab = self.values(pair, "couponlab", &figure);
         let twin = self.values(pair, "native twin", &figure);
-        let mut values: Vec<f64> = lab
-            .iter()
-            .zip(&twin)
-            .map(|(l, t)| compare(*l, *t))
-            .collect();
-        values.sort_by(f64::total_cmp);
-        match (values.first(), values.last()) {
-            (Some(min), Some(max)) => Spread {
-                median: values[values.len() / 2],
-                min: *min,
-                max: *max,
-            },
-            _ => Spread {
-                median: f64::NAN,
-                min: f64::NAN,
-                max: f64::NAN,
-            },
-        }
+        let compared = lab.iter().zip(&twin).map(|(l, t)| compare(*l, *t));
+        Spread::of(compared).map_or_else(|| "—".to_string(), |spread| spread.show(show))
     }
 
     pub(super) fn markdown(
@@ -156,17 +143,23 @@ impl Report {
             let lab_p50 = self.median(pair, "couponlab", |_, s| s.p50_us);
             let twin_p50 = self.median(pair, "native twin", |_, s| s.p50_us);
             let ratio = |lab: f64, twin: f64| lab / twin;
-            let throughput = self.per_round(pair, |l, _| answered(l), ratio);
-            let p99 = self.per_round(pair, |l, _| l.p99_us, ratio);
-            let overhead = self.per_round(pair, |_, s| s.p50_us, |lab, twin| lab - twin);
+            let times = |v: f64| format!("{v:.2}×");
+            let throughput = self.per_round(pair, |l, _| answered(l), ratio, times);
+            let p99 = self.per_round(pair, |l, _| l.p99_us, ratio, times);
+            let overhead = self.per_round(
+                pair,
+                |_, s| s.p50_us,
+                |lab, twin| lab - twin,
+                |v| format!("{v:+.0} µs"),
+            );
             let _ = writeln!(
                 out,
                 "| {pair} | {lab_rps:.0} | {twin_rps:.0} | {} | {:.2} ms | {:.2} ms | {} | {lab_p50:.0} µs | {twin_p50:.0} µs | {} |",
-                throughput.show(|v| format!("{v:.2}×")),
+                throughput,
                 lab_p99 / 1000.0,
                 twin_p99 / 1000.0,
-                p99.show(|v| format!("{v:.2}×")),
-                overhead.show(|v| format!("{v:+.0} µs")),
+                p99,
+                overhead,
             );
         }
         out.push_str(&self.traces_cost());
@@ -199,24 +192,5 @@ impl Report {
             );
         }
         out
-    }
-}
-
-/// A comparison over the rounds.
-struct Spread {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Spread {
-    /// The median and, in brackets, the range, each written by `show`.
-    fn show(&self, show: impl Fn(f64) -> String) -> String {
-        format!(
-            "{} ({}–{})",
-            show(self.median),
-            show(self.min),
-            show(self.max)
-        )
     }
 }
