@@ -50,6 +50,7 @@ const POSTGRES: Expected = [
 
 /// Runs every case at every level of `engine` and checks the table.
 async fn measure(engine: Engine, expected: &Expected) {
+    session::create_database(engine).await;
     let mut table = format!(
         "\n{}\n| level | {} |\n|---|{}\n",
         engine.name(),

@@ -81,33 +81,42 @@ enum Conn {
     Postgres(PgConnection),
 }
 
+/// Creates the cases' database on `engine` if it is missing.
+pub async fn create_database(engine: Engine) {
+    match engine {
+        Engine::Postgres => {
+            let url = format!("{POSTGRES}/postgres");
+            let mut admin = PgConnection::connect(&url).await.expect("PostgreSQL");
+            let exists = sqlx::query("SELECT 1 FROM pg_database WHERE datname = $1")
+                .bind(DATABASE)
+                .fetch_optional(&mut admin)
+                .await
+                .expect("pg_database");
+            if exists.is_none() {
+                sqlx::raw_sql(&format!("CREATE DATABASE {DATABASE}"))
+                    .execute(&mut admin)
+                    .await
+                    .expect("the database");
+            }
+        }
+        _ => {
+            let mut admin = MySqlConnection::connect(MARIADB).await.expect("MariaDB");
+            sqlx::raw_sql(&format!("CREATE DATABASE IF NOT EXISTS {DATABASE}"))
+                .execute(&mut admin)
+                .await
+                .expect("the database");
+        }
+    }
+}
+
 impl Conn {
     async fn open(engine: Engine) -> Conn {
         match engine {
             Engine::Postgres => {
-                let url = format!("{POSTGRES}/postgres");
-                let mut admin = PgConnection::connect(&url).await.expect("PostgreSQL");
-                let exists = sqlx::query("SELECT 1 FROM pg_database WHERE datname = $1")
-                    .bind(DATABASE)
-                    .fetch_optional(&mut admin)
-                    .await
-                    .expect("pg_database");
-                if exists.is_none() {
-                    // Two tests may create it at once: the loser's error is
-                    // a database that exists.
-                    let _ = sqlx::raw_sql(&format!("CREATE DATABASE {DATABASE}"))
-                        .execute(&mut admin)
-                        .await;
-                }
                 let url = format!("{POSTGRES}/{DATABASE}");
                 Conn::Postgres(PgConnection::connect(&url).await.expect("PostgreSQL"))
             }
             _ => {
-                let mut admin = MySqlConnection::connect(MARIADB).await.expect("MariaDB");
-                sqlx::raw_sql(&format!("CREATE DATABASE IF NOT EXISTS {DATABASE}"))
-                    .execute(&mut admin)
-                    .await
-                    .expect("the database");
                 let url = format!("{MARIADB}/{DATABASE}");
                 Conn::MariaDb(MySqlConnection::connect(&url).await.expect("MariaDB"))
             }
