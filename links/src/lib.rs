@@ -1,4 +1,4 @@
-//! The links between a lab and its Redis and MySQL, each through a
+//! The links between a lab and its Redis, MySQL, RabbitMQ and NATS, each through a
 //! fault-injection proxy of noxious (the core of noxious, a Rust port of
 //! Toxiproxy) on a free local port, so a load run (`cargo xtask loadtest
 //! --fault`) or a test can cut a link or slow it.
@@ -54,6 +54,9 @@ use noxious::toxic::{
 /// Where the lab's Redis and MySQL/MariaDB listen (see `services.rs`).
 pub const REDIS_UPSTREAM: &str = "127.0.0.1:6379";
 pub const DATABASE_UPSTREAM: &str = "127.0.0.1:3306";
+/// Where the lab's RabbitMQ and NATS listen.
+pub const AMQP_UPSTREAM: &str = "127.0.0.1:5672";
+pub const NATS_UPSTREAM: &str = "127.0.0.1:4222";
 
 /// The name of the latency toxic a link carries while it is slowed.
 const LATENCY_TOXIC: &str = "latency_downstream";
@@ -63,19 +66,27 @@ const LATENCY_TOXIC: &str = "latency_downstream";
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 const GRACE: Duration = Duration::from_millis(200);
 
-/// One of the two links a served lab talks through.
+/// One of the links a served lab talks through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Link {
     Redis,
     Database,
+    Amqp,
+    Nats,
 }
 
 impl Link {
-    /// How a fault names the link: `redis` or `db`.
+    pub const ALL: [Link; 4] = [Link::Redis, Link::Database, Link::Amqp, Link::Nats];
+}
+
+impl Link {
+    /// How a fault names the link: `redis`, `db`, `amqp` or `nats`.
     pub fn name(self) -> &'static str {
         match self {
             Link::Redis => "redis",
             Link::Database => "db",
+            Link::Amqp => "amqp",
+            Link::Nats => "nats",
         }
     }
 
@@ -84,11 +95,13 @@ impl Link {
         match self {
             Link::Redis => "Redis",
             Link::Database => "MySQL",
+            Link::Amqp => "RabbitMQ",
+            Link::Nats => "NATS",
         }
     }
 }
 
-/// The two proxies and the runtime they run on.
+/// The proxies and the runtime they run on.
 pub struct Links {
     runtime: tokio::runtime::Handle,
     /// Ends the runtime's thread.
@@ -99,6 +112,8 @@ pub struct Links {
     root_stopper: Option<Stopper>,
     redis: Proxy,
     database: Proxy,
+    amqp: Proxy,
+    nats: Proxy,
 }
 
 /// One proxy: where it listens, where it forwards, and its running state
@@ -120,10 +135,10 @@ struct Running {
 }
 
 impl Links {
-    /// Starts both proxies, Redis's and MySQL's, each on a free port of
-    /// 127.0.0.1, forwarding to Redis at `redis_upstream` (`host:port`:
-    /// [`REDIS_UPSTREAM`], or a Redis of the run's own) and to
-    /// [`DATABASE_UPSTREAM`].
+    /// Starts every link's proxy, each on a free port of 127.0.0.1,
+    /// forwarding to Redis at `redis_upstream` (`host:port`:
+    /// [`REDIS_UPSTREAM`], or a Redis of the run's own), to
+    /// [`DATABASE_UPSTREAM`], [`AMQP_UPSTREAM`] and [`NATS_UPSTREAM`].
     pub fn start_to(redis_upstream: &str) -> anyhow::Result<Links> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -147,8 +162,10 @@ impl Links {
             root_stopper: Some(root_stopper),
             redis: Proxy::new(Link::Redis, redis_upstream)?,
             database: Proxy::new(Link::Database, DATABASE_UPSTREAM)?,
+            amqp: Proxy::new(Link::Amqp, AMQP_UPSTREAM)?,
+            nats: Proxy::new(Link::Nats, NATS_UPSTREAM)?,
         };
-        for link in [Link::Redis, Link::Database] {
+        for link in Link::ALL {
             links.launch(link)?;
         }
         Ok(links)
@@ -159,11 +176,11 @@ impl Links {
         &self.proxy(link).listen
     }
 
-    /// `url` with the address of Redis or MySQL replaced by its link's:
+    /// `url` with the address of Redis, MySQL, RabbitMQ or NATS replaced by its link's:
     /// `mysql://root@127.0.0.1:3306/x` → `mysql://root@127.0.0.1:<port>/x`.
     /// Fails on a URL that points at neither.
     pub fn through(&self, url: &str) -> anyhow::Result<String> {
-        for proxy in [&self.redis, &self.database] {
+        for proxy in [&self.redis, &self.database, &self.amqp, &self.nats] {
             if let Some(position) = url.find(&proxy.upstream) {
                 let (before, rest) = (&url[..position], &url[position + proxy.upstream.len()..]);
                 let authority = before.ends_with('@') || before.ends_with("//");
@@ -173,9 +190,11 @@ impl Links {
             }
         }
         bail!(
-            "{url} points at neither Redis ({}) nor MySQL ({}): no link can carry it",
+            "{url} points at none of Redis ({}), MySQL ({}), RabbitMQ ({}) or NATS ({}): no link can carry it",
             self.redis.upstream,
-            self.database.upstream
+            self.database.upstream,
+            self.amqp.upstream,
+            self.nats.upstream
         )
     }
 
@@ -347,6 +366,8 @@ impl Links {
         match link {
             Link::Redis => &self.redis,
             Link::Database => &self.database,
+            Link::Amqp => &self.amqp,
+            Link::Nats => &self.nats,
         }
     }
 }
@@ -398,7 +419,7 @@ fn proxy_clients(info: &SharedProxyInfo) -> usize {
 
 impl std::fmt::Debug for Links {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for proxy in [&self.redis, &self.database] {
+        for proxy in [&self.redis, &self.database, &self.amqp, &self.nats] {
             write!(
                 f,
                 "{} {} → {}{}; ",
@@ -606,6 +627,18 @@ mod tests {
                 .through("mysql://root@127.0.0.1:3306/couponlab_x")
                 .unwrap(),
             format!("mysql://root@{db}/couponlab_x")
+        );
+        let amqp = links.address(Link::Amqp).to_string();
+        assert_eq!(
+            links
+                .through("amqp://guest:guest@127.0.0.1:5672/%2f")
+                .unwrap(),
+            format!("amqp://guest:guest@{amqp}/%2f")
+        );
+        let nats = links.address(Link::Nats).to_string();
+        assert_eq!(
+            links.through("nats://127.0.0.1:4222").unwrap(),
+            format!("nats://{nats}")
         );
         assert!(links.through("mysql://root@127.0.0.1:33060/x").is_err());
         assert!(links.through("redis://10.0.0.1:6379/0").is_err());

@@ -16,29 +16,37 @@ use serde_json::{Value, json};
 
 use crate::common::{Reply, Setup, TestLab, outcome, until};
 
-/// A lab whose MariaDB (`db`) or Redis link runs through `links`, on a
+/// A lab whose MariaDB (`db`), Redis or broker link runs through `links`, on a
 /// Redis database of its own: no other test's stream consumers confirm or
 /// dead-letter its entries against their own databases.
-async fn linked_lab(links: &Arc<Links>, link: Link, components: &[&'static str]) -> TestLab {
+pub async fn linked_lab(links: &Arc<Links>, link: Link, components: &[&'static str]) -> TestLab {
     let links = links.clone();
     Setup::with(components)
         .own_redis_db()
         .tune(move |c| match link {
             Link::Database => c.database_url = links.through(&c.database_url).unwrap(),
             Link::Redis => c.redis_url = links.through(&c.redis_url).unwrap(),
+            Link::Amqp => {
+                let url = &mut c.capabilities.broker.rabbitmq_url;
+                *url = links.through(url).unwrap();
+            }
+            Link::Nats => {
+                let url = &mut c.capabilities.broker.nats_url;
+                *url = links.through(url).unwrap();
+            }
         })
         .start()
         .await
 }
 
-async fn start_links() -> Arc<Links> {
+pub async fn start_links() -> Arc<Links> {
     let links = tokio::task::spawn_blocking(|| Links::start_to(REDIS_UPSTREAM));
     Arc::new(links.await.unwrap().expect("the links start"))
 }
 
 /// Runs a call of the links, which block on a runtime of their own, off
 /// the test's runtime.
-async fn on_links<T: Send + 'static>(
+pub async fn on_links<T: Send + 'static>(
     links: &Arc<Links>,
     work: impl FnOnce(&Links) -> anyhow::Result<T> + Send + 'static,
 ) -> T {

@@ -9,6 +9,7 @@ use couponlab_links::Link;
 
 /// The accepted forms, for error messages.
 const FORMS: &str = "redis-cut@START+DURATION, db-cut@START+DURATION, \
+amqp-cut@START+DURATION, nats-cut@START+DURATION, \
 redis-latency=MS@START+DURATION, db-latency=MS@START+DURATION, kill-server@START, \
 kill-consumers@START, redis-restart@START, client-timeout=MS (START and DURATION like 300ms, 0.3s, 2s, 1m)";
 
@@ -58,6 +59,8 @@ impl Fault {
         let link = match kind {
             "redis-cut" | "redis-latency" => Some(Link::Redis),
             "db-cut" | "db-latency" => Some(Link::Database),
+            "amqp-cut" | "amqp-latency" => Some(Link::Amqp),
+            "nats-cut" | "nats-latency" => Some(Link::Nats),
             _ => None,
         };
         let ms = || -> anyhow::Result<u64> {
@@ -92,7 +95,7 @@ impl Fault {
             duration_of(when)
         };
         Ok(match (kind, link) {
-            ("redis-cut" | "db-cut", Some(link)) => {
+            ("redis-cut" | "db-cut" | "amqp-cut" | "nats-cut", Some(link)) => {
                 no_value()?;
                 let (start, duration) = window()?;
                 Fault::Cut {
@@ -101,7 +104,7 @@ impl Fault {
                     duration,
                 }
             }
-            ("redis-latency" | "db-latency", Some(link)) => {
+            ("redis-latency" | "db-latency" | "amqp-latency" | "nats-latency", Some(link)) => {
                 let ms = ms()?;
                 let (start, duration) = window()?;
                 Fault::Latency {

@@ -76,14 +76,10 @@ impl Target {
                     // held); a proxy in between keeps the far side open,
                     // locks and all, so the links drop every connection.
                     server.kill_and_restart(|| match self.links.as_deref() {
-                        Some(links) => {
-                            [Link::Redis, Link::Database]
-                                .into_iter()
-                                .try_for_each(|link| {
-                                    links.cut(link)?;
-                                    links.restore(link)
-                                })
-                        }
+                        Some(links) => Link::ALL.into_iter().try_for_each(|link| {
+                            links.cut(link)?;
+                            links.restore(link)
+                        }),
                         None => Ok(()),
                     })?
                 } else {

@@ -26,6 +26,9 @@ use crate::paths::{release_binary, root, strategy_dir};
 use crate::process_log;
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
+/// The machine's RabbitMQ and NATS, as the server's defaults name them.
+const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const NATS_URL: &str = "nats://127.0.0.1:4222";
 
 /// How long a started process may take to be ready: a server compiles
 /// every component before it answers, the Python and JavaScript ones taking
@@ -33,7 +36,7 @@ pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
 const START_LIMIT: Duration = Duration::from_secs(300);
 
 /// The consumer roles `couponlab consume` runs alone (README "Processes").
-const CONSUMERS: [&str; 3] = ["pubsub", "stream", "write-behind"];
+const CONSUMERS: [&str; 4] = ["pubsub", "stream", "write-behind", "brokers"];
 
 /// What a consumer logs once it consumes.
 const CONSUMING: &str = "couponlab is consuming";
@@ -87,6 +90,11 @@ impl Server {
                 strategy_dir().to_string_lossy().into_owned(),
             ),
         ];
+        // The brokers go through their links too: `amqp-cut`, `nats-cut`.
+        if let Some(links) = serve.links {
+            env.push(("RABBITMQ_URL", links.through(RABBITMQ_URL)?));
+            env.push(("NATS_URL", links.through(NATS_URL)?));
+        }
         env.extend(
             serve
                 .env
