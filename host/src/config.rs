@@ -52,6 +52,8 @@ pub enum Consumer {
     Stream,
     /// The write-behind loader of stages 9-10.
     WriteBehind,
+    /// The RabbitMQ and JetStream consumers of the broker methods.
+    Brokers,
 }
 
 impl Default for Command {

@@ -17,6 +17,8 @@ use crate::recently::Recently;
 use crate::recorder::Recorder;
 use crate::redis_claim;
 use crate::redis_target::{RedisConn, RedisTarget};
+use crate::runtime::broker::Topology;
+use crate::runtime::broker::message::Names;
 use crate::runtime::{Admin, Capabilities, Limits, Registry, Runtime};
 use crate::settlements::Settlements;
 use crate::traces::Traces;
@@ -90,11 +92,18 @@ impl Lab {
             cluster: config.redis_cluster,
         };
         let metrics = Arc::new(Metrics::new());
+        // Named after the lab's database: every process of the lab, and no
+        // other lab, reads the same queues and streams.
+        let topology = Topology {
+            names: Names::for_database(database.options.get_database().unwrap_or("couponlab")),
+            max_deliveries: config.consumers.max_deliveries,
+        };
         let caps = Capabilities::build(
             &config.capabilities,
             admin,
             config.request_timeout(),
             &metrics,
+            topology,
         )
         .await?;
         let limits = Limits {

@@ -67,6 +67,9 @@ pub struct Metrics {
     pub stream_pending: IntGaugeVec,
     /// Entries in each stream's dead-letter stream.
     pub stream_dead_letters: IntGaugeVec,
+    /// Broker messages this process confirmed (acked), sent back to be
+    /// delivered again, or dead-lettered, by broker and event.
+    pub broker_messages: IntCounterVec,
     /// Request traces kept, by why; dropped, by why.
     pub traces_kept: IntCounterVec,
     pub traces_dropped: IntCounterVec,
@@ -189,6 +192,11 @@ impl Metrics {
                 "couponlab_stream_dead_letters",
                 "Entries in each stream's dead-letter stream.",
                 &["stream"],
+            ),
+            broker_messages: counter(
+                "couponlab_broker_messages_total",
+                "Broker messages this process acked, sent back to be delivered again, or dead-lettered, by broker (rabbitmq, jetstream) and event (acked, redelivered, dead_lettered).",
+                &["broker", "event"],
             ),
             traces_kept: counter(
                 "couponlab_traces_kept_total",

@@ -6,6 +6,7 @@ mod common;
 
 mod api_contract;
 mod async_methods;
+mod brokers;
 mod call_endings;
 mod canary;
 mod canary_dependencies;

@@ -1,4 +1,4 @@
-//! Make sure Redis, MySQL/MariaDB and PostgreSQL answer, starting local ones that are
+//! Make sure Redis, MySQL/MariaDB, PostgreSQL, RabbitMQ and NATS answer, starting local ones that are
 //! installed but down; and the Debian tools the tests and the bench use.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -15,6 +15,8 @@ struct Service {
     /// The installed program that means "we can start it here".
     program: &'static str,
     start: &'static [&'static str],
+    /// Only some methods need it: a lab without it serves the others.
+    optional: bool,
 }
 
 pub fn ensure() -> anyhow::Result<()> {
@@ -31,6 +33,7 @@ pub fn ensure() -> anyhow::Result<()> {
                 "--exec",
                 "/usr/sbin/mariadbd",
             ],
+            optional: false,
         },
         Service {
             name: "Redis",
@@ -50,6 +53,7 @@ pub fn ensure() -> anyhow::Result<()> {
                 "--appendonly",
                 "no",
             ],
+            optional: false,
         },
         // The isolation tests' second engine (`tests/lab/isolation`).
         Service {
@@ -57,15 +61,54 @@ pub fn ensure() -> anyhow::Result<()> {
             address: "127.0.0.1:5432".to_string(),
             program: "/usr/bin/pg_ctlcluster",
             start: &["pg_ctlcluster", "15", "main", "start"],
+            optional: false,
+        },
+        // The brokers of REDIS_LUA_RABBITMQ and REDIS_LUA_JETSTREAM.
+        Service {
+            name: "RabbitMQ",
+            address: "127.0.0.1:5672".to_string(),
+            program: "/usr/sbin/rabbitmq-server",
+            start: &["rabbitmq-server", "-detached"],
+            optional: true,
+        },
+        Service {
+            name: "NATS",
+            address: "127.0.0.1:4222".to_string(),
+            program: "/usr/sbin/nats-server",
+            start: &[
+                "start-stop-daemon",
+                "--start",
+                "--oknodo",
+                "--background",
+                "--exec",
+                "/usr/sbin/nats-server",
+                "--",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                "4222",
+                "-js",
+                "-sd",
+                "/var/lib/nats-server",
+            ],
+            optional: true,
         },
     ];
     for service in &services {
         if answers(&service.address) {
             continue;
         }
-        if !std::path::Path::new(service.program).exists() {
+        let installed = std::path::Path::new(service.program).exists();
+        if !installed && service.optional {
+            println!(
+                "{} does not answer at {} and is not installed here: its methods will answer 503",
+                service.name, service.address
+            );
+            continue;
+        }
+        if !installed {
             bail!(
-                "{} does not answer at {} and is not installed here; start one (for example `docker compose up -d mysql redis`)",
+                "{} does not answer at {} and is not installed here; start one (for example `docker compose up -d mysql redis rabbitmq nats`)",
                 service.name,
                 service.address
             );

@@ -1,7 +1,8 @@
 //! The roles that confirm requests answered 202: the job workers (stage 4),
-//! the pub/sub subscriber (stage 5), the stream consumers (stage 6) and the
-//! write-behind loader (stages 9-10); and the settle loop, which finishes
-//! what calls left unsettled ([`settle`]).
+//! the pub/sub subscriber (stage 5), the stream consumers (stage 6), the
+//! write-behind loader (stages 9-10) and the broker consumers ([`rabbitmq`],
+//! [`jetstream`]); and the settle loop, which finishes what calls left
+//! unsettled ([`settle`]).
 //!
 //! The host owns the mechanics — reading, claiming, acking, counting
 //! deliveries, dead-lettering, recording — and hands each job, message or
@@ -11,11 +12,14 @@
 
 mod active;
 
+mod broker;
 mod group;
+pub mod jetstream;
 pub mod jobs;
 #[cfg(test)]
 mod lua_names;
 pub mod pubsub;
+pub mod rabbitmq;
 mod settle;
 pub mod stream;
 pub mod write_behind;
@@ -39,6 +43,8 @@ pub struct Selection {
     pub pubsub: bool,
     pub stream: bool,
     pub write_behind: bool,
+    /// The RabbitMQ and JetStream consumers.
+    pub brokers: bool,
 }
 
 impl Selection {
@@ -49,6 +55,7 @@ impl Selection {
             pubsub: all,
             stream: all,
             write_behind: all,
+            brokers: all,
         }
     }
 
@@ -64,6 +71,7 @@ impl Selection {
             pubsub: consumer == Consumer::Pubsub,
             stream: consumer == Consumer::Stream,
             write_behind: consumer == Consumer::WriteBehind,
+            brokers: consumer == Consumer::Brokers,
         }
     }
 }
@@ -93,6 +101,10 @@ pub fn start(lab: &Lab, selected: Selection) -> Consumers {
     }
     if selected.write_behind {
         tasks.push(write_behind::spawn(lab, cancel.clone()));
+    }
+    if selected.brokers {
+        tasks.extend(rabbitmq::spawn(lab, cancel.clone()));
+        tasks.extend(jetstream::spawn(lab, cancel.clone()));
     }
     Consumers {
         cancel,

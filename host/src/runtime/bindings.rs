@@ -23,8 +23,8 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::couponlab::strategy::{
-    clock, jobs, log, named_lock, permits, process_lock, redis, redis_channels, redis_watchdog,
-    sql, types,
+    broker, clock, jobs, log, named_lock, permits, process_lock, redis, redis_channels,
+    redis_watchdog, sql, types,
 };
 pub use self::exports::couponlab::strategy::{
     drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::broker::{BrokerArgs, Brokers, Topology};
 use super::jobs::{JobQueue, JobsArgs};
 use super::log::LogArgs;
 use super::permits::{Permits, PermitsArgs};
@@ -30,6 +31,8 @@ pub struct CapabilityArgs {
     pub process_lock: ProcessLockArgs,
     #[command(flatten)]
     pub log: LogArgs,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
 }
 
 /// The server's pools and queues, shared by every call.
@@ -40,6 +43,7 @@ pub struct Capabilities {
     pub permits: Permits,
     pub process_locks: ProcessLocks,
     pub log: LogArgs,
+    pub brokers: Brokers,
 }
 
 /// The server's own connections, through which the components' users are
@@ -56,13 +60,15 @@ pub struct Admin<'a> {
 impl Capabilities {
     /// Builds every capability: the components' SQL pool and Redis
     /// connections as their restricted users, the job queue, the gates,
-    /// the process locks.
-    /// `call` is one call's budget, which statements are cut within.
+    /// the process locks, the brokers' publishers (connected on first use).
+    /// `call` is one call's budget, which statements are cut within;
+    /// `topology` is where the lab's broker messages go.
     pub async fn build(
         args: &CapabilityArgs,
         admin: Admin<'_>,
         call: Duration,
         metrics: &Metrics,
+        topology: Topology,
     ) -> anyhow::Result<Self> {
         let redis = redis::connect(&args.redis, &admin, metrics).await?;
         Ok(Self {
@@ -81,6 +87,7 @@ impl Capabilities {
                 metrics.process_locks_held.clone(),
             ),
             log: args.log,
+            brokers: Brokers::new(&args.broker, topology),
         })
     }
 }

@@ -8,11 +8,12 @@
 //! own call and nothing else ([`call`]).
 //!
 //! Capabilities, one module each: [`redis`], [`sql`], [`jobs`], [`permits`],
-//! [`process_lock`], `clock`, `log`; [`store`] is the state a call's imports work on.
+//! [`process_lock`], [`broker`], `clock`, `log`; [`store`] is the state a call's imports work on.
 //! [`registry`] maps method names to loaded components; [`watcher`] reloads
 //! them when the strategy directory changes.
 
 pub mod bindings;
+pub mod broker;
 mod call;
 #[cfg(test)]
 mod call_benchmark;

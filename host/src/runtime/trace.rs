@@ -31,7 +31,7 @@ const MAX_READ: usize = 4;
 #[serde(rename_all = "camelCase")]
 pub struct TracedCall {
     /// `redis`, `sql`, `named-lock`, `channels`, `watchdog`, `jobs`,
-    /// `permits` or `process-lock`.
+    /// `permits`, `process-lock` or `broker`.
     pub capability: &'static str,
     /// The Redis command (`EVALSHA`, `SCARD`), the statement's first word
     /// (`SELECT`, `INSERT`, `BEGIN`, `COMMIT`) or the capability's function.

@@ -24,6 +24,9 @@ pub enum World {
     PubsubIssuer(message_handler::GuestIndices),
     /// Confirms as the stream consumer (REDIS_STREAM, REDIS_STREAM_ATOMIC).
     StreamIssuer(stream_consumer::GuestIndices),
+    /// Publishes to a broker, and confirms as the broker's consumer through
+    /// the stream world's export (REDIS_LUA_RABBITMQ, REDIS_LUA_JETSTREAM).
+    BrokerIssuer(stream_consumer::GuestIndices),
     /// Is loaded into the DB by the write-behind loader, and reconciles
     /// (REDIS_WRITE_BEHIND, REDIS_WRITE_BEHIND_NO_TX).
     WriteBehindIssuer(write_behind::GuestIndices),
@@ -36,6 +39,7 @@ impl World {
     pub const ASYNC_ISSUER: &str = "async-issuer";
     pub const PUBSUB_ISSUER: &str = "pubsub-issuer";
     pub const STREAM_ISSUER: &str = "stream-issuer";
+    pub const BROKER_ISSUER: &str = "broker-issuer";
     pub const WRITE_BEHIND_ISSUER: &str = "write-behind-issuer";
     pub const GATE_ISSUER: &str = "gate-issuer";
 
@@ -46,6 +50,7 @@ impl World {
             World::AsyncIssuer(_) => Self::ASYNC_ISSUER,
             World::PubsubIssuer(_) => Self::PUBSUB_ISSUER,
             World::StreamIssuer(_) => Self::STREAM_ISSUER,
+            World::BrokerIssuer(_) => Self::BROKER_ISSUER,
             World::WriteBehindIssuer(_) => Self::WRITE_BEHIND_ISSUER,
             World::GateIssuer(_) => Self::GATE_ISSUER,
         }
@@ -67,9 +72,15 @@ impl World {
 
     pub fn stream_consumer(&self) -> Option<&stream_consumer::GuestIndices> {
         match self {
-            World::StreamIssuer(indices) => Some(indices),
+            World::StreamIssuer(indices) | World::BrokerIssuer(indices) => Some(indices),
             _ => None,
         }
+    }
+
+    /// Whether it publishes to a broker, whose consumers then hand its
+    /// messages back.
+    pub fn publishes_to_broker(&self) -> bool {
+        matches!(self, World::BrokerIssuer(_))
     }
 
     pub fn write_behind(&self) -> Option<&write_behind::GuestIndices> {
@@ -102,7 +113,11 @@ impl World {
             found.push(World::PubsubIssuer(indices));
         }
         if let Ok(indices) = stream_consumer::GuestIndices::new(pre) {
-            found.push(World::StreamIssuer(indices));
+            found.push(if imports_broker(pre) {
+                World::BrokerIssuer(indices)
+            } else {
+                World::StreamIssuer(indices)
+            });
         }
         if let Ok(indices) = write_behind::GuestIndices::new(pre) {
             found.push(World::WriteBehindIssuer(indices));
@@ -133,7 +148,9 @@ impl World {
             World::Issuer => Ok(()),
             World::AsyncIssuer(indices) => indices.load(&mut *store, instance).map(drop),
             World::PubsubIssuer(indices) => indices.load(&mut *store, instance).map(drop),
-            World::StreamIssuer(indices) => indices.load(&mut *store, instance).map(drop),
+            World::StreamIssuer(indices) | World::BrokerIssuer(indices) => {
+                indices.load(&mut *store, instance).map(drop)
+            }
             World::WriteBehindIssuer(indices) => indices.load(&mut *store, instance).map(drop),
             World::GateIssuer(indices) => indices.load(&mut *store, instance).map(drop),
         };
@@ -144,4 +161,13 @@ impl World {
             )
         })
     }
+}
+
+/// Whether the component imports the `broker` interface.
+fn imports_broker(pre: &InstancePre<HostState>) -> bool {
+    let component = pre.component();
+    component
+        .component_type()
+        .imports(component.engine())
+        .any(|(name, _)| name.starts_with("couponlab:strategy/broker@"))
 }

@@ -29,7 +29,8 @@
 //! - [`named_lock`]: MySQL's named locks, on a session of the call's own;
 //! - [`channels`]: waiting for a channel's next message, and a lease
 //!   renewed while the call works;
-//! - [`stream`]: what a stream consumer does with one entry.
+//! - [`stream`]: what a stream consumer does with one entry;
+//! - [`broker`]: the reservation published to a broker, and its settling.
 //! - [`write_behind`]: the write-behind accept, batch load and reconcile.
 //!
 //! A strategy of another world (async, pub/sub, stream, gate) calls
@@ -50,6 +51,7 @@ pub mod bindings {
     });
 }
 
+pub mod broker;
 pub mod channels;
 pub mod clock;
 pub mod compensate;

@@ -1,0 +1,169 @@
+//! What the RabbitMQ and JetStream consumers share: waiting for a
+//! component that publishes, handing a message to the component that
+//! published it (or to the one on trial for a canary's scratch coupon),
+//! recording what it answered, and the pause before a redelivery.
+//!
+//! A message reaches its component as a `stream-entry` (its id, its
+//! fields, its deliveries so far, this one included), through the stream
+//! world's export: the component confirms and says ack or retry, and when
+//! the message was delivered too often, undoes its reservation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use couponlab_contract::fields;
+use tokio_util::sync::CancellationToken;
+
+use super::{pause_unless_cancelled, until_answered};
+use crate::issuing;
+use crate::lab::Lab;
+use crate::runtime::Strategy;
+use crate::runtime::bindings::types::{Disposition, StreamEntry};
+
+/// Messages one process confirms at once, from each broker.
+pub const IN_FLIGHT: usize = 16;
+
+/// How often an idle consumer looks for a loaded component that publishes,
+/// and how long it waits before connecting again after a broken link.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+/// How long a dead letter waits for the database sessions of lost
+/// connections to be ended, so the rows it reads are final.
+const SESSIONS_ENDED_WITHIN: Duration = Duration::from_secs(2);
+
+/// Waits until a component that publishes to a broker serves or is on
+/// trial: a lab without one never connects to either broker. False once
+/// cancelled.
+pub async fn until_wanted(lab: &Lab, cancel: &CancellationToken) -> bool {
+    loop {
+        let publishes = |strategy: &Arc<Strategy>| strategy.world.publishes_to_broker();
+        let registry = &lab.registry;
+        // One on trial too: its canary waits for its confirmations.
+        let wanted = registry.strategies().values().any(publishes)
+            || registry.trials.all().values().any(publishes);
+        if wanted {
+            return true;
+        }
+        if !pause_unless_cancelled(cancel, LOOK_AGAIN).await {
+            return false;
+        }
+    }
+}
+
+/// Runs `consume` until cancelled, connecting again a second after it
+/// fails; the first failure of a run of them is logged as a warning.
+pub async fn keep_consuming<F>(
+    lab: &Lab,
+    cancel: &CancellationToken,
+    broker: &str,
+    mut consume: impl FnMut() -> F,
+) where
+    F: Future<Output = Result<(), String>>,
+{
+    let mut failing = false;
+    while until_wanted(lab, cancel).await {
+        match consume().await {
+            Ok(()) if cancel.is_cancelled() => return,
+            Ok(()) => failing = false,
+            Err(err) if !failing => {
+                failing = true;
+                tracing::warn!(broker, error = %err, "broker consumer stopped; connecting again");
+            }
+            Err(err) => tracing::debug!(broker, error = %err, "broker consumer still failing"),
+        }
+        if !pause_unless_cancelled(cancel, LOOK_AGAIN).await {
+            return;
+        }
+    }
+}
+
+/// The message as its component sees it, with that component: the broker
+/// issuer its `method` names. `None` (logged) when none is loaded here.
+pub fn owned(
+    lab: &Lab,
+    id: String,
+    message: Vec<(String, String)>,
+    deliveries: u32,
+) -> Option<(StreamEntry, Arc<Strategy>)> {
+    let entry = StreamEntry {
+        id,
+        fields: message,
+        deliveries,
+    };
+    let field = |name: &str| {
+        let found = entry.fields.iter().find(|(key, _)| key == name);
+        found.map(|(_, value)| value.as_str())
+    };
+    // A canary's scratch coupon goes to the component on trial there.
+    let coupon = field(fields::COUPON_ID).and_then(|id| id.parse().ok());
+    let owner = field(fields::METHOD).and_then(|method| {
+        lab.registry
+            .owner(coupon.unwrap_or(0), method)
+            .filter(|strategy| strategy.world.publishes_to_broker())
+    });
+    match owner {
+        Some(strategy) => Some((entry, strategy)),
+        None => {
+            tracing::warn!(id = %entry.id, "no broker-issuer component here for this message");
+            None
+        }
+    }
+}
+
+/// Hands one message to its component and records what it became: ack
+/// once recorded (a crash in between redelivers it, and the first outcome
+/// recorded stays), retry when the component says so or its call failed.
+pub async fn confirm(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -> Disposition {
+    let handled = until_answered(1, || lab.runtime.handle_entry(strategy, entry)).await;
+    match handled.result {
+        Ok(answer) => {
+            if answer.disposition == Disposition::Ack {
+                issuing::confirmed(lab, strategy, &answer.confirmation, Some(handled.trace)).await;
+            }
+            answer.disposition
+        }
+        Err(err) => {
+            tracing::error!(id = %entry.id, method = %strategy.method, error = %err, "broker message failed; redelivered");
+            Disposition::Retry
+        }
+    }
+}
+
+/// Lets the component of a message delivered too often undo its
+/// reservation, once the sessions of lost connections are ended; true when
+/// it answered and the dead letter may be acked.
+pub async fn give_back(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -> bool {
+    let orphans = &lab.runtime.capabilities().sql.orphans;
+    if !orphans.until_none(SESSIONS_ENDED_WITHIN).await {
+        tracing::warn!(id = %entry.id, "a lost database session is not ended yet; the dead letter waits");
+        return false;
+    }
+    let answered = until_answered(1, || lab.runtime.dead_letter(strategy, entry)).await;
+    match answered.result {
+        Ok(confirmation) => {
+            issuing::confirmed(lab, strategy, &confirmation, Some(answered.trace)).await;
+            tracing::warn!(id = %entry.id, deliveries = entry.deliveries, "broker message dead-lettered");
+            true
+        }
+        Err(err) => {
+            tracing::error!(id = %entry.id, error = %err, "dead-letter compensation failed; tried again");
+            false
+        }
+    }
+}
+
+/// Counts one message's `event` (`acked`, `redelivered`, `dead_lettered`)
+/// for `broker` in `/metrics`.
+pub fn count(lab: &Lab, broker: &str, event: &str) {
+    let metrics = lab.runtime.metrics();
+    metrics
+        .broker_messages
+        .with_label_values(&[broker, event])
+        .inc();
+}
+
+/// The pause before a message whose confirm must be tried again goes back:
+/// 100 ms for each delivery so far, at most a second.
+pub fn retry_pause(deliveries: u32) -> Duration {
+    Duration::from_millis(100 * u64::from(deliveries.clamp(1, 10)))
+}

@@ -1,0 +1,140 @@
+//! The `broker` capability: a component publishes one issue request to the
+//! lab's own RabbitMQ queue or JetStream subject and learns whether the
+//! broker confirmed it. The host names the queue and subject (from the
+//! lab's database, [`message::Names`]) and sets the message's method to the
+//! component's, so a component can publish nowhere else and for no other
+//! method. The consumers a floor above hand each message back to the
+//! component.
+//!
+//! Neither broker needs to run for the lab to serve: each is connected on
+//! first use, and a publish to one that is down is refused at once.
+
+pub mod amqp;
+pub mod jetstream;
+pub mod message;
+
+use std::time::{Duration, Instant};
+
+use super::bindings::broker::{self as wit, Kind, PublishError};
+use super::store::HostState;
+use super::trace::Read;
+
+/// The `broker` capability's settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BrokerArgs {
+    /// RabbitMQ, for REDIS_LUA_RABBITMQ (`amqp://user:password@host:port/vhost`).
+    #[arg(
+        long,
+        env = "RABBITMQ_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
+    pub rabbitmq_url: String,
+
+    /// NATS with JetStream, for REDIS_LUA_JETSTREAM.
+    #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+
+    /// How long a publish waits for the broker's confirm (and a connection
+    /// to open), at most; never past the call's deadline.
+    #[arg(long, env = "COUPONLAB_BROKER_CONFIRM_MS", default_value_t = 2_000)]
+    pub broker_confirm_ms: u64,
+}
+
+/// Where this lab's messages go, and how often one is delivered before it
+/// is dead-lettered: the same for every process of the lab, which declare
+/// the same queues and streams.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    pub names: message::Names,
+    pub max_deliveries: u32,
+}
+
+/// What became of a publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    Confirmed,
+    /// The broker does not have it.
+    Refused(String),
+    /// Sent; its confirm was lost, so the broker may have it.
+    Unconfirmed(String),
+}
+
+/// Both brokers' publishers and the lab's topology.
+pub struct Brokers {
+    pub args: BrokerArgs,
+    pub topology: Topology,
+    rabbitmq: amqp::Publisher,
+    jetstream: jetstream::Publisher,
+}
+
+impl Brokers {
+    pub fn new(args: &BrokerArgs, topology: Topology) -> Self {
+        Self {
+            rabbitmq: amqp::Publisher::new(&args.rabbitmq_url),
+            jetstream: jetstream::Publisher::new(&args.nats_url),
+            args: args.clone(),
+            topology,
+        }
+    }
+
+    fn confirm_within(&self) -> Duration {
+        Duration::from_millis(self.args.broker_confirm_ms)
+    }
+}
+
+/// A broker's name in traces and messages.
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Rabbitmq => "rabbitmq",
+        Kind::Jetstream => "jetstream",
+    }
+}
+
+impl wit::Host for HostState {
+    #[tracing::instrument(name = "broker.publish", level = "debug", skip_all, fields(method = %self.method, broker = kind_name(to)))]
+    async fn publish(
+        &mut self,
+        to: Kind,
+        id: String,
+        fields: Vec<(String, String)>,
+    ) -> wasmtime::Result<Result<(), PublishError>> {
+        let brokers = &self.caps.brokers;
+        let body = match message::encode(&self.method, &fields) {
+            Ok(body) => body,
+            Err(why) => return Ok(Err(PublishError::Refused(why))),
+        };
+        if id.is_empty() || id.len() > 200 {
+            let why = "a message id is 1 to 200 bytes".to_string();
+            return Ok(Err(PublishError::Refused(why)));
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let within = brokers.confirm_within().min(left);
+        let topology = &brokers.topology;
+        let target = match to {
+            Kind::Rabbitmq => topology.names.queue.as_str(),
+            Kind::Jetstream => topology.names.subject.as_str(),
+        };
+        let pending = self.trace.start("broker", "PUBLISH").target(target);
+        let published = match to {
+            Kind::Rabbitmq => brokers.rabbitmq.publish(topology, &id, &body, within).await,
+            Kind::Jetstream => {
+                brokers
+                    .jetstream
+                    .publish(topology, &id, &body, within)
+                    .await
+            }
+        };
+        let answer = match published {
+            Published::Confirmed => Ok(()),
+            Published::Refused(why) => Err(PublishError::Refused(why)),
+            Published::Unconfirmed(why) => Err(PublishError::Unconfirmed(why)),
+        };
+        let traced = match &answer {
+            Ok(()) => Ok(Read::default()),
+            Err(PublishError::Refused(why)) => Err(format!("refused: {why}")),
+            Err(PublishError::Unconfirmed(why)) => Err(format!("unconfirmed: {why}")),
+        };
+        self.trace.finish(pending, traced);
+        Ok(answer)
+    }
+}

@@ -1,0 +1,403 @@
+//! The broker methods, against this machine's RabbitMQ and NATS: 202 only
+//! once the broker confirmed the message, each message confirmed once by
+//! the host's consumers, the dead letters given back, and what a broker
+//! restarted or cut mid-burst leaves behind.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use couponlab::runtime::broker::message::Names;
+use couponlab_links::Link;
+use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use serde_json::json;
+
+use crate::common::{
+    DRAIN, Reply, Setup, TestLab, assert_accepts_exactly, free_port, hold_coupon_row, statuses,
+    until,
+};
+use crate::lost_answers::{linked_lab, on_links, start_links};
+
+const COMPONENTS: [&str; 2] = ["redis_lua_rabbitmq", "redis_lua_jetstream"];
+const METHODS: [&str; 2] = ["REDIS_LUA_RABBITMQ", "REDIS_LUA_JETSTREAM"];
+const RABBITMQ: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const NATS: &str = "nats://127.0.0.1:4222";
+
+/// The lab's queues and streams, named as its server names them.
+fn names(lab: &TestLab) -> Names {
+    Names::for_database(&lab.db_name)
+}
+
+/// A channel on this machine's RabbitMQ, with its connection.
+async fn rabbitmq() -> (lapin::Connection, lapin::Channel) {
+    let connection = lapin::Connection::connect(RABBITMQ, lapin::ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ answers");
+    let channel = connection.create_channel().await.unwrap();
+    (connection, channel)
+}
+
+/// Messages in the lab's RabbitMQ dead-letter queue, kept for people.
+async fn rabbitmq_dead_letters(lab: &TestLab) -> u32 {
+    let (_connection, channel) = rabbitmq().await;
+    let queue = names(lab).dead_queue;
+    match channel
+        .queue_declare(queue.as_str().into(), passive(), FieldTable::default())
+        .await
+    {
+        Ok(queue) => queue.message_count(),
+        Err(_) => 0,
+    }
+}
+
+/// Messages in the lab's JetStream dead-letter stream.
+async fn jetstream_dead_letters(lab: &TestLab, nats: &str) -> u64 {
+    let context = jetstream::new(async_nats::connect(nats).await.expect("NATS answers"));
+    match context.get_stream(names(lab).dead_stream).await {
+        Ok(mut stream) => stream.info().await.unwrap().state.messages,
+        Err(_) => 0,
+    }
+}
+
+/// Deletes the lab's queues, exchange and streams, then finishes the lab.
+async fn finish(lab: TestLab, nats: &str) {
+    let names = names(&lab);
+    lab.finish().await;
+    let (_connection, channel) = rabbitmq().await;
+    for queue in [&names.queue, &names.dead_queue, &names.dead_to_compensate] {
+        let _ = channel
+            .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    let _ = channel
+        .exchange_delete(
+            names.dead_exchange.as_str().into(),
+            ExchangeDeleteOptions::default(),
+        )
+        .await;
+    if let Ok(client) = async_nats::connect(nats).await {
+        let context = jetstream::new(client);
+        for stream in [&names.stream, &names.dead_stream] {
+            let _ = context.delete_stream(stream).await;
+        }
+    }
+}
+
+/// Asserts what every broker test ends with: each 202 has its row, no row
+/// is without a 202 or an answer whose outcome was unknown, and Redis
+/// holds exactly the members with a row.
+async fn assert_nothing_lost(lab: &TestLab, coupon: u64, members: &[u64], replies: &[Reply]) {
+    let rows = lab.issued_members(coupon).await;
+    let answered = |status: u16| {
+        let picked = members.iter().zip(replies);
+        let mut picked: Vec<u64> = picked
+            .filter(|(_, reply)| reply.status == status)
+            .map(|(member, _)| *member)
+            .collect();
+        picked.sort_unstable();
+        picked
+    };
+    let accepted = answered(202);
+    let unknown: Vec<u64> = members
+        .iter()
+        .zip(replies)
+        .filter(|(_, reply)| reply.status == 503)
+        .filter(|(_, reply)| reply.fails_with(503).contains("settled later"))
+        .map(|(member, _)| *member)
+        .collect();
+    for member in &accepted {
+        assert!(rows.contains(member), "{member} got 202 and has no row");
+    }
+    for member in &rows {
+        assert!(
+            accepted.contains(member) || unknown.contains(member),
+            "{member} has a row, and neither a 202 nor an unknown outcome"
+        );
+    }
+    assert_eq!(
+        lab.reserved_members(coupon).await,
+        rows,
+        "Redis equals the rows"
+    );
+}
+
+/// 400 members ask at once for a coupon of 80: exactly 80 answered 202,
+/// each confirmed once (all `ISSUED`, none `DUPLICATE`), and nothing lost.
+async fn sells_exactly_80_of_400(lab: &TestLab, method: &str) {
+    let (members, coupon) = lab.members_and_coupon(400, 80).await;
+    let replies = lab.issue_all(coupon, &members, method).await;
+    assert_accepts_exactly(&replies, 80, method);
+    let result = lab.drained(coupon, 80).await;
+    assert_eq!(
+        result["asyncResults"],
+        json!({ "ISSUED": 80 }),
+        "{method}: {result}"
+    );
+    assert_eq!(result["issueRows"], json!(80), "{method}");
+    assert_eq!(result["distinctMembers"], json!(80), "{method}");
+    assert_eq!(result["issuedCount"], json!(80), "{method}");
+    assert_nothing_lost(lab, coupon, &members, &replies).await;
+}
+
+/// Messages of `broker` this lab's own server acked.
+async fn acked_here(lab: &TestLab, broker: &str) -> u64 {
+    let metrics = lab.get_text("/metrics").await;
+    let name = format!("couponlab_broker_messages_total{{broker=\"{broker}\",event=\"acked\"}} ");
+    let line = metrics.lines().find_map(|line| line.strip_prefix(&name));
+    line.map_or(0, |count| count.parse().unwrap())
+}
+
+/// Consumers on the lab's RabbitMQ queue now.
+async fn queue_consumers(lab: &TestLab) -> u32 {
+    let (_connection, channel) = rabbitmq().await;
+    let queue = names(lab).queue;
+    match channel
+        .queue_declare(queue.as_str().into(), passive(), FieldTable::default())
+        .await
+    {
+        Ok(queue) => queue.consumer_count(),
+        Err(_) => 0,
+    }
+}
+
+fn passive() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_broker_method_accepts_exactly_the_total_and_confirms_it_once() {
+    let lab = Setup::with(&COMPONENTS).start().await;
+    for method in METHODS {
+        sells_exactly_80_of_400(&lab, method).await;
+    }
+    for broker in ["rabbitmq", "jetstream"] {
+        assert_eq!(acked_here(&lab, broker).await, 80, "{broker}");
+    }
+    finish(lab, NATS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_confirm_always_fails_is_dead_lettered_and_its_reservation_given_back() {
+    let lab = Setup::with(&COMPONENTS)
+        .tune(|c| c.capabilities.sql.lock_wait_timeout_s = 1)
+        .start()
+        .await;
+    for method in METHODS {
+        let (members, coupon) = lab.members_and_coupon(1, 5).await;
+        // Every confirm waits out the coupon row's lock and fails.
+        let blocker = hold_coupon_row(&lab, coupon).await;
+        lab.issue(coupon, members[0], method).await.ok();
+        // Drained once the dead letter's reservation was given back.
+        let result = lab.drained(coupon, 1).await;
+        blocker.rollback().await.unwrap();
+        assert_eq!(
+            result["asyncResults"],
+            json!({ "UNAVAILABLE": 1 }),
+            "{method}: {result}"
+        );
+        assert!(lab.reserved_members(coupon).await.is_empty(), "{method}");
+        assert!(lab.issued_members(coupon).await.is_empty(), "{method}");
+    }
+    assert_eq!(rabbitmq_dead_letters(&lab).await, 1);
+    assert_eq!(jetstream_dead_letters(&lab, NATS).await, 1);
+    finish(lab, NATS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_broker_the_lab_serves_the_rest_and_these_answer_503_with_the_reason() {
+    let closed = format!("127.0.0.1:{}", free_port());
+    let (amqp, nats) = (format!("amqp://{closed}"), format!("nats://{closed}"));
+    let lab = Setup::with(&["redis_lua", "redis_lua_rabbitmq", "redis_lua_jetstream"])
+        .tune(move |c| {
+            c.capabilities.broker.rabbitmq_url = amqp;
+            c.capabilities.broker.nats_url = nats;
+        })
+        .start()
+        .await;
+    let (members, coupon) = lab.members_and_coupon(3, 5).await;
+    for (member, method) in members.iter().zip(METHODS) {
+        let reply = lab.issue(coupon, *member, method).await;
+        let message = reply.fails_as(503, "UNAVAILABLE");
+        assert!(message.contains("the broker did not take"), "{message}");
+    }
+    assert!(lab.reserved_members(coupon).await.is_empty());
+    lab.issue(coupon, members[2], "REDIS_LUA").await.ok();
+    assert_eq!(lab.issued_members(coupon).await, vec![members[2]]);
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hosts_consuming_the_same_queue_and_stream_confirm_each_message_once() {
+    let lab = Setup::with(&COMPONENTS).start().await;
+    let _second = lab.consumer_process("brokers", &[]);
+    until("both hosts consume the queue", DRAIN, || async {
+        queue_consumers(&lab).await == 2
+    })
+    .await;
+    for method in METHODS {
+        sells_exactly_80_of_400(&lab, method).await;
+    }
+    // Each message once (no DUPLICATE above), and the queue's shared: this
+    // host acked some of RabbitMQ's, the other host the rest.
+    let here = acked_here(&lab, "rabbitmq").await;
+    assert!((1..80).contains(&here), "this host acked {here} of 80");
+    finish(lab, NATS).await;
+}
+
+/// A NATS server of the test's own, with JetStream on a store of its own.
+struct OwnNats {
+    port: u16,
+    store: std::path::PathBuf,
+    process: Option<tokio::process::Child>,
+}
+
+impl OwnNats {
+    fn start() -> OwnNats {
+        let port = free_port();
+        let store = std::env::temp_dir().join(format!("couponlab-nats-{port}"));
+        let mut nats = OwnNats {
+            port,
+            store,
+            process: None,
+        };
+        nats.launch();
+        nats
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn launch(&mut self) {
+        let child = tokio::process::Command::new("nats-server")
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
+            .arg(&self.store)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("nats-server starts");
+        self.process = Some(child);
+    }
+
+    async fn answering(&self) {
+        until("NATS answers", Duration::from_secs(10), || async {
+            async_nats::connect(self.url()).await.is_ok()
+        })
+        .await;
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same store.
+    async fn restart(&mut self, down_for: Duration) {
+        if let Some(mut process) = self.process.take() {
+            process.kill().await.unwrap();
+        }
+        tokio::time::sleep(down_for).await;
+        self.launch();
+        self.answering().await;
+    }
+}
+
+impl Drop for OwnNats {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.store);
+    }
+}
+
+/// Ten of `members` ask at once every 50 ms, two seconds for 400: the
+/// replies in their order, and how long it took.
+async fn burst(
+    lab: &TestLab,
+    coupon: u64,
+    members: &[u64],
+    method: &str,
+) -> (Vec<Reply>, Duration) {
+    let started = std::time::Instant::now();
+    let mut replies = Vec::new();
+    for chunk in members.chunks(10) {
+        replies.extend(lab.issue_all(coupon, chunk, method).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (replies, started.elapsed())
+}
+
+/// Once every 202 is confirmed and every unknown outcome settled: nothing
+/// lost (see [`assert_nothing_lost`]), and never more than the total.
+async fn nothing_lost_once_settled(lab: &TestLab, coupon: u64, members: &[u64], replies: &[Reply]) {
+    let accepted = replies.iter().filter(|r| r.status == 202).count();
+    lab.drained(coupon, accepted as u64).await;
+    settled(lab).await;
+    assert_nothing_lost(lab, coupon, members, replies).await;
+    let result = lab.result(coupon).await;
+    assert!(lab.issued_members(coupon).await.len() <= 300, "{result}");
+}
+
+/// Until every request the lab keeps to settle is settled.
+async fn settled(lab: &TestLab) {
+    until("every request is settled", DRAIN, || async {
+        let metrics = lab.get_text("/metrics").await;
+        metrics
+            .lines()
+            .any(|l| l == "couponlab_settlements_pending 0")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nats_server_killed_and_started_again_mid_burst_loses_nothing_acknowledged() {
+    let mut nats = OwnNats::start();
+    nats.answering().await;
+    let url = nats.url();
+    let lab = Setup::with(&["redis_lua_jetstream"])
+        .tune(move |c| c.capabilities.broker.nats_url = url)
+        .start()
+        .await;
+    // Stock for most of them: the fault meets requests still to be sold.
+    let (members, coupon) = lab.members_and_coupon(400, 300).await;
+    let restarting = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        nats.restart(Duration::from_millis(500)).await;
+    };
+    let ((replies, asked_for), ()) = tokio::join!(
+        burst(&lab, coupon, &members, "REDIS_LUA_JETSTREAM"),
+        restarting
+    );
+    eprintln!("answers across the NATS restart: {:?}", statuses(&replies));
+    // Publishes the client held while the server was down may be confirmed
+    // once it is back, so the restart need not show as 503s; it must fall
+    // inside the burst.
+    assert!(asked_for > Duration::from_secs(1), "{asked_for:?}");
+    nothing_lost_once_settled(&lab, coupon, &members, &replies).await;
+    finish(lab, &nats.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_amqp_link_cut_for_a_second_mid_burst_loses_nothing_acknowledged() {
+    let links = start_links().await;
+    let lab = linked_lab(&links, Link::Amqp, &["redis_lua_rabbitmq"]).await;
+    // Stock for most of them: the fault meets requests still to be sold.
+    let (members, coupon) = lab.members_and_coupon(400, 300).await;
+    let cutting = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        on_links(&links, |links| links.cut(Link::Amqp)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        on_links(&links, |links| links.restore(Link::Amqp)).await;
+    };
+    let ((replies, _), ()) =
+        tokio::join!(burst(&lab, coupon, &members, "REDIS_LUA_RABBITMQ"), cutting);
+    let counts = statuses(&replies);
+    eprintln!("answers across the AMQP cut: {counts:?}");
+    assert!(counts.get(&503).is_some_and(|n| *n > 0), "{counts:?}");
+    nothing_lost_once_settled(&lab, coupon, &members, &replies).await;
+    finish(lab, NATS).await;
+}
