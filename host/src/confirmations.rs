@@ -7,7 +7,10 @@
 //! - `coupon:confirmed:{couponId}`: hash, member → `OUTCOME confirmedAtMs`,
 //!   the first outcome recorded;
 //! - `coupon:accepted-methods:{couponId}`: set of the methods that answered
-//!   202, so a restarted server still knows which stream served the coupon.
+//!   202, so a restarted server still knows which stream served the coupon;
+//! - `coupon:broker-events:{couponId}`: hash, event (`redelivered`,
+//!   `deadLettered`) → messages, what a broker's consumers did besides
+//!   acking.
 //!
 //! They sit under `coupon:*`, so `DELETE /lab/data` clears them, and carry
 //! the coupon's hash tag, so on a cluster one pipeline reaches them all.
@@ -36,6 +39,10 @@ fn confirmed_key(coupon_id: u64) -> String {
 
 fn methods_key(coupon_id: u64) -> String {
     format!("coupon:accepted-methods:{}", keys::tag(coupon_id))
+}
+
+fn broker_events_key(coupon_id: u64) -> String {
+    format!("coupon:broker-events:{}", keys::tag(coupon_id))
 }
 
 fn now_ms() -> i64 {
@@ -96,6 +103,21 @@ pub async fn record_confirmed(
     Ok(lag)
 }
 
+/// Counts one `event` (`redelivered`, `deadLettered`) of a broker's
+/// message for `coupon_id`.
+pub async fn record_broker_event(
+    redis: &RedisConn,
+    coupon_id: u64,
+    event: &str,
+) -> Result<(), RedisError> {
+    redis::cmd("HINCRBY")
+        .arg(broker_events_key(coupon_id))
+        .arg(event)
+        .arg(1)
+        .query_async(&mut redis.clone())
+        .await
+}
+
 /// The async part of a coupon's result.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -111,6 +133,10 @@ pub struct AsyncSummary {
     pub pending_members: BTreeSet<u64>,
     /// Accepted → committed, for the issued ones, in milliseconds.
     pub confirmation_lag_ms: Option<LatencySummary>,
+    /// What a broker's consumers did besides acking: event (`redelivered`,
+    /// `deadLettered`) → messages. Left out when they did nothing else.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub broker_events: BTreeMap<String, u64>,
 }
 
 /// Reads the record of `coupon_id`; `None` when nothing was ever accepted.
@@ -123,6 +149,10 @@ pub async fn summary(
     if accepted.is_empty() && confirmed.is_empty() {
         return Ok(None);
     }
+    let broker_events: BTreeMap<String, u64> = redis::cmd("HGETALL")
+        .arg(broker_events_key(coupon_id))
+        .query_async(&mut redis.clone())
+        .await?;
     let mut async_results = BTreeMap::new();
     let mut lag =
         Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
@@ -147,6 +177,7 @@ pub async fn summary(
         pending: pending_members.len() as u64,
         pending_members,
         confirmation_lag_ms: (!lag.is_empty()).then(|| LatencySummary::of(&lag)),
+        broker_events,
     }))
 }
 

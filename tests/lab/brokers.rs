@@ -10,7 +10,7 @@ use couponlab::runtime::broker::message::Names;
 use couponlab_links::Link;
 use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::common::{
     DRAIN, Reply, Setup, TestLab, assert_accepts_exactly, free_port, hold_coupon_row, statuses,
@@ -200,10 +200,33 @@ async fn a_message_whose_confirm_always_fails_is_dead_lettered_and_its_reservati
         );
         assert!(lab.reserved_members(coupon).await.is_empty(), "{method}");
         assert!(lab.issued_members(coupon).await.is_empty(), "{method}");
+        // The result counts the failed deliveries and the dead letter (the
+        // latter once the consumer has acked it, just after the outcome).
+        let events = dead_lettered(&lab, coupon).await;
+        assert!(
+            events["redelivered"].as_u64() >= Some(1),
+            "{method}: {events}"
+        );
     }
     assert_eq!(rabbitmq_dead_letters(&lab).await, 1);
     assert_eq!(jetstream_dead_letters(&lab, NATS).await, 1);
     finish(lab, NATS).await;
+}
+
+/// The coupon's broker events once they count its dead letter.
+async fn dead_lettered(lab: &TestLab, coupon: u64) -> Value {
+    let started = std::time::Instant::now();
+    loop {
+        let events = lab.result(coupon).await["brokerEvents"].clone();
+        if events["deadLettered"] == json!(1) {
+            return events;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no dead letter counted: {events}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -220,6 +220,10 @@ function showCoupon(r) {
   }
   if (r.accepted !== undefined) figures.push(['accepted', 'accepted (202)', r.accepted], ['pending', 'pending', r.pending]);
   if (r.stream) figures.push(['streamPending', 'stream pending', r.stream.pending], ['deadLetters', 'dead letters', r.stream.deadLetters]);
+  if (r.brokerEvents) {
+    figures.push(['brokerRedelivered', 'broker redeliveries', r.brokerEvents.redelivered || 0],
+      ['brokerDeadLettered', 'broker dead letters', r.brokerEvents.deadLettered || 0]);
+  }
   if (r.servedBy) {
     figures.push(['servedByGate', 'served by the drop gate', r.servedBy.gate || 0],
       ['servedByFallback', 'served by the database path', r.servedBy.fallback || 0]);

@@ -15,6 +15,7 @@ use couponlab_contract::fields;
 use tokio_util::sync::CancellationToken;
 
 use super::{pause_unless_cancelled, until_answered};
+use crate::confirmations;
 use crate::issuing;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
@@ -152,14 +153,55 @@ pub async fn give_back(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry)
     }
 }
 
-/// Counts one message's `event` (`acked`, `redelivered`, `dead_lettered`)
-/// for `broker` in `/metrics`.
-pub fn count(lab: &Lab, broker: &str, event: &str) {
+/// What became of one delivery of a broker's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Acked,
+    Redelivered,
+    DeadLettered,
+}
+
+impl Event {
+    /// Its `event` label in `/metrics`.
+    fn label(self) -> &'static str {
+        match self {
+            Event::Acked => "acked",
+            Event::Redelivered => "redelivered",
+            Event::DeadLettered => "dead_lettered",
+        }
+    }
+
+    /// Its name in the coupon's result; `None` for an ack, which the
+    /// result counts as a confirmation already.
+    fn result_name(self) -> Option<&'static str> {
+        match self {
+            Event::Acked => None,
+            Event::Redelivered => Some("redelivered"),
+            Event::DeadLettered => Some("deadLettered"),
+        }
+    }
+}
+
+/// Counts one delivery's `event` for `broker` in `/metrics` and, when the
+/// message names its coupon, in that coupon's result.
+pub async fn count(lab: &Lab, broker: &str, event: Event, entry: Option<&StreamEntry>) {
     let metrics = lab.runtime.metrics();
     metrics
         .broker_messages
-        .with_label_values(&[broker, event])
+        .with_label_values(&[broker, event.label()])
         .inc();
+    let coupon = entry.and_then(|entry| {
+        let found = entry
+            .fields
+            .iter()
+            .find(|(key, _)| key == fields::COUPON_ID);
+        found.and_then(|(_, id)| id.parse::<u64>().ok())
+    });
+    if let (Some(name), Some(coupon)) = (event.result_name(), coupon)
+        && let Err(err) = confirmations::record_broker_event(lab.redis(), coupon, name).await
+    {
+        tracing::warn!(coupon, event = name, error = %err, "could not count a broker event in Redis");
+    }
 }
 
 /// The pause before a message whose confirm must be tried again goes back:

@@ -21,7 +21,9 @@ use futures::StreamExt;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::broker::{IN_FLIGHT, confirm, count, give_back, keep_consuming, owned, retry_pause};
+use super::broker::{
+    Event, IN_FLIGHT, confirm, count, give_back, keep_consuming, owned, retry_pause,
+};
 use super::pause_unless_cancelled;
 use crate::lab::Lab;
 use crate::runtime::bindings::types::Disposition;
@@ -123,15 +125,16 @@ async fn handle(lab: &Lab, message: jetstream::Message) -> Result<(), async_nats
         .unwrap_or_else(|| format!("sequence {}", info.stream_sequence));
     let owner =
         message::decode(&message.payload).and_then(|fields| owned(lab, id, fields, deliveries));
-    let done = match owner {
-        Some((entry, strategy)) => confirm(lab, &strategy, &entry).await == Disposition::Ack,
+    let done = match &owner {
+        Some((entry, strategy)) => confirm(lab, strategy, entry).await == Disposition::Ack,
         None => false,
     };
+    let entry = owner.as_ref().map(|(entry, _)| entry);
     if done {
-        count(lab, BROKER, "acked");
+        count(lab, BROKER, Event::Acked, entry).await;
         message.double_ack().await
     } else {
-        count(lab, BROKER, "redelivered");
+        count(lab, BROKER, Event::Redelivered, entry).await;
         let pause = retry_pause(deliveries);
         message.ack_with(AckKind::Nak(Some(pause))).await
     }
@@ -202,7 +205,7 @@ async fn give_back_dead(lab: &Lab, cancel: &CancellationToken) -> Result<(), Str
                 return Ok(());
             }
         }
-        count(lab, BROKER, "dead_lettered");
+        count(lab, BROKER, Event::DeadLettered, Some(&entry)).await;
         let _ = stream.delete_message(dead.stream_seq).await;
     }
 }

@@ -17,7 +17,9 @@ use lapin::types::{AMQPValue, FieldTable};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::broker::{IN_FLIGHT, confirm, count, give_back, keep_consuming, owned, retry_pause};
+use super::broker::{
+    Event, IN_FLIGHT, confirm, count, give_back, keep_consuming, owned, retry_pause,
+};
 use crate::lab::Lab;
 use crate::runtime::bindings::types::Disposition;
 use crate::runtime::broker::{amqp, message};
@@ -132,13 +134,13 @@ async fn handle(lab: &Lab, role: Role, delivery: Delivery) -> lapin::Result<bool
     };
     if done {
         let event = match role {
-            Role::Confirm => "acked",
-            Role::GiveBack => "dead_lettered",
+            Role::Confirm => Event::Acked,
+            Role::GiveBack => Event::DeadLettered,
         };
-        count(lab, BROKER, event);
+        count(lab, BROKER, event, Some(&entry)).await;
         delivery.ack(BasicAckOptions::default()).await
     } else {
-        count(lab, BROKER, "redelivered");
+        count(lab, BROKER, Event::Redelivered, Some(&entry)).await;
         tokio::time::sleep(retry_pause(deliveries)).await;
         delivery.nack(requeue()).await
     }
