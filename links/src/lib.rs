@@ -140,6 +140,15 @@ impl Links {
     /// [`REDIS_UPSTREAM`], or a Redis of the run's own), to
     /// [`DATABASE_UPSTREAM`], [`AMQP_UPSTREAM`] and [`NATS_UPSTREAM`].
     pub fn start_to(redis_upstream: &str) -> anyhow::Result<Links> {
+        Self::start_to_redis_and_nats(redis_upstream, NATS_UPSTREAM)
+    }
+
+    /// The same, forwarding to NATS at `nats_upstream` (a NATS server of
+    /// the run's own).
+    pub fn start_to_redis_and_nats(
+        redis_upstream: &str,
+        nats_upstream: &str,
+    ) -> anyhow::Result<Links> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -163,7 +172,7 @@ impl Links {
             redis: Proxy::new(Link::Redis, redis_upstream)?,
             database: Proxy::new(Link::Database, DATABASE_UPSTREAM)?,
             amqp: Proxy::new(Link::Amqp, AMQP_UPSTREAM)?,
-            nats: Proxy::new(Link::Nats, NATS_UPSTREAM)?,
+            nats: Proxy::new(Link::Nats, nats_upstream)?,
         };
         for link in Link::ALL {
             links.launch(link)?;

@@ -13,8 +13,8 @@
 //! - `faults`: `--fault` (`spec` one value, `plan` a run's, `injector` run
 //!   while the load runs, `target` what a fault does and undoes);
 //! - `launcher`: the one way a server starts; `server`: the lab a run serves
-//!   (`restart`: killed and started again); `own_redis`: a Redis of the
-//!   run's own;
+//!   (`restart`: killed and started again); `own_redis`, `own_nats`: a
+//!   Redis and a NATS server of the run's own;
 //! - `report`: report.md, chart.svg, results.json (`html` report.html,
 //!   `markup` the HTML parts both reports share, `why` the anomalies and a
 //!   trace); `provenance`: commit, command and versions;
@@ -35,6 +35,7 @@ mod k6;
 mod launcher;
 mod markers;
 mod modes;
+mod own_nats;
 mod own_redis;
 mod paths;
 mod proc_stats;

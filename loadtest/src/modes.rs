@@ -140,10 +140,12 @@ struct Common {
     /// 300ms, 0.3s, 2s, 1m.
     ///
     ///   redis-cut@START+DURATION, db-cut@START+DURATION: the link drops, then comes back;
+    ///   amqp-cut@START+DURATION, nats-cut@START+DURATION: the same for RabbitMQ and NATS;
     ///   redis-latency=MS@START+DURATION, db-latency=MS@START+DURATION: MS more on every answer;
     ///   kill-server@START: SIGKILL of the server, restarted at once;
     ///   kill-consumers@START: the same for the consumer processes (--roles-apart);
     ///   redis-restart@START: the run's own Redis shut down without saving, started again empty;
+    ///   nats-restart@START: the run's own NATS killed, started again on its JetStream store;
     ///   client-timeout=MS: clients give up after MS
     #[arg(long = "fault", value_name = "SPEC", verbatim_doc_comment)]
     faults: Vec<String>,

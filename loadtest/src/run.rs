@@ -141,12 +141,7 @@ impl Run<'_> {
         let k6_runs = runner
             .k6
             .start_issue_script(&env, runner.k6_processes, files)?;
-        let injector = Injector::start(
-            &runner.faults,
-            runner.links.clone(),
-            runner.server.clone(),
-            runner.redis.clone(),
-        )?;
+        let injector = Injector::start(&runner.faults, runner.subjects.clone())?;
         let records: Vec<PathBuf> = k6_runs.iter().map(|run| run.records.clone()).collect();
         let parts: Vec<anyhow::Result<Value>> = k6_runs.into_iter().map(k6::finish).collect();
         // The faults end (links restored, servers up) before any error is told.

@@ -1,15 +1,17 @@
 //! What every run of one `cargo xtask loadtest` shares: the hosts the load
 //! goes to, k6, the database and Redis read for the join, the faults and
-//! what they act on (`--serve`'s server, its links, its own Redis).
+//! what they act on (`--serve`'s server, its links, its own Redis and
+//! NATS).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use couponlab_links::{Links, REDIS_UPSTREAM};
+use couponlab_links::{Links, NATS_UPSTREAM, REDIS_UPSTREAM};
 
 use crate::api::Api;
-use crate::faults::FaultPlan;
+use crate::faults::{FaultPlan, Subjects};
 use crate::k6::K6;
+use crate::own_nats::OwnNats;
 use crate::own_redis::OwnRedis;
 use crate::server::{self, Serve, Server};
 use crate::truth::Sources;
@@ -30,13 +32,10 @@ pub struct Runner {
     pub out: PathBuf,
     /// The `--fault`s, injected into every method's run.
     pub faults: FaultPlan,
-    /// The proxies between `--serve`'s server and Redis/MySQL, when a fault
-    /// cuts or slows a link.
-    pub links: Option<Arc<Links>>,
-    /// `--serve`'s server, for the faults that kill it.
-    pub server: Option<Arc<Mutex<Server>>>,
-    /// The Redis of the run's own, for the faults that restart it.
-    pub redis: Option<Arc<Mutex<OwnRedis>>>,
+    /// What they act on: the proxies between `--serve`'s server and its
+    /// services when a fault cuts or slows a link, the server, the Redis
+    /// and NATS of the run's own when a fault restarts one.
+    pub subjects: Subjects,
 }
 
 impl Runner {
@@ -53,11 +52,19 @@ impl Runner {
         let redis_url = redis
             .as_ref()
             .map_or(server::REDIS_URL.to_string(), |redis| redis.url(10));
+        let nats = faults.needs_own_nats().then(OwnNats::start).transpose()?;
+        let nats_url = nats.as_ref().map(OwnNats::url);
         let links = if faults.needs_links() {
-            let upstream = redis
+            let redis_upstream = redis
                 .as_ref()
                 .map_or(REDIS_UPSTREAM.to_string(), OwnRedis::address);
-            Some(Arc::new(Links::start_to(&upstream)?))
+            let nats_upstream = nats
+                .as_ref()
+                .map_or(NATS_UPSTREAM.to_string(), OwnNats::address);
+            Some(Arc::new(Links::start_to_redis_and_nats(
+                &redis_upstream,
+                &nats_upstream,
+            )?))
         } else {
             None
         };
@@ -65,6 +72,7 @@ impl Runner {
             links: links.as_deref(),
             roles_apart,
             redis_url: Some(&redis_url),
+            nats_url: nats_url.as_deref(),
             ..Serve::default()
         })?;
         let api = Api::new(&server.base_url())?;
@@ -76,9 +84,12 @@ impl Runner {
             sources: Sources::connect(&server::database_url()?, &redis_url, false)?,
             out,
             faults,
-            links,
-            server: Some(Arc::new(Mutex::new(server))),
-            redis: redis.map(|redis| Arc::new(Mutex::new(redis))),
+            subjects: Subjects {
+                links,
+                server: Some(Arc::new(Mutex::new(server))),
+                redis: redis.map(|redis| Arc::new(Mutex::new(redis))),
+                nats: nats.map(|nats| Arc::new(Mutex::new(nats))),
+            },
         })
     }
 
@@ -107,9 +118,7 @@ impl Runner {
             sources: Sources::connect(database_url, redis_url, redis_cluster)?,
             out,
             faults,
-            links: None,
-            server: None,
-            redis: None,
+            subjects: Subjects::default(),
         })
     }
 }

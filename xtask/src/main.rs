@@ -126,6 +126,8 @@ fn prepare_for_tests() -> anyhow::Result<()> {
         // The cluster tests start their own Redis Cluster.
         ("redis-server", "redis-server"),
         ("redis-cli", "redis-tools"),
+        // The broker tests kill and restart a NATS server of their own.
+        ("nats-server", "nats-server"),
     ] {
         services::ensure_debian(binary, package)?;
     }

@@ -73,6 +73,9 @@ const OWN_REDIS: [Tool; 2] = [
     Tool::Debian("redis-cli", "redis-tools"),
 ];
 
+/// A NATS server of the run's own.
+const OWN_NATS: Tool = Tool::Debian("nats-server", "nats-server");
+
 /// What a runner task needs besides the runner.
 #[derive(Default)]
 struct Needs {
@@ -99,8 +102,11 @@ impl Needs {
             "loadtest" if args.first().is_some_and(|mode| mode == "smoke") => {
                 lab(true, &[Tool::K6, Tool::Debian("chromium", "chromium")])
             }
-            // `--fault redis-restart` gives the served lab a Redis of its own.
-            "loadtest" if given("--serve") => lab(true, &[Tool::K6, OWN_REDIS[0], OWN_REDIS[1]]),
+            // `--fault redis-restart` and `nats-restart` give the served lab
+            // a Redis and a NATS server of its own.
+            "loadtest" if given("--serve") => {
+                lab(true, &[Tool::K6, OWN_REDIS[0], OWN_REDIS[1], OWN_NATS])
+            }
             "loadtest" => Needs {
                 tools: vec![Tool::K6],
                 ..Needs::default()

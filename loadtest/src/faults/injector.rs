@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::plan::FaultPlan;
 use super::spec::Fault;
 use super::target::Target;
+use crate::own_nats::OwnNats;
 use crate::own_redis::OwnRedis;
 use crate::server::Server;
 
@@ -36,6 +37,19 @@ impl Fired {
             "note": self.note,
         })
     }
+}
+
+/// What the faults act on, as far as the run has it.
+#[derive(Clone, Default)]
+pub struct Subjects {
+    /// The proxies the served lab talks through.
+    pub links: Option<Arc<Links>>,
+    /// `--serve`'s server, for the faults that kill it.
+    pub server: Option<Arc<Mutex<Server>>>,
+    /// The Redis of the run's own, for `redis-restart`.
+    pub redis: Option<Arc<Mutex<OwnRedis>>>,
+    /// The NATS server of the run's own, for `nats-restart`.
+    pub nats: Option<Arc<Mutex<OwnNats>>>,
 }
 
 /// Runs the timed faults of a plan while the load runs.
@@ -80,16 +94,21 @@ impl Cancel {
 
 impl Injector {
     /// Starts the plan's timed faults, counted from now (call it right
-    /// after the load starts). `links` must be given when the plan cuts or
-    /// slows a link, `server` when it kills a process.
-    pub fn start(
-        plan: &FaultPlan,
-        links: Option<Arc<Links>>,
-        server: Option<Arc<Mutex<Server>>>,
-        redis: Option<Arc<Mutex<OwnRedis>>>,
-    ) -> anyhow::Result<Injector> {
+    /// after the load starts). The links must be there when the plan cuts
+    /// or slows a link, the server when it kills a process, the run's own
+    /// Redis or NATS when it restarts one.
+    pub fn start(plan: &FaultPlan, subjects: Subjects) -> anyhow::Result<Injector> {
+        let Subjects {
+            links,
+            server,
+            redis,
+            nats,
+        } = &subjects;
         if plan.needs_own_redis() && redis.is_none() {
             bail!("the faults restart Redis, but the run has no Redis of its own (--serve)");
+        }
+        if plan.needs_own_nats() && nats.is_none() {
+            bail!("the faults restart NATS, but the run has no NATS server of its own (--serve)");
         }
         if plan.needs_links() && links.is_none() {
             bail!("the faults cut or slow links, but the server does not run through links");
@@ -125,9 +144,7 @@ impl Injector {
                 started,
                 start: started + start,
                 end: started + end,
-                links: links.clone(),
-                server: server.clone(),
-                redis: redis.clone(),
+                subjects: subjects.clone(),
                 cancel: cancel.clone(),
             };
             let thread = std::thread::Builder::new()
@@ -187,9 +204,24 @@ mod tests {
 
     #[test]
     fn the_injector_refuses_faults_it_has_nothing_to_act_on() {
-        for spec in ["db-cut@1s+1s", "redis-restart@1s", "kill-server@1s"] {
+        for spec in [
+            "db-cut@1s+1s",
+            "redis-restart@1s",
+            "nats-restart@1s",
+            "kill-server@1s",
+        ] {
             let plan = FaultPlan::parse(&[spec]).unwrap();
-            assert!(Injector::start(&plan, None, None, None).is_err(), "{spec}");
+            assert!(
+                Injector::start(&plan, Subjects::default()).is_err(),
+                "{spec}"
+            );
+        }
+    }
+
+    fn linked(links: &Arc<Links>) -> Subjects {
+        Subjects {
+            links: Some(links.clone()),
+            ..Subjects::default()
         }
     }
 
@@ -217,7 +249,7 @@ mod tests {
         ])
         .unwrap();
         let started = Instant::now();
-        let injector = Injector::start(&faults, Some(links.clone()), None, None).unwrap();
+        let injector = Injector::start(&faults, linked(&links)).unwrap();
         assert!(pings(&links));
         while started.elapsed() < ms(250) {
             std::thread::sleep(ms(10));
@@ -246,7 +278,7 @@ mod tests {
     fn a_run_that_stops_early_ends_its_faults_at_once() {
         let links = Arc::new(Links::start_to(REDIS_UPSTREAM).unwrap());
         let faults = FaultPlan::parse(&["redis-cut@0ms+1m", "db-cut@1m+1s"]).unwrap();
-        let injector = Injector::start(&faults, Some(links.clone()), None, None).unwrap();
+        let injector = Injector::start(&faults, linked(&links)).unwrap();
         while !links.is_cut(Link::Redis) {
             std::thread::sleep(ms(5));
         }

@@ -3,11 +3,14 @@
 //! ```text
 //! redis-cut@START+DURATION          the Redis link drops and refuses connections, then comes back
 //! db-cut@START+DURATION             the same for the MySQL link
+//! amqp-cut@START+DURATION           the same for the RabbitMQ link
+//! nats-cut@START+DURATION           the same for the NATS link
 //! redis-latency=MS@START+DURATION   MS more on every Redis answer for a while
 //! db-latency=MS@START+DURATION      the same for MySQL
 //! kill-server@START                 SIGKILL of the served process, restarted right after
 //! kill-consumers@START              the same for the consumer processes (roles apart)
 //! redis-restart@START               SHUTDOWN NOSAVE of the run's own Redis, started again empty
+//! nats-restart@START                SIGKILL of the run's own NATS, started again on its store
 //! client-timeout=MS                 clients give up on a request after MS
 //! ```
 //!
@@ -34,5 +37,5 @@ mod plan;
 mod spec;
 mod target;
 
-pub use self::injector::{Fired, Injector};
+pub use self::injector::{Fired, Injector, Subjects};
 pub use self::plan::{FaultPlan, Setup};

@@ -80,6 +80,13 @@ impl FaultPlan {
             .any(|fault| matches!(fault, Fault::RedisRestart { .. }))
     }
 
+    /// Whether the served lab needs a NATS server of the run's own.
+    pub fn needs_own_nats(&self) -> bool {
+        self.faults
+            .iter()
+            .any(|fault| matches!(fault, Fault::NatsRestart { .. }))
+    }
+
     /// Whether the consumers must run in processes of their own.
     pub fn needs_roles_apart(&self) -> bool {
         self.faults
@@ -178,7 +185,10 @@ mod tests {
             "`kill-consumers@1000ms`: the consumer processes are killed (SIGKILL) at 1 s and restarted at once"
         );
         let restart = plan(&["redis-restart@1s"]).unwrap();
-        assert!(restart.needs_own_redis());
+        assert!(restart.needs_own_redis() && !restart.needs_own_nats());
+        let nats = plan(&["nats-restart@1s", "nats-cut@2s+1s"]).unwrap();
+        assert!(nats.needs_own_nats() && nats.needs_links());
+        assert!(nats.check(Setup::default()).is_err());
         assert!(restart.check(Setup::default()).is_err());
     }
 }

@@ -11,7 +11,7 @@ use couponlab_links::Link;
 const FORMS: &str = "redis-cut@START+DURATION, db-cut@START+DURATION, \
 amqp-cut@START+DURATION, nats-cut@START+DURATION, \
 redis-latency=MS@START+DURATION, db-latency=MS@START+DURATION, kill-server@START, \
-kill-consumers@START, redis-restart@START, client-timeout=MS (START and DURATION like 300ms, 0.3s, 2s, 1m)";
+kill-consumers@START, redis-restart@START, nats-restart@START, client-timeout=MS (START and DURATION like 300ms, 0.3s, 2s, 1m)";
 
 /// One fault of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +36,9 @@ pub enum Fault {
     /// The run's own Redis shut down without saving at `start` and started
     /// again at once, empty.
     RedisRestart { start: Duration },
+    /// The run's own NATS server killed (SIGKILL) at `start` and started
+    /// again at once on the same JetStream store.
+    NatsRestart { start: Duration },
     /// Clients give up on a request after `ms`.
     ClientTimeout { ms: u64 },
 }
@@ -126,6 +129,10 @@ impl Fault {
                 no_value()?;
                 Fault::RedisRestart { start: instant()? }
             }
+            ("nats-restart", _) => {
+                no_value()?;
+                Fault::NatsRestart { start: instant()? }
+            }
             ("client-timeout", _) => {
                 if let Some(when) = when {
                     bail!("client-timeout holds for the whole load, it takes no time: got @{when}");
@@ -148,7 +155,8 @@ impl Fault {
             } => Some((start, start + duration)),
             Fault::KillServer { start }
             | Fault::KillConsumers { start }
-            | Fault::RedisRestart { start } => Some((start, start)),
+            | Fault::RedisRestart { start }
+            | Fault::NatsRestart { start } => Some((start, start)),
             Fault::ClientTimeout { .. } => None,
         }
     }
@@ -197,6 +205,10 @@ impl Fault {
                 "Redis (the run's own) is shut down without saving at {} and started again at once, empty",
                 seconds(*start)
             ),
+            Fault::NatsRestart { start } => format!(
+                "NATS (the run's own) is killed (SIGKILL) at {} and started again at once on the same JetStream store",
+                seconds(*start)
+            ),
             Fault::ClientTimeout { ms } => {
                 format!("clients give up on a request after {ms} ms")
             }
@@ -234,6 +246,7 @@ impl fmt::Display for Fault {
             Fault::KillServer { start } => write!(f, "kill-server@{}", spec(*start)),
             Fault::KillConsumers { start } => write!(f, "kill-consumers@{}", spec(*start)),
             Fault::RedisRestart { start } => write!(f, "redis-restart@{}", spec(*start)),
+            Fault::NatsRestart { start } => write!(f, "nats-restart@{}", spec(*start)),
             Fault::ClientTimeout { ms } => write!(f, "client-timeout={ms}"),
         }
     }
@@ -301,6 +314,7 @@ mod tests {
             "kill-server@2.5s",
             "kill-consumers@4s",
             "redis-restart@3s",
+            "nats-restart@1.5s",
             "client-timeout=1500",
         ]
         .map(|spec| Fault::parse(spec).unwrap())
@@ -333,6 +347,7 @@ mod tests {
                 Fault::KillServer { start: ms(2500) },
                 Fault::KillConsumers { start: ms(4000) },
                 Fault::RedisRestart { start: ms(3000) },
+                Fault::NatsRestart { start: ms(1500) },
                 Fault::ClientTimeout { ms: 1500 },
             ]
         );
@@ -362,6 +377,7 @@ mod tests {
             ("db-cut@-1s+1s", "is no duration"),
             ("db-cut@1s+s", "\"s\" is no duration"),
             ("kill-server@1s+2s", "takes no duration"),
+            ("nats-restart=1@1s", "takes no value"),
             ("kill-server", "needs a time"),
             ("client-timeout=100@1s", "takes no time"),
             ("client-timeout", "needs a value"),

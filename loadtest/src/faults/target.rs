@@ -1,17 +1,15 @@
-//! What a timed fault does when it fires, to the link, server or Redis it
+//! What a timed fault does when it fires, to the link, server, Redis or NATS it
 //! acts on, and how it is undone when it ends (or at once, when the run
 //! stops first).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use couponlab_links::{Link, Links};
+use couponlab_links::Link;
 
-use super::injector::{Cancel, Fired};
+use super::injector::{Cancel, Fired, Subjects};
 use super::spec::Fault;
-use crate::own_redis::OwnRedis;
-use crate::server::Server;
 
 /// One timed fault and what it acts on.
 pub(super) struct Target {
@@ -21,9 +19,7 @@ pub(super) struct Target {
     /// When the fault fires, and when it ends.
     pub(super) start: Instant,
     pub(super) end: Instant,
-    pub(super) links: Option<Arc<Links>>,
-    pub(super) server: Option<Arc<Mutex<Server>>>,
-    pub(super) redis: Option<Arc<Mutex<OwnRedis>>>,
+    pub(super) subjects: Subjects,
     pub(super) cancel: Arc<Cancel>,
 }
 
@@ -37,7 +33,7 @@ impl Target {
         let fired_at = self.since_start();
         let note = match self.fault {
             Fault::Cut { link, .. } => {
-                let links = self.links.as_deref().context("no links")?;
+                let links = self.subjects.links.as_deref().context("no links")?;
                 let open = links.cut(link)?;
                 let early = self.cancel.sleep_until(self.end);
                 links.restore(link)?;
@@ -52,7 +48,7 @@ impl Target {
                 )
             }
             Fault::Latency { link, ms, .. } => {
-                let links = self.links.as_deref().context("no links")?;
+                let links = self.subjects.links.as_deref().context("no links")?;
                 links.add_latency(link, ms)?;
                 let early = self.cancel.sleep_until(self.end);
                 links.remove_latency(link)?;
@@ -66,7 +62,7 @@ impl Target {
                 )
             }
             Fault::KillServer { .. } | Fault::KillConsumers { .. } => {
-                let server = self.server.as_deref().context("no server")?;
+                let server = self.subjects.server.as_deref().context("no server")?;
                 let mut server = server
                     .lock()
                     .map_err(|_| anyhow::anyhow!("server poisoned"))?;
@@ -75,7 +71,7 @@ impl Target {
                     // and MySQL see them end (MySQL rolls back what they
                     // held); a proxy in between keeps the far side open,
                     // locks and all, so the links drop every connection.
-                    server.kill_and_restart(|| match self.links.as_deref() {
+                    server.kill_and_restart(|| match self.subjects.links.as_deref() {
                         Some(links) => Link::ALL.into_iter().try_for_each(|link| {
                             links.cut(link)?;
                             links.restore(link)
@@ -85,7 +81,7 @@ impl Target {
                 } else {
                     server.kill_consumers_and_restart()?
                 };
-                match (&self.fault, &self.links) {
+                match (&self.fault, &self.subjects.links) {
                     (Fault::KillServer { .. }, Some(_)) => format!(
                         "{restarted}; the links dropped the dead process's connections before the restart"
                     ),
@@ -93,7 +89,8 @@ impl Target {
                 }
             }
             Fault::RedisRestart { .. } => {
-                let redis = self.redis.as_deref().context("no Redis of the run's own")?;
+                let redis = self.subjects.redis.as_deref();
+                let redis = redis.context("no Redis of the run's own")?;
                 let mut redis = redis
                     .lock()
                     .map_err(|_| anyhow::anyhow!("redis poisoned"))?;
@@ -101,6 +98,17 @@ impl Target {
                 format!(
                     "SHUTDOWN NOSAVE, started again empty on {}; answering after {:.0} ms",
                     redis.address(),
+                    down.as_secs_f64() * 1000.0
+                )
+            }
+            Fault::NatsRestart { .. } => {
+                let nats = self.subjects.nats.as_deref();
+                let nats = nats.context("no NATS server of the run's own")?;
+                let mut nats = nats.lock().map_err(|_| anyhow::anyhow!("nats poisoned"))?;
+                let down = nats.restart()?;
+                format!(
+                    "SIGKILL, started again on {} with the same JetStream store; healthy after {:.0} ms",
+                    nats.address(),
                     down.as_secs_f64() * 1000.0
                 )
             }

@@ -53,6 +53,8 @@ pub struct Serve<'a> {
     pub database_url: Option<&'a str>,
     /// Its Redis, when not the machine's ([`REDIS_URL`]).
     pub redis_url: Option<&'a str>,
+    /// Its NATS, when not the machine's ([`NATS_URL`]).
+    pub nats_url: Option<&'a str>,
     /// Settings of its own (`COUPONLAB_*`), besides its links.
     pub env: &'a [(&'static str, &'a str)],
     /// Another build of the server to run (an older version, measured side
@@ -91,9 +93,13 @@ impl Server {
             ),
         ];
         // The brokers go through their links too: `amqp-cut`, `nats-cut`.
-        if let Some(links) = serve.links {
-            env.push(("RABBITMQ_URL", links.through(RABBITMQ_URL)?));
-            env.push(("NATS_URL", links.through(NATS_URL)?));
+        let nats_url = serve.nats_url.unwrap_or(NATS_URL);
+        match serve.links {
+            Some(links) => {
+                env.push(("RABBITMQ_URL", links.through(RABBITMQ_URL)?));
+                env.push(("NATS_URL", links.through(nats_url)?));
+            }
+            None => env.push(("NATS_URL", nats_url.to_string())),
         }
         env.extend(
             serve
