@@ -191,13 +191,15 @@ fn record_accepted_later(lab: &Lab, request: &IssueRequest, strategy: &Arc<Strat
 /// Records what an accepted request became, and for an issued one how long
 /// after its 202 it was confirmed; one the component could not settle is
 /// kept to be settled later. `trace`: the call that confirmed it alone,
-/// kept with the request's traces.
+/// kept with the request's traces. Whether the outcome was recorded (Redis
+/// answered): a consumer whose broker forgets a message once acked acks
+/// only then.
 pub async fn confirmed(
     lab: &Lab,
     strategy: &Arc<Strategy>,
     confirmation: &Confirmation,
     trace: Option<CallTrace>,
-) {
+) -> bool {
     let method = &*strategy.method;
     if let Some(trace) = trace {
         let ending = Ending {
@@ -224,14 +226,19 @@ pub async fn confirmed(
         keep_to_settle(lab, strategy, &request);
     }
     match confirmations::record_confirmed(lab.redis(), confirmation).await {
-        Ok(Some(lag)) if strategy.serving() => lab
-            .runtime
-            .metrics()
-            .confirmation_lag
-            .with_label_values(&[method])
-            .observe(lag.as_secs_f64()),
-        Ok(_) => {}
-        Err(err) => tracing::warn!(method, error = %err, "could not record a confirmation"),
+        Ok(Some(lag)) if strategy.serving() => {
+            lab.runtime
+                .metrics()
+                .confirmation_lag
+                .with_label_values(&[method])
+                .observe(lag.as_secs_f64());
+            true
+        }
+        Ok(_) => true,
+        Err(err) => {
+            tracing::warn!(method, error = %err, "could not record a confirmation");
+            false
+        }
     }
 }
 

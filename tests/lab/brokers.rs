@@ -424,3 +424,28 @@ async fn an_amqp_link_cut_for_a_second_mid_burst_loses_nothing_acknowledged() {
     nothing_lost_once_settled(&lab, coupon, &members, &replies).await;
     finish(lab, NATS).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_link_cut_mid_burst_leaves_every_202_with_its_outcome() {
+    let links = start_links().await;
+    let lab = linked_lab(&links, Link::Redis, &COMPONENTS).await;
+    for method in METHODS {
+        // Stock for most of them: the fault meets confirmations under way,
+        // whose outcomes cannot be recorded while Redis is away: the
+        // message must come back rather than be acked with no outcome
+        // (the drain below would wait for it for ever).
+        let (members, coupon) = lab.members_and_coupon(400, 300).await;
+        let cutting = async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            on_links(&links, |links| links.cut(Link::Redis)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            on_links(&links, |links| links.restore(Link::Redis)).await;
+        };
+        let ((replies, _), ()) = tokio::join!(burst(&lab, coupon, &members, method), cutting);
+        let counts = statuses(&replies);
+        eprintln!("{method}: answers across the Redis cut: {counts:?}");
+        assert!(counts.get(&503).is_some_and(|n| *n > 0), "{counts:?}");
+        nothing_lost_once_settled(&lab, coupon, &members, &replies).await;
+    }
+    finish(lab, NATS).await;
+}

@@ -113,16 +113,20 @@ pub fn owned(
 
 /// Hands one message to its component and records what it became: ack
 /// once recorded (a crash in between redelivers it, and the first outcome
-/// recorded stays), retry when the component says so or its call failed.
+/// recorded stays), retry when the component says so, its call failed or
+/// the outcome could not be recorded — a broker forgets an acked message,
+/// and its 202 would stay pending for good.
 pub async fn confirm(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -> Disposition {
     let handled = until_answered(1, || lab.runtime.handle_entry(strategy, entry)).await;
     match handled.result {
-        Ok(answer) => {
-            if answer.disposition == Disposition::Ack {
-                issuing::confirmed(lab, strategy, &answer.confirmation, Some(handled.trace)).await;
+        Ok(answer) if answer.disposition == Disposition::Ack => {
+            let confirmation = &answer.confirmation;
+            match issuing::confirmed(lab, strategy, confirmation, Some(handled.trace)).await {
+                true => Disposition::Ack,
+                false => Disposition::Retry,
             }
-            answer.disposition
         }
+        Ok(answer) => answer.disposition,
         Err(err) => {
             tracing::error!(id = %entry.id, method = %strategy.method, error = %err, "broker message failed; redelivered");
             Disposition::Retry
@@ -132,7 +136,7 @@ pub async fn confirm(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -
 
 /// Lets the component of a message delivered too often undo its
 /// reservation, once the sessions of lost connections are ended; true when
-/// it answered and the dead letter may be acked.
+/// it answered, its outcome is recorded and the dead letter may be acked.
 pub async fn give_back(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -> bool {
     let orphans = &lab.runtime.capabilities().sql.orphans;
     if !orphans.until_none(SESSIONS_ENDED_WITHIN).await {
@@ -142,9 +146,12 @@ pub async fn give_back(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry)
     let answered = until_answered(1, || lab.runtime.dead_letter(strategy, entry)).await;
     match answered.result {
         Ok(confirmation) => {
-            issuing::confirmed(lab, strategy, &confirmation, Some(answered.trace)).await;
-            tracing::warn!(id = %entry.id, deliveries = entry.deliveries, "broker message dead-lettered");
-            true
+            let recorded =
+                issuing::confirmed(lab, strategy, &confirmation, Some(answered.trace)).await;
+            if recorded {
+                tracing::warn!(id = %entry.id, deliveries = entry.deliveries, "broker message dead-lettered");
+            }
+            recorded
         }
         Err(err) => {
             tracing::error!(id = %entry.id, error = %err, "dead-letter compensation failed; tried again");

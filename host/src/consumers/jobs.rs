@@ -48,7 +48,8 @@ async fn run(lab: &Lab, job: Job) {
     .await;
     match ran.result {
         Ok(confirmation) => {
-            issuing::confirmed(lab, &job.strategy, &confirmation, Some(ran.trace)).await
+            // Not recorded: warned about, and the job is gone either way.
+            issuing::confirmed(lab, &job.strategy, &confirmation, Some(ran.trace)).await;
         }
         // Failed every attempt: the reservation stays and the request stays
         // pending in the result — visible, not silently lost.

@@ -136,7 +136,8 @@ async fn handle(lab: &Lab, payload: &str) {
     let handled = until_answered(attempts, || lab.runtime.handle_message(&strategy, payload)).await;
     match handled.result {
         Ok(Some(confirmation)) => {
-            issuing::confirmed(lab, &strategy, &confirmation, Some(handled.trace)).await
+            // Not recorded: warned about; Pub/Sub delivers a message once.
+            issuing::confirmed(lab, &strategy, &confirmation, Some(handled.trace)).await;
         }
         Ok(None) => tracing::warn!(method = %strategy.method, payload, "message not understood"),
         // Failed every attempt: the member stays reserved and the request
