@@ -11,14 +11,17 @@ use crate::api::Api;
 use crate::modes::duration_text;
 use crate::provenance;
 use crate::report;
+use crate::rounds::{self, MethodRounds};
 use crate::run::{Arrivals, Measured, Run};
 use crate::runner::Runner;
 
-/// `compare` or `spike`: each of `methods` on its own coupon of `total`.
+/// `compare` or `spike`: each of `methods` on its own coupon of `total`,
+/// `rounds` times.
 pub struct Comparison {
     pub methods: Vec<String>,
     pub total: u64,
     pub arrivals: Arrivals,
+    pub rounds: u32,
 }
 
 /// `capacity`: `method`'s rate raised from `start` by `step` up to `max`,
@@ -97,49 +100,48 @@ pub fn compare(runner: &Runner, comparison: &Comparison) -> anyhow::Result<Repor
     }
     let total = comparison.total;
     let members = comparison.arrivals.members()?;
-    let mut rows = Vec::new();
-    let mut raw = BTreeMap::new();
+    let rounds = comparison.rounds;
+    let mut measured: Vec<MethodRounds> = methods
+        .iter()
+        .map(|method| MethodRounds {
+            method: method.clone(),
+            rounds: Vec::new(),
+        })
+        .collect();
     let mut broken = Vec::new();
-    for (i, method) in methods.iter().enumerate() {
-        println!(
-            "[{}/{}] {method}: {}",
-            i + 1,
-            methods.len(),
-            match &comparison.arrivals {
-                Arrivals::Spike { .. } =>
-                    format!("{members} members at once on a coupon of {total}"),
-                Arrivals::Rate { rate, duration } =>
-                    format!("{rate} req/s for {duration} on a coupon of {total}"),
-            }
-        );
-        let run = Run {
-            method,
-            total,
-            members,
-            arrivals: &comparison.arrivals,
-        };
-        let measured = run.execute(runner)?;
-        let row = &measured.row;
-        println!(
-            "      {:.0} req/s, p99 {:.1} ms, 2xx {}, 409 {}, 503 {}, rows {} of {}{}",
-            row.requests_per_second,
-            row.p99_ms,
-            row.accepted,
-            row.conflicts,
-            row.unavailable,
-            row.issue_rows,
-            row.total,
-            row.drain_ms
-                .map_or(String::new(), |ms| format!(", drained in {ms:.0} ms"))
-        );
-        if let Some(verification) = &row.verification {
-            println!("      verified: {}", verification.verdict);
+    for round in 1..=rounds {
+        for (i, method) in methods.iter().enumerate() {
+            let of_rounds = if rounds > 1 {
+                format!("round {round}/{rounds}, ")
+            } else {
+                String::new()
+            };
+            println!(
+                "[{of_rounds}{}/{}] {method}: {}",
+                i + 1,
+                methods.len(),
+                match &comparison.arrivals {
+                    Arrivals::Spike { .. } =>
+                        format!("{members} members at once on a coupon of {total}"),
+                    Arrivals::Rate { rate, duration } =>
+                        format!("{rate} req/s for {duration} on a coupon of {total}"),
+                }
+            );
+            let run = Run {
+                method,
+                total,
+                members,
+                arrivals: &comparison.arrivals,
+                round: (rounds > 1).then_some(round),
+            };
+            let run = run.execute(runner)?;
+            said(&run);
+            broken_claims(method, &run, &mut broken);
+            measured[i].rounds.push(run);
         }
-        broken_claims(method, &measured, &mut broken);
-        raw.insert(method.clone(), measured.raw);
-        rows.push(measured.row);
     }
-    let (title, description) = match &comparison.arrivals {
+    let (rows, raw) = rounds::combine(measured);
+    let (title, mut description) = match &comparison.arrivals {
         Arrivals::Spike { .. } => (
             "Event open",
             format!(
@@ -153,6 +155,7 @@ pub fn compare(runner: &Runner, comparison: &Comparison) -> anyhow::Result<Repor
             ),
         ),
     };
+    description.push_str(&rounds::described(rounds));
     let provenance = provenance::describe(&runner.sources, &runner.k6, &raw)?;
     report::write(&runner.out, title, &description, &rows, &raw, &provenance)?;
     println!("\nreport: {}", runner.out.join("report.md").display());
@@ -166,6 +169,26 @@ pub fn compare(runner: &Runner, comparison: &Comparison) -> anyhow::Result<Repor
     );
     println!();
     Ok(Report { broken })
+}
+
+/// One run's figures, as the run ends.
+fn said(measured: &Measured) {
+    let row = &measured.row;
+    println!(
+        "      {:.0} req/s, p99 {:.1} ms, 2xx {}, 409 {}, 503 {}, rows {} of {}{}",
+        row.requests_per_second,
+        row.p99_ms,
+        row.accepted,
+        row.conflicts,
+        row.unavailable,
+        row.issue_rows,
+        row.total,
+        row.drain_ms
+            .map_or(String::new(), |ms| format!(", drained in {ms:.0} ms"))
+    );
+    if let Some(verification) = &row.verification {
+        println!("      verified: {}", verification.verdict);
+    }
 }
 
 /// `--methods all`: every method the server has loaded, in its order.
@@ -184,8 +207,9 @@ fn loaded_methods(api: &Api) -> anyhow::Result<Vec<String>> {
 }
 
 /// Raises the arrival rate on one method until failures or p99 pass their
-/// bound; reports the highest rate that held.
-pub fn capacity(runner: &Runner, search: &Capacity) -> anyhow::Result<Report> {
+/// bound (over `rounds` rounds a step, their medians); reports the highest
+/// rate that held.
+pub fn capacity(runner: &Runner, search: &Capacity, rounds: u32) -> anyhow::Result<Report> {
     let Capacity {
         method,
         start,
@@ -208,15 +232,26 @@ pub fn capacity(runner: &Runner, search: &Capacity) -> anyhow::Result<Report> {
         };
         // A total no run can exhaust: every request does the full work.
         let members = arrivals.members()?;
-        println!("{method} at {rate} req/s for {duration}");
-        let run = Run {
-            method,
-            total: members,
-            members,
-            arrivals: &arrivals,
+        let mut step_rounds = MethodRounds {
+            method: format!("{method} @ {rate}/s"),
+            rounds: Vec::new(),
         };
-        let mut measured = run.execute(runner)?;
-        let row = &measured.row;
+        for round in 1..=rounds {
+            println!("{method} at {rate} req/s for {duration} (round {round}/{rounds})");
+            let run = Run {
+                method,
+                total: members,
+                members,
+                arrivals: &arrivals,
+                round: (rounds > 1).then_some(round),
+            };
+            let mut measured = run.execute(runner)?;
+            broken_claims(method, &measured, &mut broken);
+            measured.row.method = step_rounds.method.clone();
+            step_rounds.rounds.push(measured);
+        }
+        let (mut step_rows, step_raw) = rounds::combine(vec![step_rounds]);
+        let row = step_rows.remove(0);
         let holds = row.failure_rate() <= *max_failure_rate
             && row.p99_ms <= *max_p99_ms
             && row.dropped == 0;
@@ -228,10 +263,8 @@ pub fn capacity(runner: &Runner, search: &Capacity) -> anyhow::Result<Report> {
             row.dropped,
             if holds { "held" } else { "did not hold" }
         );
-        broken_claims(method, &measured, &mut broken);
-        measured.row.method = format!("{method} @ {rate}/s");
-        raw.insert(measured.row.method.clone(), measured.raw);
-        rows.push(measured.row);
+        raw.extend(step_raw);
+        rows.push(row);
         if !holds {
             break;
         }
@@ -247,8 +280,9 @@ pub fn capacity(runner: &Runner, search: &Capacity) -> anyhow::Result<Report> {
         None => format!("{method} did not hold even {start} req/s"),
     };
     let description = format!(
-        "{verdict} (bounds: failures ≤ {:.1}%, p99 ≤ {max_p99_ms} ms, no dropped iterations; {duration} per step, on a coupon no step can sell out).",
-        max_failure_rate * 100.0
+        "{verdict} (bounds: failures ≤ {:.1}%, p99 ≤ {max_p99_ms} ms, no dropped iterations; {duration} per step, on a coupon no step can sell out).{}",
+        max_failure_rate * 100.0,
+        rounds::described(rounds)
     );
     let provenance = provenance::describe(&runner.sources, &runner.k6, &raw)?;
     report::write(

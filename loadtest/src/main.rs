@@ -6,7 +6,8 @@
 //! - `modes`: `loadtest`'s modes and common flags, and the runner they set
 //!   up; `comparison`: compare, spike and capacity, run and reported;
 //! - `runner`: what every run shares; `run`: one method's run, its drain
-//!   and its join;
+//!   and its join; `rounds`: `--rounds N`, a method's rounds as one row;
+//!   `spread`: a figure's median and range;
 //! - `k6`: k6's command and figures; `records`: what every client was told;
 //! - `truth`: the rows and Redis read directly; `verification`: their join
 //!   with the records, and the claims each figure breaks;
@@ -15,9 +16,10 @@
 //! - `launcher`: the one way a server starts; `server`: the lab a run serves
 //!   (`restart`: killed and started again); `own_redis`, `own_nats`: a
 //!   Redis and a NATS server of the run's own;
-//! - `report`: report.md, chart.svg, results.json (`html` report.html,
-//!   `markup` the HTML parts both reports share, `why` the anomalies and a
-//!   trace); `provenance`: commit, command and versions;
+//! - `report`: report.md, chart.svg, results.json (`figures` the table's
+//!   figures, `chart` chart.svg, `html` report.html, `markup` the HTML
+//!   parts both reports share, `why` the anomalies and a trace);
+//!   `provenance`: commit, command and versions;
 //! - `smoke`: the checked runs `cargo xtask test` ends with;
 //! - `bench` (`wrk`, `report`, `budget`), `idle`, `soak` (`sample`,
 //!   `verdict`, `report`), `api_check`: the other subcommands;
@@ -43,11 +45,13 @@ mod process_log;
 mod provenance;
 mod records;
 mod report;
+mod rounds;
 mod run;
 mod runner;
 mod server;
 mod smoke;
 mod soak;
+mod spread;
 mod truth;
 mod verification;
 

@@ -120,6 +120,11 @@ struct Common {
     /// --base-url
     #[arg(long)]
     serve: bool,
+    /// Measure every method N times, each round of them all in turn; each
+    /// figure is reported as the median with its range
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
     /// Share each run out over N k6 processes (k6's execution segments),
     /// which start their load at one moment; the report merges their
     /// records
@@ -187,7 +192,8 @@ pub fn main(mode: Mode) -> anyhow::Result<()> {
             (spike.setup).compare(spike.methods, spike.total, arrivals)
         }
         Mode::Capacity(capacity) => {
-            (capacity.setup).run(|runner| comparison::capacity(runner, &capacity.search))
+            let rounds = capacity.setup.rounds;
+            (capacity.setup).run(|runner| comparison::capacity(runner, &capacity.search, rounds))
         }
     }
 }
@@ -203,6 +209,7 @@ impl Common {
             methods: methods.list.0,
             total,
             arrivals,
+            rounds: self.rounds,
         };
         self.run(|runner| comparison::compare(runner, &comparison))
     }

@@ -60,6 +60,9 @@ pub struct Run<'a> {
     pub total: u64,
     pub members: u64,
     pub arrivals: &'a Arrivals,
+    /// Which of several rounds this is (`--rounds N`); `None` for a run
+    /// alone.
+    pub round: Option<u32>,
 }
 
 /// What one run measured: its report row and its entry in results.json.
@@ -159,7 +162,10 @@ impl Run<'_> {
                 fired.fault, fired.fired_at_ms, fired.ended_at_ms, fired.note
             );
         }
-        let records_file = format!("requests-{}.csv", self.method);
+        let records_file = match self.round {
+            Some(round) => format!("requests-{}-round{round}.csv", self.method),
+            None => format!("requests-{}.csv", self.method),
+        };
         std::fs::write(
             runner.out.join(&records_file),
             records::csv(self.method, coupon_id, &told),

@@ -1,5 +1,5 @@
 //! `cargo xtask loadtest smoke`, the checked runs `cargo xtask test` ends
-//! with: the runner end to end on a short, slow run, then short spikes
+//! with: the runner end to end on a short, slow run of two rounds, then short spikes
 //! under faults whose verification figures are checked against a recount
 //! of the per-request records and the rows.
 
@@ -30,9 +30,11 @@ pub fn smoke() -> anyhow::Result<()> {
             rate: 20,
             duration: "2s".into(),
         },
+        rounds: 2,
     };
     compare(&runner, &comparison)?.check_claims(false)?;
     drop(runner);
+    let results = results(&out)?;
     let report = std::fs::read_to_string(out.join("report.md"))?;
     let chart = std::fs::read_to_string(out.join("chart.svg"))?;
     let html = std::fs::read_to_string(out.join("report.html"))?;
@@ -43,10 +45,16 @@ pub fn smoke() -> anyhow::Result<()> {
         let Some(row) = row else {
             bail!("the smoke report has no row for {method}")
         };
-        // Columns: total, rows, over-issued: 10 issued of 10, none over.
+        // Columns: total, rows, over-issued: 10 issued of 10, none over,
+        // in both rounds.
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        if cells[11..14] != ["10", "10", "0"] {
+        if cells[11..14] != ["10 (10–10)", "10 (10–10)", "0 (0–0)"] {
             bail!("unexpected smoke figures for {method}: {row}");
+        }
+        let entry = &results["methods"][method];
+        let rounds = entry["rounds"].as_array().map_or(0, Vec::len);
+        if rounds != 2 || entry["spread"]["rows"]["median"] != 10.0 {
+            bail!("the smoke results.json has no two rounds and spreads for {method}: {entry}");
         }
         if !chart.contains(&format!(">{method}</text>")) {
             bail!("the smoke chart has no bar for {method}");
@@ -55,7 +63,7 @@ pub fn smoke() -> anyhow::Result<()> {
             bail!("the smoke report.html has no row for {method}");
         }
         // Every request has its record: 20/s for 2 s.
-        if told_success(&out, method)?.len() < 10 {
+        if told_success(&out, &format!("{method}-round1"))?.len() < 10 {
             bail!("the smoke run recorded too few successes for {method}");
         }
         // Why: one request's calls, read from the server's traces.
@@ -126,6 +134,7 @@ fn spike(
         methods: methods_named(methods),
         total,
         arrivals: Arrivals::Spike { members },
+        rounds: 1,
     };
     compare(&runner, &comparison)?.check_claims(false)?;
     Ok(runner)
@@ -170,9 +179,10 @@ fn acked_but_lost(runner: &Runner, dir: &Path, method: &str) -> anyhow::Result<(
     Ok((reported, recounted))
 }
 
-/// The members `requests-<METHOD>.csv` says were told 200 or 202.
-fn told_success(dir: &Path, method: &str) -> anyhow::Result<BTreeSet<u64>> {
-    let csv = std::fs::read_to_string(dir.join(format!("requests-{method}.csv")))?;
+/// The members `requests-<RUN>.csv` (`METHOD`, or `METHOD-roundN`) says
+/// were told 200 or 202.
+fn told_success(dir: &Path, run: &str) -> anyhow::Result<BTreeSet<u64>> {
+    let csv = std::fs::read_to_string(dir.join(format!("requests-{run}.csv")))?;
     let mut members = BTreeSet::new();
     for line in csv.lines().skip(1) {
         let cells: Vec<&str> = line.split(',').collect();

@@ -53,7 +53,7 @@ impl Claim {
 }
 
 /// The verification figures of one method's run, as results.json names them.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Verification {
     /// Told 2xx, no issue row after the drain.

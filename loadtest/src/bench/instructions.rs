@@ -24,12 +24,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use serde_json::json;
 
-use super::spread::Spread;
 use super::{REDIS_URL, create_coupon, database_url, sold_out_coupon, start_twin};
 use crate::api::Api;
 use crate::launcher::Launched;
 use crate::paths::{release_binary, strategy_dir, target_dir};
 use crate::server::{Serve, Server};
+use crate::spread::Spread;
 
 /// Requests counted per pair and server.
 const SOLD_OUT_REQUESTS: u32 = 2_000;

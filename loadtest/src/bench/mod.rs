@@ -29,7 +29,6 @@
 mod budget;
 mod instructions;
 mod report;
-mod spread;
 mod wrk;
 
 use std::fmt::Write as _;

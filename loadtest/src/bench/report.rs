@@ -4,9 +4,9 @@
 
 use std::fmt::Write as _;
 
-use super::spread::Spread;
 use super::wrk::Run;
 use super::{LANGUAGES, Options, UNTRACED};
+use crate::spread::Spread;
 
 /// Every run, by pair and server.
 #[derive(Default)]

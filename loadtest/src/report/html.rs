@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use super::figures::FIGURES;
 use super::markup::{REPORT_CSS, esc, stacked_bars, table};
 use super::{self as report, Row, svg};
 
@@ -62,29 +63,9 @@ pub fn render(
 
 /// The table of report.md, one row per method, numbers right-aligned.
 fn summary(out: &mut String, rows: &[Row]) {
-    type Column = (&'static str, fn(&Row) -> String);
-    let columns: [Column; 15] = [
-        ("requests", |r| r.requests.to_string()),
-        ("req/s", |r| format!("{:.0}", r.requests_per_second)),
-        ("p50 ms", |r| format!("{:.1}", r.p50_ms)),
-        ("p99 ms", |r| format!("{:.1}", r.p99_ms)),
-        ("2xx", |r| r.accepted.to_string()),
-        ("409", |r| r.conflicts.to_string()),
-        ("503", |r| r.unavailable.to_string()),
-        ("errors", |r| r.errors.to_string()),
-        ("dropped", |r| r.dropped.to_string()),
-        ("total", |r| r.total.to_string()),
-        ("rows", |r| r.issue_rows.to_string()),
-        ("over-issued", |r| r.over_issued.to_string()),
-        ("duplicates", |r| r.duplicates.to_string()),
-        ("out of turn", |r| r.out_of_turn.to_string()),
-        ("drain ms", |r| {
-            r.drain_ms.map_or("—".to_string(), |ms| format!("{ms:.0}"))
-        }),
-    ];
-    let headings: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+    let headings: Vec<&str> = FIGURES.iter().map(|figure| figure.heading).collect();
     let body = rows.iter().map(|row| {
-        let cells: Vec<String> = columns.iter().map(|(_, cell)| cell(row)).collect();
+        let cells: Vec<String> = FIGURES.iter().map(|figure| figure.cell(row)).collect();
         (row.method.clone(), cells)
     });
     out.push_str("<h2>Figures</h2>\n");

@@ -1,6 +1,8 @@
 //! The report of a run: a Markdown table, an SVG chart of the figures that
 //! matter side by side, and the raw results.
 
+pub mod chart;
+pub mod figures;
 pub mod html;
 pub mod markup;
 pub mod why;
@@ -11,11 +13,13 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+pub use self::chart::svg;
+use self::figures::{FIGURES, Ranges};
 use self::why::Why;
 use crate::verification::Verification;
 
-/// One method's figures in one run.
-#[derive(Debug, Clone, PartialEq)]
+/// One method's figures in one run, or over its rounds.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Row {
     pub method: String,
     /// Requests k6 sent and got an answer for.
@@ -43,6 +47,9 @@ pub struct Row {
     pub verification: Option<Verification>,
     /// The anomalies the server named, and one request's trace.
     pub why: Why,
+    /// Over several rounds: each figure's range, the figures above being
+    /// the medians; empty for one run.
+    pub ranges: Ranges,
 }
 
 impl Row {
@@ -78,6 +85,7 @@ impl Row {
             drain_ms,
             verification,
             why: Why::of(result),
+            ranges: Ranges::new(),
         }
     }
 
@@ -92,34 +100,12 @@ impl Row {
 
 pub fn markdown(title: &str, description: &str, rows: &[Row], provenance: &Value) -> String {
     let mut out = format!("# {title}\n\n{description}\n\n![chart](chart.svg)\n\n");
-    out.push_str(
-        "| method | requests | req/s | p50 ms | p99 ms | 2xx | 409 | 503 | errors | dropped | total | rows | over-issued | duplicates | out of turn | drain ms |\n",
-    );
-    out.push_str(
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
+    let headings: Vec<&str> = FIGURES.iter().map(|figure| figure.heading).collect();
+    let _ = writeln!(out, "| method | {} |", headings.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---:|".repeat(FIGURES.len()));
     for r in rows {
-        let drain = r.drain_ms.map_or("—".to_string(), |ms| format!("{ms:.0}"));
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.method,
-            r.requests,
-            r.requests_per_second,
-            r.p50_ms,
-            r.p99_ms,
-            r.accepted,
-            r.conflicts,
-            r.unavailable,
-            r.errors,
-            r.dropped,
-            r.total,
-            r.issue_rows,
-            r.over_issued,
-            r.duplicates,
-            r.out_of_turn,
-            drain
-        );
+        let cells: Vec<String> = FIGURES.iter().map(|figure| figure.cell(r)).collect();
+        let _ = writeln!(out, "| {} | {} |", r.method, cells.join(" | "));
     }
     out.push_str(
         "\n2xx: issued (200) or accepted (202). Latencies are k6's, client side. *Out of turn*: \
@@ -217,81 +203,6 @@ pub fn text(value: &Value) -> String {
     value.as_str().unwrap_or("unknown").to_string()
 }
 
-/// Small multiples: one horizontal bar chart per figure, methods side by side.
-pub fn svg(rows: &[Row]) -> String {
-    // A figure a method does not have (drain time of a synchronous one) is
-    // drawn as a dash, not as a zero.
-    type Figure = (&'static str, fn(&Row) -> Option<f64>);
-    fn verified(r: &Row, figure: fn(&Verification) -> u64) -> Option<f64> {
-        r.verification.as_ref().map(|v| figure(v) as f64)
-    }
-    let panels: [Figure; 9] = [
-        ("throughput (req/s)", |r| Some(r.requests_per_second)),
-        ("p99 latency (ms)", |r| Some(r.p99_ms)),
-        ("over-issued", |r| Some(r.over_issued as f64)),
-        ("duplicate members", |r| Some(r.duplicates as f64)),
-        ("served out of turn", |r| Some(r.out_of_turn as f64)),
-        ("drain time (ms)", |r| r.drain_ms),
-        ("acked but lost", |r| verified(r, |v| v.acked_but_lost)),
-        ("issued but refused", |r| {
-            verified(r, |v| v.issued_but_refused)
-        }),
-        ("stranded stock", |r| verified(r, |v| v.stranded_stock)),
-    ];
-    let (label_w, bar_w, row_h, top) = (170.0, 230.0, 20.0, 30.0);
-    let panel_w = label_w + bar_w + 60.0;
-    let panel_h = top + row_h * rows.len() as f64 + 15.0;
-    let (columns, width) = (2.0, 2.0 * (label_w + bar_w + 60.0));
-    let height = (panels.len() as f64 / columns).ceil() * panel_h;
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    );
-    for (i, (title, value)) in panels.iter().enumerate() {
-        let x0 = (i as f64 % columns) * panel_w;
-        let y0 = (i as f64 / columns).floor() * panel_h;
-        let max = rows.iter().filter_map(value).fold(0.0_f64, f64::max);
-        let _ = writeln!(
-            out,
-            "<text x=\"{}\" y=\"{}\" font-weight=\"bold\">{title}</text>",
-            x0 + 10.0,
-            y0 + 18.0
-        );
-        for (j, row) in rows.iter().enumerate() {
-            let y = y0 + top + j as f64 * row_h;
-            let v = value(row);
-            let w = match v {
-                Some(v) if max > 0.0 => v / max * bar_w,
-                _ => 0.0,
-            };
-            let text = match v {
-                None => "—".to_string(),
-                Some(v) if v.fract() == 0.0 => format!("{v:.0}"),
-                Some(v) => format!("{v:.1}"),
-            };
-            let _ = writeln!(
-                out,
-                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><rect x=\"{}\" y=\"{}\" width=\"{w:.1}\" height=\"{}\" fill=\"#4a7ab8\"/><text x=\"{:.1}\" y=\"{}\">{text}</text>",
-                x0 + label_w,
-                y + 13.0,
-                escape(&row.method),
-                x0 + label_w + 5.0,
-                y + 3.0,
-                row_h - 6.0,
-                x0 + label_w + 10.0 + w,
-                y + 13.0,
-            );
-        }
-    }
-    out.push_str("</svg>\n");
-    out
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 /// Writes `report.md`, `chart.svg`, `report.html` and `results.json`
 /// (`provenance`, and each method's figures under `methods`) into `dir`.
 pub fn write(
@@ -312,6 +223,13 @@ pub fn write(
         dir.join("report.html"),
         html::render(title, description, rows, &json!(methods), provenance),
     )?;
+    // Over rounds, each method's entry carries its figures' spreads.
+    let mut methods = methods.clone();
+    for row in rows.iter().filter(|row| !row.ranges.is_empty()) {
+        if let Some(entry) = methods.get_mut(&row.method).and_then(Value::as_object_mut) {
+            entry.insert("spread".into(), figures::spreads_json(row));
+        }
+    }
     let results = json!({ "title": title, "provenance": provenance, "methods": methods });
     std::fs::write(
         dir.join("results.json"),

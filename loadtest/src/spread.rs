@@ -1,17 +1,18 @@
-//! A figure over a bench's rounds: its median and its range, as every
-//! figure the bench reports is given.
+//! A figure over rounds (the bench's, `loadtest --rounds`): its median and
+//! its range, as every figure measured in rounds is given.
 
 use std::fmt::Display;
 
-pub(super) struct Spread<T> {
-    pub(super) median: T,
-    pub(super) min: T,
-    pub(super) max: T,
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread<T> {
+    pub median: T,
+    pub min: T,
+    pub max: T,
 }
 
 impl<T: Copy + PartialOrd> Spread<T> {
     /// The spread of `values`; `None` when there are none.
-    pub(super) fn of(values: impl IntoIterator<Item = T>) -> Option<Spread<T>> {
+    pub fn of(values: impl IntoIterator<Item = T>) -> Option<Spread<T>> {
         let mut values: Vec<T> = values.into_iter().collect();
         values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
         let (&min, &max) = (values.first()?, values.last()?);
@@ -23,7 +24,7 @@ impl<T: Copy + PartialOrd> Spread<T> {
     }
 
     /// The median and, in brackets, the range, each written by `show`.
-    pub(super) fn show<S: Display>(&self, show: impl Fn(T) -> S) -> String {
+    pub fn show<S: Display>(&self, show: impl Fn(T) -> S) -> String {
         format!(
             "{} ({}–{})",
             show(self.median),
