@@ -21,6 +21,7 @@ pub const CASES: [&str; 11] = [
 
 /// What a case came to.
 pub struct Verdict {
+    /// Whether the level kept the anomaly from happening.
     pub prevented: bool,
     /// How: a session waited for a lock, a statement or commit failed.
     blocked: bool,

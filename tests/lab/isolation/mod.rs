@@ -6,6 +6,7 @@
 //! `pg_stat_activity`), not after a sleep. Each test asserts the table of
 //! its engine and prints it.
 
+mod agreement;
 mod cases;
 mod session;
 

@@ -217,7 +217,13 @@ pub struct Run {
 
 impl Run {
     pub async fn start(engine: Engine, level: &str, case: &str) -> Run {
-        let table: String = format!("hermitage_{}_{level}_{case}", engine.tag())
+        Run::start_as("hermitage", engine, level, case).await
+    }
+
+    /// The same, on a table of `owner`'s: tests that run at once never
+    /// share one.
+    pub async fn start_as(owner: &str, engine: Engine, level: &str, case: &str) -> Run {
+        let table: String = format!("{owner}_{}_{level}_{case}", engine.tag())
             .to_lowercase()
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
