@@ -3,11 +3,12 @@
 //! the host's consumers, the dead letters given back, and what a broker
 //! restarted or cut mid-burst leaves behind.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use couponlab::runtime::broker::message::Names;
-use couponlab_links::Link;
+use couponlab_links::{Link, Links};
 use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use serde_json::{Value, json};
@@ -453,20 +454,24 @@ async fn a_nats_server_killed_and_started_again_mid_burst_loses_nothing_acknowle
     finish(lab, &nats.url()).await;
 }
 
+/// Half a second into a [`burst`], `link` cut for a second.
+async fn cut_mid_burst(links: &Arc<Links>, link: Link) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    on_links(links, move |links| links.cut(link)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    on_links(links, move |links| links.restore(link)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_amqp_link_cut_for_a_second_mid_burst_loses_nothing_acknowledged() {
     let links = start_links().await;
     let lab = linked_lab(&links, Link::Amqp, &["redis_lua_rabbitmq"]).await;
     // Stock for most of them: the fault meets requests still to be sold.
     let (members, coupon) = lab.members_and_coupon(400, 300).await;
-    let cutting = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        on_links(&links, |links| links.cut(Link::Amqp)).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        on_links(&links, |links| links.restore(Link::Amqp)).await;
-    };
-    let ((replies, _), ()) =
-        tokio::join!(burst(&lab, coupon, &members, "REDIS_LUA_RABBITMQ"), cutting);
+    let ((replies, _), ()) = tokio::join!(
+        burst(&lab, coupon, &members, "REDIS_LUA_RABBITMQ"),
+        cut_mid_burst(&links, Link::Amqp)
+    );
     let counts = statuses(&replies);
     eprintln!("answers across the AMQP cut: {counts:?}");
     assert!(counts.get(&503).is_some_and(|n| *n > 0), "{counts:?}");
@@ -484,13 +489,10 @@ async fn a_redis_link_cut_mid_burst_leaves_every_202_with_its_outcome() {
         // message must come back rather than be acked with no outcome
         // (the drain below would wait for it for ever).
         let (members, coupon) = lab.members_and_coupon(400, 300).await;
-        let cutting = async {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            on_links(&links, |links| links.cut(Link::Redis)).await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            on_links(&links, |links| links.restore(Link::Redis)).await;
-        };
-        let ((replies, _), ()) = tokio::join!(burst(&lab, coupon, &members, method), cutting);
+        let ((replies, _), ()) = tokio::join!(
+            burst(&lab, coupon, &members, method),
+            cut_mid_burst(&links, Link::Redis)
+        );
         let counts = statuses(&replies);
         eprintln!("{method}: answers across the Redis cut: {counts:?}");
         assert!(counts.get(&503).is_some_and(|n| *n > 0), "{counts:?}");
