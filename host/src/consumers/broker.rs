@@ -121,9 +121,10 @@ pub async fn confirm(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -
     match handled.result {
         Ok(answer) if answer.disposition == Disposition::Ack => {
             let confirmation = &answer.confirmation;
-            match issuing::confirmed(lab, strategy, confirmation, Some(handled.trace)).await {
-                true => Disposition::Ack,
-                false => Disposition::Retry,
+            if issuing::confirmed(lab, strategy, confirmation, Some(handled.trace)).await {
+                Disposition::Ack
+            } else {
+                Disposition::Retry
             }
         }
         Ok(answer) => answer.disposition,
