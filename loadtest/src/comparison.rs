@@ -237,7 +237,12 @@ pub fn capacity(runner: &Runner, search: &Capacity, rounds: u32) -> anyhow::Resu
             rounds: Vec::new(),
         };
         for round in 1..=rounds {
-            println!("{method} at {rate} req/s for {duration} (round {round}/{rounds})");
+            let of_rounds = if rounds > 1 {
+                format!(" (round {round}/{rounds})")
+            } else {
+                String::new()
+            };
+            println!("{method} at {rate} req/s for {duration}{of_rounds}");
             let run = Run {
                 method,
                 total: members,

@@ -93,13 +93,16 @@ impl Server {
             ),
         ];
         // The brokers go through their links too: `amqp-cut`, `nats-cut`.
+        // A NATS of the run's own replaces the machine's; otherwise the
+        // server's own setting stands.
         let nats_url = serve.nats_url.unwrap_or(NATS_URL);
         match serve.links {
             Some(links) => {
                 env.push(("RABBITMQ_URL", links.through(RABBITMQ_URL)?));
                 env.push(("NATS_URL", links.through(nats_url)?));
             }
-            None => env.push(("NATS_URL", nats_url.to_string())),
+            None if serve.nats_url.is_some() => env.push(("NATS_URL", nats_url.to_string())),
+            None => {}
         }
         env.extend(
             serve
