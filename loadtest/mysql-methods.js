@@ -117,6 +117,7 @@ function row(data, method) {
     outcome('DUPLICATE'),
     outcome('DEADLOCK'),
     outcome('LOCK_WAIT_TIMEOUT'),
+    outcome('SERIALIZATION_FAILURE'),
     outcome('VERSION_CONFLICT'),
     server ? server.retries : '?',
   ];
@@ -126,7 +127,7 @@ export function handleSummary(data) {
   const header = [
     'method', 'coupon', 'sent', 'dropped', 'answered/s', 'p50 ms', 'p99 ms',
     '200', '409', '503', 'other', 'rows', 'over-issued', 'count mismatch',
-    'sold out', 'duplicate', 'deadlock', 'lock timeout', 'version conflict', 'retries',
+    'sold out', 'duplicate', 'deadlock', 'lock timeout', 'serialization failure', 'version conflict', 'retries',
   ];
   const lines = [
     `RATE=${RATE}/s for ${DURATION} per method, TOTAL=${TOTAL} per coupon, ` +

@@ -107,7 +107,7 @@ export function teardown(data) {
       result.issueRows,
       count('SOLD_OUT'),
       count('SOLD_OUT_AT_DB'),
-      count('VERSION_CONFLICT', 'DEADLOCK', 'LOCK_WAIT_TIMEOUT', 'UNAVAILABLE', 'BUSY', 'THROTTLED', 'QUEUE_FULL'),
+      count('VERSION_CONFLICT', 'DEADLOCK', 'LOCK_WAIT_TIMEOUT', 'SERIALIZATION_FAILURE', 'UNAVAILABLE', 'BUSY', 'THROTTLED', 'QUEUE_FULL'),
       requests.retries || 0,
       requests.compensations || 0,
       (requests.latencyMs.p99 || 0).toFixed(1),

@@ -13,7 +13,7 @@ use sqlx::{ConnectOptions, Connection, Executor};
 
 use crate::config::Config;
 use crate::db_target::{STEP_LIMIT, answered, pool_options, redacted};
-use crate::runtime::sql::lent::StatementLimit;
+use crate::runtime::sql::engine::Engine;
 use crate::runtime::sql::user;
 
 /// The migrations in `migrations/`, embedded at build time.
@@ -23,7 +23,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 pub struct Server {
     pub pool: MySqlPool,
     pub options: MySqlConnectOptions,
-    pub statement_limit: StatementLimit,
+    /// The server, as read at start.
+    pub engine: Engine,
 }
 
 impl Server {
@@ -33,7 +34,7 @@ impl Server {
             pool: &self.pool,
             options: &self.options,
             url,
-            statement_limit: self.statement_limit,
+            engine: self.engine.clone(),
         }
     }
 }
@@ -44,7 +45,7 @@ pub async fn connect(config: &Config) -> anyhow::Result<Server> {
     let url = &config.database_url;
     let options = MySqlConnectOptions::from_str(url)
         .with_context(|| format!("DATABASE_URL is not a MySQL URL: {}", redacted(url)))?;
-    let statement_limit = answered(
+    let engine = answered(
         "creating the database",
         STEP_LIMIT,
         create_database_if_missing(&options),
@@ -64,7 +65,7 @@ pub async fn connect(config: &Config) -> anyhow::Result<Server> {
     Ok(Server {
         pool,
         options,
-        statement_limit,
+        engine,
     })
 }
 
@@ -112,11 +113,9 @@ async fn migrate(pool: &MySqlPool) -> anyhow::Result<()> {
     migrated
 }
 
-/// Creates the URL's database unless it exists; tells MariaDB from MySQL
+/// Creates the URL's database unless it exists; reads which server it is
 /// on the way.
-async fn create_database_if_missing(
-    options: &MySqlConnectOptions,
-) -> anyhow::Result<StatementLimit> {
+async fn create_database_if_missing(options: &MySqlConnectOptions) -> anyhow::Result<Engine> {
     let Some(name) = options.get_database() else {
         anyhow::bail!("DATABASE_URL names no database");
     };
@@ -132,12 +131,11 @@ async fn create_database_if_missing(
     conn.execute(format!("CREATE DATABASE IF NOT EXISTS `{name}`").as_str())
         .await
         .with_context(|| format!("cannot create database {name}"))?;
-    let version: String = sqlx::query_scalar("SELECT VERSION()")
-        .fetch_one(&mut conn)
+    let engine = Engine::read(&mut conn)
         .await
         .context("cannot read the server's version")?;
     conn.close().await.ok();
-    Ok(StatementLimit::of_version(&version))
+    Ok(engine)
 }
 
 /// The ids of the lab's coupons (a signed column: the ids are positive).

@@ -68,6 +68,7 @@ pub enum Outcome {
     VersionConflict,
     Deadlock,
     LockWaitTimeout,
+    SerializationFailure,
     Throttled,
     QueueFull,
     Unavailable,
@@ -92,6 +93,7 @@ impl From<WitOutcome> for Outcome {
             WitOutcome::VersionConflict => Outcome::VersionConflict,
             WitOutcome::Deadlock => Outcome::Deadlock,
             WitOutcome::LockWaitTimeout => Outcome::LockWaitTimeout,
+            WitOutcome::SerializationFailure => Outcome::SerializationFailure,
             WitOutcome::Throttled => Outcome::Throttled,
             WitOutcome::QueueFull => Outcome::QueueFull,
             WitOutcome::Unavailable => Outcome::Unavailable,
@@ -125,6 +127,7 @@ impl Outcome {
             Outcome::VersionConflict
             | Outcome::Deadlock
             | Outcome::LockWaitTimeout
+            | Outcome::SerializationFailure
             | Outcome::Throttled
             | Outcome::QueueFull
             | Outcome::Unavailable
@@ -148,6 +151,9 @@ impl Outcome {
             }
             Outcome::Deadlock => "the database chose this request as a deadlock victim".into(),
             Outcome::LockWaitTimeout => "a row lock was not granted in time".into(),
+            Outcome::SerializationFailure => {
+                "the database refused this request's transaction: a concurrent one changed what it read".into()
+            }
             Outcome::Throttled => "no permit was free in time".into(),
             Outcome::QueueFull => "the confirmation queue is full".into(),
             Outcome::Unavailable => "a dependency is unavailable".into(),
@@ -172,6 +178,7 @@ impl Outcome {
             Outcome::VersionConflict => "VERSION_CONFLICT",
             Outcome::Deadlock => "DEADLOCK",
             Outcome::LockWaitTimeout => "LOCK_WAIT_TIMEOUT",
+            Outcome::SerializationFailure => "SERIALIZATION_FAILURE",
             Outcome::Throttled => "THROTTLED",
             Outcome::QueueFull => "QUEUE_FULL",
             Outcome::Unavailable => "UNAVAILABLE",

@@ -37,6 +37,7 @@ mod result_endpoint;
 mod sandbox;
 mod several_hosts;
 mod sharded;
+mod snapshot_isolation;
 mod traces;
 mod wit_roundtrip;
 mod write_behind;

@@ -73,3 +73,33 @@ async fn mysql_errors_arrive_as_their_typed_cases() {
     assert_eq!(seen, ["committed".to_string(), "deadlock".to_string()]);
     lab.finish().await;
 }
+
+/// A write to a row changed since the transaction's snapshot: MariaDB's
+/// REPEATABLE READ loses the other update by default, and refuses the
+/// write with a serialization failure once the lab turns
+/// `innodb_snapshot_isolation` on for components' sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_write_is_a_serialization_failure_under_snapshot_isolation() {
+    use couponlab::runtime::sql::user::Switch;
+    for (switch, engine, stale_write) in [
+        (
+            Switch::Off,
+            "mariadb innodb_snapshot_isolation=OFF",
+            "committed",
+        ),
+        (
+            Switch::On,
+            "mariadb innodb_snapshot_isolation=ON",
+            "serialization-failure",
+        ),
+    ] {
+        let lab = Setup::with(&["test_probe"])
+            .tune(move |c| c.capabilities.sql.snapshot_isolation = Some(switch))
+            .start()
+            .await;
+        let coupon = lab.coupon(1).await;
+        assert_eq!(probe(&lab, "engine", coupon, 1).await, engine);
+        assert_eq!(probe(&lab, "stale-write", coupon, 1).await, stale_write);
+        lab.finish().await;
+    }
+}

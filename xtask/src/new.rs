@@ -272,7 +272,7 @@ fn js_app(method: &str, world: World) -> String {
         ),
         World::StreamIssuer => (
             "stream-issuer",
-            "import { nowMillis } from 'couponlab:strategy/clock@0.1.0';\n",
+            "import { nowMillis } from 'couponlab:strategy/clock@0.2.0';\n",
             "lab.reserveAndEnqueue(couponId, memberId, METHOD, nowMillis());\n      return lab.result('accepted');",
             "return lab.carriedByEntry();",
             "\nexport const streamConsumer = {\n  handleEntry: lab.handleEntry,\n  deadLetter: lab.deadLetter,\n};\n",

@@ -86,12 +86,13 @@ const REFUSALS: [(StatusCode, &str, &[Outcome]); 3] = [
     ),
     (
         StatusCode::SERVICE_UNAVAILABLE,
-        "VERSION_CONFLICT, DEADLOCK, LOCK_WAIT_TIMEOUT, THROTTLED, QUEUE_FULL, UNAVAILABLE or BUSY \
-         (`error.outcome`): worth retrying",
+        "VERSION_CONFLICT, DEADLOCK, LOCK_WAIT_TIMEOUT, SERIALIZATION_FAILURE, THROTTLED, \
+         QUEUE_FULL, UNAVAILABLE or BUSY (`error.outcome`): worth retrying",
         &[
             Outcome::VersionConflict,
             Outcome::Deadlock,
             Outcome::LockWaitTimeout,
+            Outcome::SerializationFailure,
             Outcome::Throttled,
             Outcome::QueueFull,
             Outcome::Unavailable,

@@ -14,6 +14,7 @@ use super::schema::{ServerFailed, Success};
 use crate::lab::Lab;
 use crate::runtime::canary_report::CanaryReport;
 use crate::runtime::registry::components_in;
+use crate::runtime::sql::engine::Engine;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/strategies", get(list))
@@ -24,6 +25,8 @@ pub fn router() -> Router<Lab> {
 struct Strategies {
     /// The directory components are loaded from.
     directory: String,
+    /// The database components' SQL runs on.
+    engine: Engine,
     strategies: Vec<Loaded>,
     /// Files that failed a check, each with why.
     rejected: Vec<Rejected>,
@@ -165,6 +168,7 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
         StatusCode::OK,
         Strategies {
             directory: lab.config.strategy_dir.display().to_string(),
+            engine: lab.runtime.capabilities().sql.engine.clone(),
             strategies,
             rejected,
             on_trial,

@@ -24,6 +24,7 @@ use crate::lab::Lab;
 use crate::recorder::RequestSummary;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::ResultLabel;
+use crate::runtime::sql::engine::Engine;
 use crate::snapshots;
 use crate::traces::RequestTrace;
 use crate::traces::anomalies::{self, Anomaly, Facts};
@@ -41,6 +42,8 @@ pub use self::stream::{StreamSummary, stream_summary};
 pub struct CouponResult {
     coupon_id: u64,
     name: String,
+    /// The database the rows were read from and components' SQL ran on.
+    engine: Engine,
     total_count: i64,
     /// The `issued_count` column.
     issued_count: i64,
@@ -192,6 +195,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     Ok(Some(CouponResult {
         coupon_id,
         name: row.try_get("name")?,
+        engine: lab.runtime.capabilities().sql.engine.clone(),
         total_count,
         issued_count,
         issue_rows,

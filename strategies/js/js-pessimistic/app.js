@@ -3,12 +3,12 @@
 // coupon row, then the member check, the stock check and the write, all
 // under the row lock, in one REPEATABLE READ transaction.
 
-import * as sql from 'couponlab:strategy/sql@0.1.0';
+import * as sql from 'couponlab:strategy/sql@0.2.0';
 import * as lab from './couponlab.js';
 
 function issue(couponId, memberId) {
   const [coupon, member] = [lab.uint(couponId), lab.uint(memberId)];
-  const tx = lab.sqlCall(() => sql.begin('repeatable-read'));
+  const tx = lab.sqlCall(() => sql.begin('engine-default'));
   const rows = lab.sqlCall(() =>
     tx.query('SELECT total_count, issued_count FROM coupons WHERE id = ? FOR UPDATE', [coupon]),
   );

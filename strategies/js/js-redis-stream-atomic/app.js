@@ -4,7 +4,7 @@
 // request is answered 202; the host's stream consumers hand each entry to
 // this component, which confirms it in the database.
 
-import { nowMillis } from 'couponlab:strategy/clock@0.1.0';
+import { nowMillis } from 'couponlab:strategy/clock@0.2.0';
 import * as lab from './couponlab.js';
 
 const METHOD = 'JS_REDIS_STREAM_ATOMIC';

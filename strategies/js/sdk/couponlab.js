@@ -11,8 +11,8 @@
 // `payload` is the error's case ({ tag, val }). Integers of 64 bits are
 // BigInts.
 
-import * as redis from 'couponlab:strategy/redis@0.1.0';
-import * as sql from 'couponlab:strategy/sql@0.1.0';
+import * as redis from 'couponlab:strategy/redis@0.2.0';
+import * as sql from 'couponlab:strategy/sql@0.2.0';
 import * as contract from './couponlab_contract.js';
 
 export class Refused extends Error {
@@ -60,6 +60,7 @@ export function confirmation(issued, couponId, memberId) {
 const SQL_OUTCOMES = {
   deadlock: 'deadlock',
   'lock-wait-timeout': 'lock-wait-timeout',
+  'serialization-failure': 'serialization-failure',
   'duplicate-key': 'duplicate',
   // coupon_issues has one foreign key: member_id.
   'foreign-key': 'unknown-member',
@@ -172,7 +173,7 @@ export function reserveAndEnqueue(couponId, memberId, method, nowMs) {
 
 export function confirm(couponId, memberId) {
   try {
-    const tx = sql.begin('repeatable-read');
+    const tx = sql.begin('engine-default');
     tx.execute('INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)', [
       uint(couponId),
       uint(memberId),

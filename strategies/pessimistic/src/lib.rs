@@ -9,7 +9,7 @@ use couponlab_sdk::sql::{self, IsolationLevel};
 use couponlab_sdk::{IssueResult, Outcome, Step, plain_reads, settle};
 
 fn issue(coupon_id: u64, member_id: u64) -> Step<IssueResult> {
-    let tx = sql::begin(IsolationLevel::RepeatableRead)?;
+    let tx = sql::begin(IsolationLevel::EngineDefault)?;
     let [total, issued] = plain_reads::coupon_columns(
         &tx,
         "SELECT total_count, issued_count FROM coupons WHERE id = ? FOR UPDATE",

@@ -12,7 +12,7 @@ from couponlab import Outcome, Refused
 
 def issue(coupon_id, member_id):
     coupon, member = lab.uint(coupon_id), lab.uint(member_id)
-    with lab.sql_call(sql.begin, lab.IsolationLevel.REPEATABLE_READ) as tx:
+    with lab.sql_call(sql.begin, lab.IsolationLevel.ENGINE_DEFAULT) as tx:
         rows = lab.sql_call(
             tx.query,
             "SELECT total_count, issued_count FROM coupons WHERE id = ? FOR UPDATE",

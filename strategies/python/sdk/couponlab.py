@@ -76,6 +76,7 @@ def confirmation(issue_result, coupon_id, member_id):
 SQL_OUTCOMES = {
     sql.SqlError_Deadlock: Outcome.DEADLOCK,
     sql.SqlError_LockWaitTimeout: Outcome.LOCK_WAIT_TIMEOUT,
+    sql.SqlError_SerializationFailure: Outcome.SERIALIZATION_FAILURE,
     sql.SqlError_DuplicateKey: Outcome.DUPLICATE,
     # coupon_issues has one foreign key: member_id.
     sql.SqlError_ForeignKey: Outcome.UNKNOWN_MEMBER,
@@ -191,7 +192,7 @@ def confirm(coupon_id, member_id):
     `Err` for any other failure. Leaving the `with` drops the transaction,
     which the host rolls back if it is still open."""
     try:
-        with sql.begin(IsolationLevel.REPEATABLE_READ) as tx:
+        with sql.begin(IsolationLevel.ENGINE_DEFAULT) as tx:
             tx.execute(
                 "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
                 [uint(coupon_id), uint(member_id)],

@@ -38,7 +38,7 @@ pub fn confirm(coupon_id: u64, member_id: u64) -> Confirmed {
 /// coupon row is touched. The limited drop's confirm (REDIS_LUA_GATE),
 /// whose UPDATE adds the gate's epoch to the guard, starts the same way.
 pub fn begin_with_issue_row(coupon_id: u64, member_id: u64) -> Result<Transaction, SqlError> {
-    let tx = sql::begin(IsolationLevel::RepeatableRead)?;
+    let tx = sql::begin(IsolationLevel::EngineDefault)?;
     tx.execute(
         "INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)",
         &params![coupon_id, member_id],

@@ -104,12 +104,12 @@ macro_rules! world {
             path: $wit,
             runtime_path: "::couponlab_sdk::wit_bindgen::rt",
             with: {
-                "couponlab:strategy/redis@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::redis,
-                "couponlab:strategy/sql@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::sql,
-                "couponlab:strategy/clock@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::clock,
-                "couponlab:strategy/log@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::log,
-                "couponlab:strategy/process-lock@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::process_lock,
-                "couponlab:strategy/types@0.1.0": ::couponlab_sdk::bindings::couponlab::strategy::types,
+                "couponlab:strategy/redis@0.2.0": ::couponlab_sdk::bindings::couponlab::strategy::redis,
+                "couponlab:strategy/sql@0.2.0": ::couponlab_sdk::bindings::couponlab::strategy::sql,
+                "couponlab:strategy/clock@0.2.0": ::couponlab_sdk::bindings::couponlab::strategy::clock,
+                "couponlab:strategy/log@0.2.0": ::couponlab_sdk::bindings::couponlab::strategy::log,
+                "couponlab:strategy/process-lock@0.2.0": ::couponlab_sdk::bindings::couponlab::strategy::process_lock,
+                "couponlab:strategy/types@0.2.0": ::couponlab_sdk::bindings::couponlab::strategy::types,
             },
         });
     };

@@ -79,6 +79,7 @@ impl From<SqlError> for IssueResult {
         let outcome = match &err {
             SqlError::Deadlock(_) => Outcome::Deadlock,
             SqlError::LockWaitTimeout(_) => Outcome::LockWaitTimeout,
+            SqlError::SerializationFailure(_) => Outcome::SerializationFailure,
             SqlError::DuplicateKey(_) => Outcome::Duplicate,
             // coupon_issues has one foreign key: member_id.
             SqlError::ForeignKey(_) => Outcome::UnknownMember,

@@ -2,7 +2,13 @@
 
 use crate::bindings::couponlab::strategy::sql as wit;
 
-pub use wit::{ExecResult, IsolationLevel, Rows, SqlError, Transaction, Value};
+pub use wit::{EngineInfo, ExecResult, IsolationLevel, Rows, SqlError, Transaction, Value};
+
+/// Which database answers: its name, version and the settings that change
+/// what its isolation levels allow.
+pub fn engine() -> EngineInfo {
+    wit::engine()
+}
 
 /// Starts a transaction; dropping it uncommitted rolls it back.
 pub fn begin(level: IsolationLevel) -> Result<Transaction, SqlError> {
@@ -81,6 +87,7 @@ impl SqlError {
         let (kind, message) = match self {
             SqlError::Deadlock(m) => ("deadlock", m),
             SqlError::LockWaitTimeout(m) => ("lock wait timeout", m),
+            SqlError::SerializationFailure(m) => ("serialization failure", m),
             SqlError::DuplicateKey(m) => ("duplicate key", m),
             SqlError::ForeignKey(m) => ("foreign key", m),
             SqlError::Connection(m) => ("connection", m),

@@ -38,15 +38,6 @@ pub enum StatementLimit {
 }
 
 impl StatementLimit {
-    /// Tells the servers apart by `SELECT VERSION()`.
-    pub fn of_version(version: &str) -> Self {
-        if version.contains("MariaDB") {
-            StatementLimit::MariaDb
-        } else {
-            StatementLimit::MySql
-        }
-    }
-
     /// `SET SESSION ...` limiting every statement of the session to `limit`
     /// (never 0, which would mean no limit).
     pub fn set(self, limit: Duration) -> String {

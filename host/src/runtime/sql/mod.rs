@@ -9,9 +9,11 @@
 //! - [`value`]: parameters and rows between WIT and sqlx, and the typed
 //!   errors a strategy acts on;
 //! - [`user`]: the database user components run as, and their pools;
+//! - [`engine`]: which server answers, and what its levels allow;
 //! - [`named_lock`]: `GET_LOCK` on a session the call holds to its end;
 //! - [`transaction`]: the `transaction` resource.
 
+pub mod engine;
 pub mod lent;
 pub mod named_lock;
 pub mod orphans;
@@ -29,6 +31,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use sqlx::mysql::MySqlPool;
 use wasmtime::component::Resource;
 
+use self::engine::Engine;
 use self::lent::{Lent, Limits};
 use self::orphans::Orphans;
 use self::transaction::{isolation_name, query_on};
@@ -50,6 +53,8 @@ pub struct GuestSql {
     pub lock_pool: Option<MySqlPool>,
     /// How the server cuts the components' statements.
     pub limits: Limits,
+    /// The server components' statements run on.
+    pub engine: Engine,
     pub args: SqlArgs,
     /// Sessions of lost connections, to be ended on the server.
     pub orphans: Arc<Orphans>,
@@ -60,7 +65,7 @@ pub struct GuestSql {
 impl GuestSql {
     pub fn new(
         pools: (MySqlPool, Option<MySqlPool>),
-        limits: Limits,
+        (limits, engine): (Limits, Engine),
         args: SqlArgs,
         orphans: Arc<Orphans>,
     ) -> Self {
@@ -69,6 +74,7 @@ impl GuestSql {
             pool,
             lock_pool,
             limits,
+            engine,
             args,
             orphans,
             waiting: AtomicI64::new(0),
@@ -146,10 +152,11 @@ impl HostState {
 
     async fn begin_transaction(&mut self, isolation: IsolationLevel, access: Access) -> Answer<Tx> {
         let number = self.trace.next_transaction();
+        let level = isolation_name(isolation, &self.caps.sql.engine);
         let pending = self
             .trace
             .start("sql", "BEGIN")
-            .in_transaction(number, isolation_name(isolation));
+            .in_transaction(number, level);
         let cap = self.caps.sql.args.max_transactions_per_call;
         if self.open_transactions >= cap {
             return Ok(Err(SqlError::Refused(format!(
@@ -214,6 +221,15 @@ fn autocommit_failed(statement: &str, err: sqlx::Error) -> SqlError {
 }
 
 impl wit::Host for HostState {
+    async fn engine(&mut self) -> wasmtime::Result<wit::EngineInfo> {
+        let engine = &self.caps.sql.engine;
+        Ok(wit::EngineInfo {
+            name: engine.name.to_string(),
+            version: engine.version.clone(),
+            settings: engine.settings.clone().into_iter().collect(),
+        })
+    }
+
     #[tracing::instrument(name = "sql.begin", level = "debug", skip_all, fields(method = %self.method))]
     async fn begin(&mut self, isolation: IsolationLevel) -> Answer<Tx> {
         self.begin_transaction(isolation, Access::ReadWrite).await

@@ -7,6 +7,7 @@ use std::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::GuestSql;
+use super::engine::Engine;
 use super::lent::{Lent, Limits};
 use super::statement;
 use super::value::{ResultCaps, answer_lost, bind, fetch_capped, to_wit_error};
@@ -47,21 +48,24 @@ impl SqlTransaction {
         access: Access,
     ) -> Result<Self, SqlError> {
         let mut lent = sql.lend().await.map_err(to_wit_error)?;
-        let level = isolation_name(level);
         let access = match access {
             Access::ReadWrite => "READ WRITE",
             Access::ReadOnly => "READ ONLY",
         };
-        lent.begin(
-            limits,
-            deadline,
-            &format!("ISOLATION LEVEL {level}, {access}"),
-        )
-        .await
-        .map_err(to_wit_error)?;
+        let characteristics = match level {
+            // Left to the session, which has the server's default level.
+            IsolationLevel::EngineDefault => access.to_string(),
+            _ => format!(
+                "ISOLATION LEVEL {}, {access}",
+                isolation_name(level, &sql.engine)
+            ),
+        };
+        lent.begin(limits, deadline, &characteristics)
+            .await
+            .map_err(to_wit_error)?;
         Ok(Self {
             lent: Some(lent),
-            traced: (0, level),
+            traced: (0, isolation_name(level, &sql.engine)),
             limits,
             result_caps,
             cleanup,
@@ -155,8 +159,10 @@ impl Drop for SqlTransaction {
     }
 }
 
-pub(super) fn isolation_name(level: IsolationLevel) -> &'static str {
+/// The level a transaction runs at, as the engine's SQL names it.
+pub(super) fn isolation_name(level: IsolationLevel, engine: &Engine) -> &'static str {
     match level {
+        IsolationLevel::EngineDefault => engine.default_isolation,
         IsolationLevel::ReadUncommitted => "READ UNCOMMITTED",
         IsolationLevel::ReadCommitted => "READ COMMITTED",
         IsolationLevel::RepeatableRead => "REPEATABLE READ",

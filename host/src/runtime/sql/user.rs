@@ -24,7 +24,8 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 use prometheus::IntCounter;
 
 use super::GuestSql;
-use super::lent::{Limits, StatementLimit};
+use super::engine::{Engine, SNAPSHOT_ISOLATION};
+use super::lent::Limits;
 use super::orphans::Orphans;
 use crate::db_target::{STEP_LIMIT, answered, pool_options, redacted};
 use crate::runtime::capabilities::derived_password;
@@ -69,6 +70,20 @@ pub struct SqlArgs {
     /// Named locks one call may hold at once.
     #[arg(long, env = "COUPONLAB_NAMED_LOCKS_PER_CALL", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub named_locks_per_call: u32,
+
+    /// MariaDB's `innodb_snapshot_isolation` in components' sessions: `on`
+    /// makes REPEATABLE READ refuse a write to a row changed since the
+    /// transaction's snapshot (a serialization failure) instead of losing
+    /// the update. Unset: the server's own setting.
+    #[arg(long, env = "COUPONLAB_SNAPSHOT_ISOLATION")]
+    pub snapshot_isolation: Option<Switch>,
+}
+
+/// A setting turned on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// The user components' SQL runs as, unless the operator names another.
@@ -87,8 +102,8 @@ pub struct Admin<'a> {
     pub options: &'a MySqlConnectOptions,
     /// DATABASE_URL, from which the user's password is derived.
     pub url: &'a str,
-    /// How this server cuts statements (MariaDB or MySQL).
-    pub statement_limit: StatementLimit,
+    /// The server, as the server's own pool read it.
+    pub engine: Engine,
 }
 
 /// Connects the components' pool as their user, creating the user (or
@@ -123,15 +138,30 @@ pub async fn connect(
                 .password(&password)
         }
     };
+    let mut engine = admin.engine;
+    anyhow::ensure!(
+        args.snapshot_isolation.is_none() || engine.name == "mariadb",
+        "COUPONLAB_SNAPSHOT_ISOLATION is MariaDB's (10.6.18, 10.11.8 and later); this server is {}",
+        engine.version
+    );
     let limits = Limits {
-        statement: admin.statement_limit,
+        statement: engine.statement_limit(),
         call,
     };
-    let session = || Some(limits.session_default());
+    let session = || {
+        let snapshot_isolation = match args.snapshot_isolation {
+            Some(Switch::On) => format!("; SET SESSION {SNAPSHOT_ISOLATION} = ON"),
+            Some(Switch::Off) => format!("; SET SESSION {SNAPSHOT_ISOLATION} = OFF"),
+            None => String::new(),
+        };
+        Some(format!("{}{snapshot_isolation}", limits.session_default()))
+    };
     let pool = pool_options(args.db_pool_size, args.lock_wait_timeout_s, session())
         .connect_with(options.clone())
         .await
         .context("cannot connect to MySQL as the components' user")?;
+    // What components' sessions run with, read from one of them.
+    engine.read_settings(&mut *pool.acquire().await?).await;
     // Its connections open as named locks need them.
     let lock_pool = (args.lock_pool_size > 0).then(|| {
         pool_options(args.lock_pool_size, args.lock_wait_timeout_s, session())
@@ -140,7 +170,7 @@ pub async fn connect(
     let orphans = Orphans::start(admin.pool.clone(), sessions_ended);
     Ok(GuestSql::new(
         (pool, lock_pool),
-        limits,
+        (limits, engine),
         args.clone(),
         orphans,
     ))

@@ -132,6 +132,9 @@ fn to_value(row: &MySqlRow, index: usize) -> wit::Value {
 }
 
 /// MySQL error numbers a strategy acts on.
+/// ER_CHECKREAD: "Record has changed since last read", REPEATABLE READ's
+/// refusal of a stale write under `innodb_snapshot_isolation`.
+const ER_CHECKREAD: u16 = 1020;
 const ER_DUP_ENTRY: u16 = 1062;
 const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 const ER_LOCK_DEADLOCK: u16 = 1213;
@@ -156,6 +159,7 @@ pub fn to_wit_error(err: sqlx::Error) -> SqlError {
         {
             Some(ER_LOCK_DEADLOCK) => SqlError::Deadlock(message),
             Some(ER_LOCK_WAIT_TIMEOUT) => SqlError::LockWaitTimeout(message),
+            Some(ER_CHECKREAD) => SqlError::SerializationFailure(message),
             Some(ER_DUP_ENTRY) => SqlError::DuplicateKey(message),
             Some(ER_NO_REFERENCED_ROW_2) => SqlError::ForeignKey(message),
             Some(number) if PRIVILEGE_ERRORS.contains(&number) => {

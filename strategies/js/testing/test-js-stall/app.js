@@ -3,7 +3,7 @@
 // until the host ends the call at its deadline; the host then calls
 // `compensate`, which is the sdk's: the reservation goes.
 
-import { sleep } from 'couponlab:strategy/clock@0.1.0';
+import { sleep } from 'couponlab:strategy/clock@0.2.0';
 import * as lab from './couponlab.js';
 
 export const strategy = {

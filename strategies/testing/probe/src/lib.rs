@@ -145,6 +145,35 @@ fn run(scenario: &str, request: &IssueRequest) -> Result<String, String> {
                 Err(err) => Ok(kind(Some(err))),
             }
         }
+        // Which engine answers, with its settings.
+        "engine" => {
+            let engine = sql::engine();
+            let settings: Vec<String> = engine
+                .settings
+                .iter()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect();
+            Ok(format!("{} {}", engine.name, settings.join(",")))
+        }
+        // A write to coupon a's row after another transaction of this
+        // request changed it since this one's snapshot: a lost update, or
+        // the engine's refusal.
+        "stale-write" => {
+            let touch = "UPDATE coupons SET version = version + 1 WHERE id = ?";
+            let stale =
+                sql::begin(IsolationLevel::EngineDefault).map_err(|e| e.message().to_string())?;
+            stale
+                .query("SELECT version FROM coupons WHERE id = ?", &params![a])
+                .map_err(|e| e.message().to_string())?;
+            sql::execute(touch, &params![a]).map_err(|e| e.message().to_string())?;
+            match stale.execute(touch, &params![a]) {
+                Ok(_) => {
+                    stale.commit().map_err(|e| e.message().to_string())?;
+                    Ok("committed".into())
+                }
+                Err(err) => Ok(kind(Some(err))),
+            }
+        }
         other => Err(format!("unknown probe scenario {other:?}")),
     }
 }
@@ -155,6 +184,7 @@ fn kind(err: Option<SqlError>) -> String {
         None => "ok",
         Some(SqlError::Deadlock(_)) => "deadlock",
         Some(SqlError::LockWaitTimeout(_)) => "lock-wait-timeout",
+        Some(SqlError::SerializationFailure(_)) => "serialization-failure",
         Some(SqlError::DuplicateKey(_)) => "duplicate-key",
         Some(SqlError::ForeignKey(_)) => "foreign-key",
         Some(SqlError::Connection(_)) => "connection",

@@ -1,0 +1,123 @@
+//! Which database answers components' SQL: its name and version, the
+//! level a transaction that names none runs at, and the settings that
+//! change what its levels allow. `sql.engine()` tells components;
+//! `GET /lab/strategies` and every result name it.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use sqlx::MySqlConnection;
+use utoipa::ToSchema;
+
+use super::lent::StatementLimit;
+
+/// The database components' SQL runs on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Engine {
+    /// `mariadb` or `mysql`.
+    pub name: &'static str,
+    /// The server's own version string.
+    pub version: String,
+    /// Settings of the components' sessions that change what an isolation
+    /// level allows (`innodb_snapshot_isolation`), each as name → value.
+    pub settings: BTreeMap<String, String>,
+    /// The level of a transaction that names none, as traces name levels.
+    #[serde(skip)]
+    pub default_isolation: &'static str,
+}
+
+/// MariaDB's switch that makes REPEATABLE READ refuse a write to a row
+/// changed since the transaction's snapshot (error 1020) instead of
+/// losing the update (10.6.18, 10.11.8 and later).
+pub const SNAPSHOT_ISOLATION: &str = "innodb_snapshot_isolation";
+
+impl Engine {
+    /// Reads the server's name, version and default level on `conn`.
+    pub async fn read(conn: &mut MySqlConnection) -> Result<Self, sqlx::Error> {
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&mut *conn)
+            .await?;
+        let mariadb = version.contains("MariaDB");
+        // MariaDB before 11.1 knows only the older name; MySQL 8 only the newer.
+        let variable = if mariadb {
+            "tx_isolation"
+        } else {
+            "transaction_isolation"
+        };
+        let level: String = sqlx::query_scalar(&format!("SELECT @@GLOBAL.{variable}"))
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(Engine {
+            name: if mariadb { "mariadb" } else { "mysql" },
+            version,
+            settings: BTreeMap::new(),
+            default_isolation: level_name(&level),
+        })
+    }
+
+    /// Reads, on a session of the components' pool, the settings that
+    /// change what a level allows; a server without them has none.
+    pub async fn read_settings(&mut self, conn: &mut MySqlConnection) {
+        if self.name != "mariadb" {
+            return;
+        }
+        let read: Result<String, _> = sqlx::query_scalar(&format!(
+            "SELECT IF(@@SESSION.{SNAPSHOT_ISOLATION}, 'ON', 'OFF')"
+        ))
+        .fetch_one(conn)
+        .await;
+        if let Ok(value) = read {
+            self.settings.insert(SNAPSHOT_ISOLATION.to_string(), value);
+        }
+    }
+
+    /// How this server cuts a statement that outlives its call.
+    pub fn statement_limit(&self) -> StatementLimit {
+        match self.name {
+            "mariadb" => StatementLimit::MariaDb,
+            _ => StatementLimit::MySql,
+        }
+    }
+}
+
+/// A level as the server spells it (`REPEATABLE-READ`), as traces name it.
+fn level_name(server: &str) -> &'static str {
+    match server {
+        "READ-UNCOMMITTED" => "READ UNCOMMITTED",
+        "READ-COMMITTED" => "READ COMMITTED",
+        "SERIALIZABLE" => "SERIALIZABLE",
+        _ => "REPEATABLE READ",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Connection;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_machines_mariadb_reads_as_mariadb_at_repeatable_read() {
+        let mut conn = MySqlConnection::connect("mysql://root@127.0.0.1:3306")
+            .await
+            .expect("MariaDB on 127.0.0.1:3306");
+        let mut engine = Engine::read(&mut conn).await.unwrap();
+        assert_eq!(engine.name, "mariadb");
+        assert!(engine.version.contains("MariaDB"), "{}", engine.version);
+        assert_eq!(engine.default_isolation, "REPEATABLE READ");
+        assert_eq!(engine.statement_limit(), StatementLimit::MariaDb);
+        sqlx::query(&format!("SET SESSION {SNAPSHOT_ISOLATION} = ON"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        engine.read_settings(&mut conn).await;
+        assert_eq!(engine.settings[SNAPSHOT_ISOLATION], "ON");
+    }
+
+    #[test]
+    fn a_level_reads_as_traces_name_it() {
+        assert_eq!(level_name("READ-COMMITTED"), "READ COMMITTED");
+        assert_eq!(level_name("SERIALIZABLE"), "SERIALIZABLE");
+        assert_eq!(level_name("REPEATABLE-READ"), "REPEATABLE READ");
+    }
+}
