@@ -92,8 +92,10 @@ fn broken_claims(method: &str, measured: &Measured, into: &mut Vec<(String, &'st
     }
 }
 
-/// Runs each method on its own coupon and writes the comparison.
-pub fn compare(runner: &Runner, comparison: &Comparison) -> anyhow::Result<Report> {
+/// Runs each method on its own coupon, on each runner's engine, and
+/// writes the comparison.
+pub fn compare(runners: &[Runner], comparison: &Comparison) -> anyhow::Result<Report> {
+    let runner = &runners[0];
     let mut methods = comparison.methods.clone();
     if methods == ["ALL"] {
         methods = loaded_methods(&runner.api)?;
@@ -101,25 +103,40 @@ pub fn compare(runner: &Runner, comparison: &Comparison) -> anyhow::Result<Repor
     let total = comparison.total;
     let members = comparison.arrivals.members()?;
     let rounds = comparison.rounds;
-    let mut measured: Vec<MethodRounds> = methods
+    // Method by method, each engine's runs side by side.
+    let runs: Vec<(&String, &Runner)> = methods
         .iter()
-        .map(|method| MethodRounds {
-            method: method.clone(),
+        .flat_map(|method| runners.iter().map(move |runner| (method, runner)))
+        .collect();
+    let engine_of = |runner: &Runner| runner.engine.filter(|_| runners.len() > 1);
+    let mut measured: Vec<MethodRounds> = runs
+        .iter()
+        .map(|(method, runner)| MethodRounds {
+            method: crate::engines::key(method, engine_of(runner)),
             rounds: Vec::new(),
         })
         .collect();
     let mut broken = Vec::new();
     for round in 1..=rounds {
-        for (i, method) in methods.iter().enumerate() {
+        for (i, (method, runner)) in runs.iter().enumerate() {
             let of_rounds = if rounds > 1 {
                 format!("round {round}/{rounds}, ")
             } else {
                 String::new()
             };
+            let run = Run {
+                method,
+                total,
+                members,
+                arrivals: &comparison.arrivals,
+                round: (rounds > 1).then_some(round),
+                engine: engine_of(runner),
+            };
             println!(
-                "[{of_rounds}{}/{}] {method}: {}",
+                "[{of_rounds}{}/{}] {}: {}",
                 i + 1,
-                methods.len(),
+                runs.len(),
+                run.key(),
                 match &comparison.arrivals {
                     Arrivals::Spike { .. } =>
                         format!("{members} members at once on a coupon of {total}"),
@@ -127,16 +144,9 @@ pub fn compare(runner: &Runner, comparison: &Comparison) -> anyhow::Result<Repor
                         format!("{rate} req/s for {duration} on a coupon of {total}"),
                 }
             );
-            let run = Run {
-                method,
-                total,
-                members,
-                arrivals: &comparison.arrivals,
-                round: (rounds > 1).then_some(round),
-            };
             let run = run.execute(runner)?;
             said(&run);
-            broken_claims(method, &run, &mut broken);
+            broken_claims(&measured[i].method, &run, &mut broken);
             measured[i].rounds.push(run);
         }
     }
@@ -156,6 +166,9 @@ pub fn compare(runner: &Runner, comparison: &Comparison) -> anyhow::Result<Repor
         ),
     };
     description.push_str(&rounds::described(rounds));
+    if runners.len() > 1 {
+        description.push_str(&engines_described(runners)?);
+    }
     let provenance = provenance::describe(&runner.sources, &runner.k6, &raw)?;
     report::write(&runner.out, title, &description, &rows, &raw, &provenance)?;
     println!("\nreport: {}", runner.out.join("report.md").display());
@@ -169,6 +182,20 @@ pub fn compare(runner: &Runner, comparison: &Comparison) -> anyhow::Result<Repor
     );
     println!();
     Ok(Report { broken })
+}
+
+/// The engines side by side, as each runner's lab names its own.
+fn engines_described(runners: &[Runner]) -> anyhow::Result<String> {
+    let mut engines = Vec::new();
+    for runner in runners {
+        let loaded = runner.api.get("/lab/strategies")?;
+        engines.push((runner.engine.unwrap_or("?"), loaded["engine"].clone()));
+    }
+    let named: Vec<(&str, &serde_json::Value)> = engines
+        .iter()
+        .map(|(name, engine)| (*name, engine))
+        .collect();
+    Ok(crate::engines::described(&named))
 }
 
 /// One run's figures, as the run ends.
@@ -249,6 +276,7 @@ pub fn capacity(runner: &Runner, search: &Capacity, rounds: u32) -> anyhow::Resu
                 members,
                 arrivals: &arrivals,
                 round: (rounds > 1).then_some(round),
+                engine: None,
             };
             let mut measured = run.execute(runner)?;
             broken_claims(method, &measured, &mut broken);

@@ -3,8 +3,9 @@
 //! built the release binaries (this one among them) and the components,
 //! and installed the tools the task calls (`loadtest/README.md`).
 //!
-//! - `modes`: `loadtest`'s modes and common flags, and the runner they set
+//! - `modes`: `loadtest`'s modes and common flags, and the runners they set
 //!   up; `comparison`: compare, spike and capacity, run and reported;
+//!   `engines`: `--engines`, one served lab per engine;
 //! - `runner`: what every run shares; `run`: one method's run, its drain
 //!   and its join; `rounds`: `--rounds N`, a method's rounds as one row;
 //!   `spread`: a figure's median and range;
@@ -31,6 +32,7 @@ mod api;
 mod api_check;
 mod bench;
 mod comparison;
+mod engines;
 mod faults;
 mod idle;
 mod k6;

@@ -16,6 +16,7 @@ use anyhow::bail;
 use clap::{Args, Subcommand};
 
 use crate::comparison::{self, Comparison, Report};
+use crate::engines::{Engine, engine_list};
 use crate::faults::{FaultPlan, Setup};
 use crate::k6::{self, K6};
 use crate::run::Arrivals;
@@ -120,6 +121,12 @@ struct Common {
     /// --base-url
     #[arg(long)]
     serve: bool,
+    /// With --serve: one server per engine, each on a database of its own,
+    /// every method run on each and reported side by side (METHOD@ENGINE);
+    /// mariadb-si is MariaDB with innodb_snapshot_isolation on for the
+    /// components' sessions
+    #[arg(long, value_name = "mariadb,mariadb-si", value_parser = engine_list)]
+    engines: Option<Vec<Engine>>,
     /// Measure every method N times, each round of them all in turn; each
     /// figure is reported as the median with its range
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -193,7 +200,11 @@ pub fn main(mode: Mode) -> anyhow::Result<()> {
         }
         Mode::Capacity(capacity) => {
             let rounds = capacity.setup.rounds;
-            (capacity.setup).run(|runner| comparison::capacity(runner, &capacity.search, rounds))
+            if capacity.setup.engines.as_ref().is_some_and(|e| e.len() > 1) {
+                bail!("capacity searches one engine at a time: run it once per --engines name");
+            }
+            (capacity.setup)
+                .run(|runners| comparison::capacity(&runners[0], &capacity.search, rounds))
         }
     }
 }
@@ -211,21 +222,45 @@ impl Common {
             arrivals,
             rounds: self.rounds,
         };
-        self.run(|runner| comparison::compare(runner, &comparison))
+        self.run(|runners| comparison::compare(runners, &comparison))
     }
 
-    /// Runs `load` on the runner these flags ask for, stops its server,
-    /// and fails when a method broke a guarantee it claims (unless
-    /// `--allow-broken`).
-    fn run(&self, load: impl FnOnce(&Runner) -> anyhow::Result<Report>) -> anyhow::Result<()> {
-        let runner = self.runner()?;
-        let report = load(&runner)?;
-        drop(runner);
+    /// Runs `load` on the runners these flags ask for (one per engine),
+    /// stops their servers, and fails when a method broke a guarantee it
+    /// claims (unless `--allow-broken`).
+    fn run(&self, load: impl FnOnce(&[Runner]) -> anyhow::Result<Report>) -> anyhow::Result<()> {
+        let runners = self.runners()?;
+        let report = load(&runners)?;
+        drop(runners);
         report.check_claims(self.allow_broken)
     }
 
-    /// The runner these flags ask for, its faults checked against it.
-    fn runner(&self) -> anyhow::Result<Runner> {
+    /// The runners these flags ask for: one, or one per `--engines` name,
+    /// each writing into the one report.
+    fn runners(&self) -> anyhow::Result<Vec<Runner>> {
+        let out = self
+            .out
+            .clone()
+            .unwrap_or_else(|| paths::new_report_dir(""));
+        let Some(engines) = &self.engines else {
+            return Ok(vec![self.runner(None, out)?]);
+        };
+        if !self.serve {
+            bail!("--engines compares servers the run starts: add --serve");
+        }
+        engines
+            .iter()
+            .enumerate()
+            .map(|(n, &engine)| {
+                println!("engine {}:", engine.name());
+                self.runner(Some((n, engine)), out.clone())
+            })
+            .collect()
+    }
+
+    /// The runner these flags ask for (on `engine`, the n-th named), its
+    /// faults checked against it, writing into `out`.
+    fn runner(&self, engine: Option<(usize, Engine)>, out: PathBuf) -> anyhow::Result<Runner> {
         let faults = FaultPlan::parse(&self.faults)?;
         faults.check(Setup {
             serve: self.serve,
@@ -234,10 +269,6 @@ impl Common {
         for fault in faults.describe() {
             println!("fault {fault}");
         }
-        let out = self
-            .out
-            .clone()
-            .unwrap_or_else(|| paths::new_report_dir(""));
         let k6 = K6::find(self.remote_write())?;
         if self.serve && self.base_url.contains(',') {
             bail!("--serve runs one host of its own; several --base-url hosts are servers you run");
@@ -248,7 +279,7 @@ impl Common {
             );
         }
         let mut runner = if self.serve {
-            Runner::serving(faults, self.roles_apart, k6, out)?
+            Runner::serving(faults, self.roles_apart, k6, out, engine)?
         } else {
             let database_url = self
                 .database_url

@@ -8,6 +8,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use crate::api::Api;
+use crate::engines;
 use crate::faults::{Fired, Injector};
 use crate::k6::{self, Segment};
 use crate::modes::seconds;
@@ -63,6 +64,8 @@ pub struct Run<'a> {
     /// Which of several rounds this is (`--rounds N`); `None` for a run
     /// alone.
     pub round: Option<u32>,
+    /// The engine, when the run is one of several engines'.
+    pub engine: Option<&'a str>,
 }
 
 /// What one run measured: its report row and its entry in results.json.
@@ -95,7 +98,13 @@ fn claims_of(api: &Api, method: &str) -> anyhow::Result<Vec<Claim>> {
 }
 
 impl Run<'_> {
+    /// The run's name in the report, results.json and its files.
+    pub fn key(&self) -> String {
+        engines::key(self.method, self.engine)
+    }
+
     pub fn execute(&self, runner: &Runner) -> anyhow::Result<Measured> {
+        let key = self.key();
         let api = &runner.api;
         let created = api.post("/lab/members", &json!({ "count": self.members }))?;
         let first_member = created["firstId"].as_u64().context("no firstId")?;
@@ -135,7 +144,7 @@ impl Run<'_> {
         }
         let out = &runner.out;
         let files = |segment: Segment| {
-            let name = format!("k6-{}-{coupon_id}-{}", self.method, segment.index);
+            let name = format!("k6-{key}-{coupon_id}-{}", segment.index);
             (
                 out.join(format!("{name}.json")),
                 out.join(format!("{name}-requests.json")),
@@ -163,8 +172,8 @@ impl Run<'_> {
             );
         }
         let records_file = match self.round {
-            Some(round) => format!("requests-{}-round{round}.csv", self.method),
-            None => format!("requests-{}.csv", self.method),
+            Some(round) => format!("requests-{key}-round{round}.csv"),
+            None => format!("requests-{key}.csv"),
         };
         std::fs::write(
             runner.out.join(&records_file),
@@ -187,7 +196,7 @@ impl Run<'_> {
             .collect();
         let claimed: Vec<&str> = claims.iter().map(|c| c.word()).collect();
         let mut row = Row::from(
-            self.method,
+            &key,
             &figures,
             &result,
             drain_ms,
@@ -196,6 +205,7 @@ impl Run<'_> {
         row.why.example = example_trace(api, coupon_id, &row.why);
         let raw = json!({
             "couponId": coupon_id,
+            "engine": result["engine"],
             "firstMember": first_member,
             "requestRecords": records_file,
             "k6": figures,

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use couponlab_links::{Links, NATS_UPSTREAM, REDIS_UPSTREAM};
 
 use crate::api::Api;
+use crate::engines::Engine;
 use crate::faults::{FaultPlan, Subjects};
 use crate::k6::K6;
 use crate::own_nats::OwnNats;
@@ -36,22 +37,43 @@ pub struct Runner {
     /// services when a fault cuts or slows a link, the server, the Redis
     /// and NATS of the run's own when a fault restarts one.
     pub subjects: Subjects,
+    /// The engine its served lab runs on, when the run compares several.
+    pub engine: Option<&'static str>,
+}
+
+/// The Redis database of the n-th of several engines' labs (the first's is
+/// a lone lab's, 10; 11 is the bench's), so coupons of the same id on two
+/// engines never share keys.
+fn redis_db(engine: usize) -> u8 {
+    match engine {
+        0 => 10,
+        n => 11 + n as u8,
+    }
 }
 
 impl Runner {
     /// A runner with a server of its own (`--serve`: database
     /// `couponlab_loadtest_<hash>`, Redis db 10), reached through the
-    /// fault proxies when a fault cuts or slows a link.
+    /// fault proxies when a fault cuts or slows a link; with `engine`, the
+    /// n-th of several engines, on that engine's database and a Redis
+    /// database of its own.
     pub fn serving(
         faults: FaultPlan,
         roles_apart: bool,
         k6: K6,
         out: PathBuf,
+        engine: Option<(usize, Engine)>,
     ) -> anyhow::Result<Runner> {
+        let redis_db = redis_db(engine.map_or(0, |(n, _)| n));
         let redis = faults.needs_own_redis().then(OwnRedis::start).transpose()?;
-        let redis_url = redis
-            .as_ref()
-            .map_or(server::REDIS_URL.to_string(), |redis| redis.url(10));
+        let redis_url = match &redis {
+            Some(redis) => redis.url(redis_db),
+            None => format!("{}/{redis_db}", server::REDIS_SERVER),
+        };
+        let database_url = match engine {
+            Some((_, engine)) => engine.database_url()?,
+            None => server::database_url()?,
+        };
         let nats = faults.needs_own_nats().then(OwnNats::start).transpose()?;
         let nats_url = nats.as_ref().map(OwnNats::url);
         let links = if faults.needs_links() {
@@ -73,6 +95,8 @@ impl Runner {
             roles_apart,
             redis_url: Some(&redis_url),
             nats_url: nats_url.as_deref(),
+            database_url: Some(&database_url),
+            env: engine.map_or(&[], |(_, engine)| engine.env()),
             ..Serve::default()
         })?;
         let api = Api::new(&server.base_url())?;
@@ -81,7 +105,7 @@ impl Runner {
             api,
             k6_processes: 1,
             k6,
-            sources: Sources::connect(&server::database_url()?, &redis_url, false)?,
+            sources: Sources::connect(&database_url, &redis_url, false)?,
             out,
             faults,
             subjects: Subjects {
@@ -90,6 +114,7 @@ impl Runner {
                 redis: redis.map(|redis| Arc::new(Mutex::new(redis))),
                 nats: nats.map(|nats| Arc::new(Mutex::new(nats))),
             },
+            engine: engine.map(|(_, engine)| engine.name()),
         })
     }
 
@@ -119,6 +144,7 @@ impl Runner {
             out,
             faults,
             subjects: Subjects::default(),
+            engine: None,
         })
     }
 }

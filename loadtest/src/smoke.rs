@@ -1,6 +1,6 @@
 //! `cargo xtask loadtest smoke`, the checked runs `cargo xtask test` ends
-//! with: the runner end to end on a short, slow run of two rounds, then short spikes
-//! under faults whose verification figures are checked against a recount
+//! with: the runner end to end on a short, slow run of two rounds, one
+//! spike on two engines side by side, then short spikes under faults whose verification figures are checked against a recount
 //! of the per-request records and the rows.
 
 use std::collections::BTreeSet;
@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 use crate::comparison::{Comparison, compare};
+use crate::engines::Engine;
 use crate::faults::FaultPlan;
 use crate::k6::K6;
 use crate::paths::{root, target_dir};
@@ -22,7 +23,13 @@ pub fn smoke() -> anyhow::Result<()> {
     let out = root().join("target").join("loadtest-smoke");
     std::fs::remove_dir_all(&out).ok();
     // Checked figures only: the smoke run writes to no Prometheus.
-    let runner = Runner::serving(FaultPlan::default(), false, K6::find(None)?, out.clone())?;
+    let runner = Runner::serving(
+        FaultPlan::default(),
+        false,
+        K6::find(None)?,
+        out.clone(),
+        None,
+    )?;
     let comparison = Comparison {
         methods: methods_named("PESSIMISTIC,REDIS_STREAM_ATOMIC"),
         total: 10,
@@ -32,7 +39,7 @@ pub fn smoke() -> anyhow::Result<()> {
         },
         rounds: 2,
     };
-    compare(&runner, &comparison)?.check_claims(false)?;
+    compare(std::slice::from_ref(&runner), &comparison)?.check_claims(false)?;
     drop(runner);
     let results = results(&out)?;
     let report = std::fs::read_to_string(out.join("report.md"))?;
@@ -78,7 +85,65 @@ pub fn smoke() -> anyhow::Result<()> {
     }
     screenshot(&out.join("report.html"), "report.png")?;
     println!("load test smoke run: report, chart and records as expected");
+    engines()?;
     under_faults()
+}
+
+/// `--engines mariadb,mariadb-si`: REPEATABLE_READ side by side on the
+/// two; with snapshot isolation the stale writes are refused, none
+/// over-issues.
+fn engines() -> anyhow::Result<()> {
+    println!("load test smoke run: REPEATABLE_READ on mariadb and mariadb-si");
+    let out = root().join("target").join("loadtest-engines");
+    std::fs::remove_dir_all(&out).ok();
+    let engines = [Engine::MariaDb, Engine::MariaDbSnapshotIsolation];
+    let runners = engines
+        .into_iter()
+        .enumerate()
+        .map(|(n, engine)| {
+            let k6 = K6::find(None)?;
+            Runner::serving(
+                FaultPlan::default(),
+                false,
+                k6,
+                out.clone(),
+                Some((n, engine)),
+            )
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let comparison = Comparison {
+        methods: methods_named("REPEATABLE_READ"),
+        total: 20,
+        arrivals: Arrivals::Spike { members: 300 },
+        rounds: 1,
+    };
+    compare(&runners, &comparison)?.check_claims(false)?;
+    drop(runners);
+    let results = results(&out)?;
+    let report = std::fs::read_to_string(out.join("report.md"))?;
+    for (engine, snapshot_isolation) in [("mariadb", "OFF"), ("mariadb-si", "ON")] {
+        let key = format!("REPEATABLE_READ@{engine}");
+        let entry = &results["methods"][&key];
+        if entry["engine"]["settings"]["innodb_snapshot_isolation"] != snapshot_isolation {
+            bail!("{key} did not run with snapshot isolation {snapshot_isolation}: {entry}");
+        }
+        if !report.contains(&format!("| {key} |")) {
+            bail!("the engines' report has no row for {key}");
+        }
+    }
+    let si = &results["methods"]["REPEATABLE_READ@mariadb-si"];
+    let refused = &si["result"]["requests"]["byOutcome"]["SERIALIZATION_FAILURE"];
+    if si["verification"]["overIssued"] != 0 || refused.as_u64().unwrap_or(0) == 0 {
+        bail!("REPEATABLE_READ on mariadb-si over-issued or refused nothing: {si}");
+    }
+    if !report.contains("Engines side by side: **mariadb**") {
+        bail!("the engines' report does not open with its engines");
+    }
+    println!(
+        "      REPEATABLE_READ@mariadb over-issued {}; @mariadb-si 0, {refused} serialization failures",
+        results["methods"]["REPEATABLE_READ@mariadb"]["verification"]["overIssued"]
+    );
+    Ok(())
 }
 
 /// A killed server loses what REDIS_PUBSUB acknowledged and nothing of
@@ -129,14 +194,14 @@ fn spike(
     dir: &Path,
 ) -> anyhow::Result<Runner> {
     let plan = FaultPlan::parse(faults)?;
-    let runner = Runner::serving(plan, false, K6::find(None)?, dir.to_path_buf())?;
+    let runner = Runner::serving(plan, false, K6::find(None)?, dir.to_path_buf(), None)?;
     let comparison = Comparison {
         methods: methods_named(methods),
         total,
         arrivals: Arrivals::Spike { members },
         rounds: 1,
     };
-    compare(&runner, &comparison)?.check_claims(false)?;
+    compare(std::slice::from_ref(&runner), &comparison)?.check_claims(false)?;
     Ok(runner)
 }
 

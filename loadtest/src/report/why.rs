@@ -1,5 +1,7 @@
 //! The report's "why" section: the anomalies each method's result named,
-//! with one explanation each, and one example trace per method — the
+//! with one explanation each, what the database refused instead (an engine
+//! that prevents an anomaly refuses a transaction), and one example trace
+//! per method — the
 //! capability calls of a request, as `GET /lab/coupons/{id}/traces`
 //! answers them (an anomaly's witness when there is one).
 
@@ -16,6 +18,8 @@ use super::markup::esc;
 pub struct Why {
     /// By kind: how many, and the first one's explanation.
     pub anomalies: BTreeMap<String, (u64, String)>,
+    /// The database's refusals, by outcome: how many.
+    pub refusals: BTreeMap<String, u64>,
     /// One request's trace.
     pub example: Option<Value>,
 }
@@ -29,19 +33,33 @@ impl Why {
             let explanation = anomaly["explanation"].as_str().unwrap_or("").to_string();
             anomalies.entry(kind).or_insert((0, explanation)).0 += 1;
         }
+        let refusals = REFUSALS
+            .iter()
+            .filter_map(|(outcome, _)| {
+                let count = result["requests"]["byOutcome"][outcome].as_u64()?;
+                (count > 0).then(|| (outcome.to_string(), count))
+            })
+            .collect();
         Why {
             anomalies,
+            refusals,
             example: None,
         }
     }
 
     /// The query that finds the example: a witness of the first anomaly
-    /// kind met, else a served request, else any.
+    /// kind met, else a request the database refused, else a served
+    /// request, else any.
     pub fn example_queries(&self) -> Vec<String> {
         let mut queries: Vec<String> = self
             .anomalies
             .keys()
             .map(|kind| format!("anomaly={kind}&limit=1"))
+            .chain(
+                self.refusals
+                    .keys()
+                    .map(|outcome| format!("outcome={outcome}&limit=1")),
+            )
             .collect();
         queries.extend(
             [
@@ -53,6 +71,31 @@ impl Why {
         );
         queries
     }
+}
+
+/// The outcomes of a transaction the database refused, each with what it
+/// means.
+const REFUSALS: [(&str, &str); 3] = [
+    (
+        "SERIALIZATION_FAILURE",
+        "the engine refused a transaction a concurrent one changed the reads of",
+    ),
+    (
+        "DEADLOCK",
+        "the engine chose the transaction as a deadlock victim",
+    ),
+    ("LOCK_WAIT_TIMEOUT", "a row lock was not granted in time"),
+];
+
+/// The refusals of `why`, one sentence each.
+fn refused(why: &Why) -> Vec<String> {
+    REFUSALS
+        .iter()
+        .filter_map(|(outcome, meaning)| {
+            let count = why.refusals.get(*outcome)?;
+            Some(format!("{outcome} × {count}: {meaning}"))
+        })
+        .collect()
 }
 
 /// A trace's calls, one line each: when (µs from the call's start), how
@@ -120,7 +163,8 @@ pub fn markdown(out: &mut String, rows: &[Row]) {
     }
     out.push_str(
         "\n## Why\n\nThe anomalies each method's result named, from the server's request traces \
-         (`anomalies` in `result-<METHOD>` of results.json), and one request's capability calls.\n",
+         (`anomalies` in `result-<METHOD>` of results.json), what the database refused instead, \
+         and one request's capability calls.\n",
     );
     for row in rows {
         let _ = writeln!(out, "\n### {}\n", row.method);
@@ -129,6 +173,9 @@ pub fn markdown(out: &mut String, rows: &[Row]) {
         }
         for (kind, (count, explanation)) in &row.why.anomalies {
             let _ = writeln!(out, "- **{kind}** × {count}: e.g. {explanation}");
+        }
+        for refusal in refused(&row.why) {
+            let _ = writeln!(out, "- refused: {refusal}");
         }
         if let Some(trace) = &row.why.example {
             let _ = writeln!(
@@ -150,7 +197,7 @@ pub fn html(out: &mut String, rows: &[Row]) {
     {
         return;
     }
-    out.push_str("<h2 id=\"why\">Why</h2>\n<p class=\"note\">The anomalies each method's result named, from the server's request traces, and one request's capability calls.</p>\n");
+    out.push_str("<h2 id=\"why\">Why</h2>\n<p class=\"note\">The anomalies each method's result named, from the server's request traces, what the database refused instead, and one request's capability calls.</p>\n");
     for row in rows {
         let _ = writeln!(out, "<h3>{}</h3>\n<ul>", esc(&row.method));
         if row.why.anomalies.is_empty() {
@@ -163,6 +210,9 @@ pub fn html(out: &mut String, rows: &[Row]) {
                 esc(kind),
                 esc(explanation)
             );
+        }
+        for refusal in refused(&row.why) {
+            let _ = writeln!(out, "<li>refused: {}</li>", esc(&refusal));
         }
         out.push_str("</ul>\n");
         if let Some(trace) = &row.why.example {
@@ -195,13 +245,15 @@ mod tests {
             { "kind": "lost-update", "explanation": "member 3 read issued_count = 4" },
             { "kind": "lost-update", "explanation": "member 9 read issued_count = 4" },
             { "kind": "out-of-turn", "explanation": "member 1 was refused" },
-        ]});
+        ], "requests": { "byOutcome": { "ISSUED": 50, "DEADLOCK": 3 } } });
         let mut why = Why::of(&result);
         assert_eq!(
             why.anomalies["lost-update"],
             (2, "member 3 read issued_count = 4".into())
         );
         assert_eq!(why.example_queries()[0], "anomaly=lost-update&limit=1");
+        assert_eq!(why.refusals, BTreeMap::from([("DEADLOCK".to_string(), 3)]));
+        assert_eq!(why.example_queries()[2], "outcome=DEADLOCK&limit=1");
         why.example = Some(json!({
             "memberId": 3, "outcome": "ISSUED", "durationUs": 900, "kept": "served",
             "calls": [
@@ -215,6 +267,12 @@ mod tests {
         let mut out = String::new();
         markdown(&mut out, &[row.clone()]);
         assert!(out.contains("**lost-update** × 2"), "{out}");
+        assert!(
+            out.contains(
+                "- refused: DEADLOCK × 3: the engine chose the transaction as a deadlock victim"
+            ),
+            "{out}"
+        );
         assert!(
             out.contains("| 10 | 200 | sql SELECT coupons, issued_count = 4 (READ COMMITTED) |"),
             "{out}"

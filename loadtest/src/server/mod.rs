@@ -26,6 +26,8 @@ use crate::paths::{release_binary, root, strategy_dir};
 use crate::process_log;
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379/10";
+/// The machine's Redis, without a database.
+pub const REDIS_SERVER: &str = "redis://127.0.0.1:6379";
 /// The machine's RabbitMQ and NATS, as the server's defaults name them.
 const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const NATS_URL: &str = "nats://127.0.0.1:4222";
