@@ -45,8 +45,12 @@ impl Engine {
     }
 }
 
+/// The engines `--engines` names, in its order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineList(pub Vec<Engine>);
+
 /// `--engines A,B,...`, each named once.
-pub fn engine_list(text: &str) -> Result<Vec<Engine>, String> {
+pub fn engine_list(text: &str) -> Result<EngineList, String> {
     let mut engines = Vec::new();
     for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let engine = Engine::ALL
@@ -67,7 +71,7 @@ pub fn engine_list(text: &str) -> Result<Vec<Engine>, String> {
     if engines.is_empty() {
         return Err("name at least one engine".into());
     }
-    Ok(engines)
+    Ok(EngineList(engines))
 }
 
 /// A results.json key: the method alone with one engine, `METHOD@ENGINE`
@@ -115,7 +119,7 @@ mod tests {
     #[test]
     fn engines_are_read_by_name_once_each() {
         assert_eq!(
-            engine_list("mariadb, mariadb-si").unwrap(),
+            engine_list("mariadb, mariadb-si").unwrap().0,
             [Engine::MariaDb, Engine::MariaDbSnapshotIsolation]
         );
         let unknown = engine_list("mariadb,oracle").unwrap_err();

@@ -16,7 +16,7 @@ use anyhow::bail;
 use clap::{Args, Subcommand};
 
 use crate::comparison::{self, Comparison, Report};
-use crate::engines::{Engine, engine_list};
+use crate::engines::{Engine, EngineList, engine_list};
 use crate::faults::{FaultPlan, Setup};
 use crate::k6::{self, K6};
 use crate::run::Arrivals;
@@ -126,7 +126,7 @@ struct Common {
     /// mariadb-si is MariaDB with innodb_snapshot_isolation on for the
     /// components' sessions
     #[arg(long, value_name = "mariadb,mariadb-si", value_parser = engine_list)]
-    engines: Option<Vec<Engine>>,
+    engines: Option<EngineList>,
     /// Measure every method N times, each round of them all in turn; each
     /// figure is reported as the median with its range
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -200,7 +200,12 @@ pub fn main(mode: Mode) -> anyhow::Result<()> {
         }
         Mode::Capacity(capacity) => {
             let rounds = capacity.setup.rounds;
-            if capacity.setup.engines.as_ref().is_some_and(|e| e.len() > 1) {
+            if capacity
+                .setup
+                .engines
+                .as_ref()
+                .is_some_and(|e| e.0.len() > 1)
+            {
                 bail!("capacity searches one engine at a time: run it once per --engines name");
             }
             (capacity.setup)
@@ -242,7 +247,7 @@ impl Common {
             .out
             .clone()
             .unwrap_or_else(|| paths::new_report_dir(""));
-        let Some(engines) = &self.engines else {
+        let Some(EngineList(engines)) = &self.engines else {
             return Ok(vec![self.runner(None, out)?]);
         };
         if !self.serve {
@@ -360,6 +365,13 @@ mod tests {
     #[test]
     fn a_mistyped_option_is_refused_by_name() {
         assert!(parse("compare --methods REDIS_LUA --rate 50 --serve").is_ok());
+        let Ok(Mode::Spike(spike)) =
+            parse("spike --methods A --serve --engines mariadb,mariadb-si")
+        else {
+            panic!("a spike on two engines")
+        };
+        assert_eq!(spike.setup.engines.map(|e| e.0.len()), Some(2));
+        assert!(parse("spike --methods A --serve --engines oracle").is_err());
         let typo = parse("compare --methods REDIS_LUA --rat 50").err().unwrap();
         assert!(typo.to_string().contains("--rat"), "{typo}");
         // A rate means nothing to a spike: every member asks at once.
