@@ -473,6 +473,22 @@ async fn the_strategies_list_follows_the_directory_without_a_reload() {
         .until_is("the dropped component is listed", &listed, json!(true))
         .await;
 
+    // The engine the lab's SQL runs on, as the lab names it.
+    let engine = lab.get("/lab/strategies").await.ok()["engine"].clone();
+    let engine_shown = format!(
+        "{} {} (innodb_snapshot_isolation={})",
+        engine["name"].as_str().unwrap(),
+        engine["version"].as_str().unwrap(),
+        engine["settings"]["innodb_snapshot_isolation"]
+            .as_str()
+            .unwrap()
+    );
+    let shown_engine =
+        "const e = document.getElementById('engine'); return e ? e.textContent : null;";
+    browser
+        .until_is("the engine is named", shown_engine, json!(engine_shown))
+        .await;
+
     install(&lab.strategy_dir, "broken.wasm", b"not a component");
     let reason = until_rejected(&lab, "broken.wasm").await;
     let shown_reason =

@@ -110,6 +110,12 @@ function canary(report) {
   return `${when}, ${report.tookMs} ms, p50 ${report.p50Ms.toFixed(2)} ms`;
 }
 
+// The database components' SQL runs on: name, version, settings.
+function engineName(engine) {
+  const settings = Object.entries(engine.settings).map(([name, value]) => `${name}=${value}`);
+  return `${engine.name} ${engine.version}${settings.length ? ` (${settings.join(', ')})` : ''}`;
+}
+
 async function refreshStrategies() {
   const reply = await api('/lab/strategies');
   if (!reply.ok) {
@@ -122,7 +128,8 @@ async function refreshStrategies() {
     ? ` Proving before they serve (their canary): ${trials || 'next'}; ${listing.awaiting.length} waiting.`
     : '';
   document.getElementById('strategies-note').innerHTML =
-    `${listing.strategies.length} loaded from <code>${esc(listing.directory)}</code>; drop, replace or remove a <code>.wasm</code> there and this list follows.${proving}`;
+    `${listing.strategies.length} loaded from <code>${esc(listing.directory)}</code>; drop, replace or remove a <code>.wasm</code> there and this list follows. `
+    + `Their SQL runs on <span id="engine">${esc(engineName(listing.engine))}</span>.${proving}`;
   document.querySelector('#strategies tbody').innerHTML = listing.strategies.map((s) => {
     const refused = s.lastError ? `<br><span class="bad">replacement refused: ${esc(s.lastError)}</span>` : '';
     const quarantined = s.quarantined
