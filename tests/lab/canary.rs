@@ -159,6 +159,38 @@ async fn every_installed_method_passes_its_canary_once() {
     lab.finish().await;
 }
 
+/// A pass holds for the engine settings it ran under: the same file on a
+/// lab whose components' sessions turn snapshot isolation on proves itself
+/// again, and is remembered for those settings from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_is_remembered_per_engine_settings() {
+    use couponlab::runtime::sql::user::Switch;
+    let remembered = |strategies: &Value| {
+        let pessimistic = served(strategies, "PESSIMISTIC").expect("PESSIMISTIC serves");
+        pessimistic["canary"]["remembered"].clone()
+    };
+    let mut lab = with_canary(&["pessimistic"])
+        .tune(|config| config.capabilities.sql.snapshot_isolation = Some(Switch::Off))
+        .start()
+        .await;
+    assert_eq!(remembered(&lab.proved().await), false);
+
+    lab.config.capabilities.sql.snapshot_isolation = Some(Switch::On);
+    lab.restart().await;
+    let under_snapshot_isolation = lab.proved().await;
+    assert_eq!(
+        under_snapshot_isolation["engine"]["settings"]["innodb_snapshot_isolation"],
+        "ON"
+    );
+    assert_eq!(remembered(&under_snapshot_isolation), false, "proved again");
+
+    lab.restart().await;
+    let at_once = lab.get("/lab/strategies").await.ok().clone();
+    assert_eq!(at_once["awaiting"], json!([]), "{at_once}");
+    assert_eq!(remembered(&at_once), true);
+    lab.finish().await;
+}
+
 /// The README's methods table has a `claims` column: it says what each
 /// component's descriptor claims.
 fn readme_states_the_claims_of(loaded: &[Value]) {

@@ -150,9 +150,9 @@ async fn reload(lab: &Lab, file: &Path) -> Turn {
     match verdict {
         Verdict::Passed => {
             tracing::info!(method = %strategy.method, took_ms = report.took_ms, p50_ms = report.p50_ms, "canary passed");
-            if let Err(err) =
-                passes::remember(lab.db(), &strategy.sha256, &strategy.method, &report).await
-            {
+            let settings = lab.runtime.capabilities().sql.engine.settings_text();
+            let proved = (strategy.sha256.as_str(), settings.as_str());
+            if let Err(err) = passes::remember(lab.db(), proved, &strategy.method, &report).await {
                 tracing::warn!(method = %strategy.method, error = %err, "could not remember a passed canary; it runs again at the next start");
             }
             lab.registry.publish(&lab.runtime, candidate, Some(report));
@@ -204,7 +204,11 @@ async fn known(lab: &Lab, candidate: &Candidate) -> Option<Option<CanaryReport>>
         CanaryMode::Changed => match db_target::answered(
             "reading the passed canaries",
             PASSES_LIMIT,
-            passes::remembered(lab.db(), &candidate.0.sha256),
+            passes::remembered(
+                lab.db(),
+                &candidate.0.sha256,
+                &lab.runtime.capabilities().sql.engine.settings_text(),
+            ),
         )
         .await
         {

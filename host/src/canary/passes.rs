@@ -1,18 +1,28 @@
 //! The components whose canary passed, remembered in the lab's database by
-//! the sha256 of their file, so a restart (or another host sharing the
-//! database) does not run it again.
+//! the sha256 of their file and the engine settings it ran under, so a
+//! restart (or another host sharing the database) with the same settings
+//! does not run it again, and one with others does.
 
 use sqlx::MySqlPool;
 
 use crate::runtime::canary_report::CanaryReport;
+#[cfg(doc)]
+use crate::runtime::sql::engine::Engine;
 
-/// The report of the canary `sha256` passed here before, if it did.
-pub async fn remembered(db: &MySqlPool, sha256: &str) -> anyhow::Result<Option<CanaryReport>> {
-    let report: Option<String> =
-        sqlx::query_scalar("SELECT report FROM canary_passes WHERE sha256 = ?")
-            .bind(sha256)
-            .fetch_optional(db)
-            .await?;
+/// The report of the canary `sha256` passed here before under `settings`
+/// ([`Engine::settings_text`]), if it did.
+pub async fn remembered(
+    db: &MySqlPool,
+    sha256: &str,
+    settings: &str,
+) -> anyhow::Result<Option<CanaryReport>> {
+    let report: Option<String> = sqlx::query_scalar(
+        "SELECT report FROM canary_passes WHERE sha256 = ? AND engine_settings = ?",
+    )
+    .bind(sha256)
+    .bind(settings)
+    .fetch_optional(db)
+    .await?;
     let Some(report) = report else {
         return Ok(None);
     };
@@ -21,18 +31,20 @@ pub async fn remembered(db: &MySqlPool, sha256: &str) -> anyhow::Result<Option<C
     Ok(Some(report))
 }
 
-/// Remembers that `sha256`, serving `method`, passed its canary.
+/// Remembers that `sha256`, serving `method`, passed its canary under
+/// `settings`.
 pub async fn remember(
     db: &MySqlPool,
-    sha256: &str,
+    (sha256, settings): (&str, &str),
     method: &str,
     report: &CanaryReport,
 ) -> anyhow::Result<()> {
     sqlx::query(
-        "INSERT INTO canary_passes (sha256, method, report) VALUES (?, ?, ?) \
+        "INSERT INTO canary_passes (sha256, engine_settings, method, report) VALUES (?, ?, ?, ?) \
          ON DUPLICATE KEY UPDATE method = VALUES(method), report = VALUES(report), passed_at = CURRENT_TIMESTAMP(3)",
     )
     .bind(sha256)
+    .bind(settings)
     .bind(method)
     .bind(serde_json::to_string(report)?)
     .execute(db)

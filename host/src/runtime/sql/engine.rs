@@ -71,6 +71,17 @@ impl Engine {
         }
     }
 
+    /// The settings as `name=value`, comma separated: what a canary's pass
+    /// is remembered under.
+    pub fn settings_text(&self) -> String {
+        let settings: Vec<String> = self
+            .settings
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        settings.join(",")
+    }
+
     /// How this server cuts a statement that outlives its call.
     pub fn statement_limit(&self) -> StatementLimit {
         match self.name {
@@ -112,6 +123,7 @@ mod tests {
             .unwrap();
         engine.read_settings(&mut conn).await;
         assert_eq!(engine.settings[SNAPSHOT_ISOLATION], "ON");
+        assert_eq!(engine.settings_text(), "innodb_snapshot_isolation=ON");
     }
 
     #[test]
