@@ -8,7 +8,7 @@ use anyhow::bail;
 use clap::Args;
 
 use crate::api::Api;
-use crate::modes::duration_text;
+use crate::durations::duration_text;
 use crate::provenance;
 use crate::report;
 use crate::rounds::{self, MethodRounds};

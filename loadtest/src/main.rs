@@ -5,7 +5,8 @@
 //!
 //! - `modes`: `loadtest`'s modes and common flags, and the runners they set
 //!   up; `comparison`: compare, spike and capacity, run and reported;
-//!   `engines`: `--engines`, one served lab per engine;
+//!   `engines`: `--engines`, one served lab per engine; `durations`:
+//!   `500ms`, `10s`, `2m`, `1h`;
 //! - `runner`: what every run shares; `run`: one method's run, its drain
 //!   and its join; `rounds`: `--rounds N`, a method's rounds as one row;
 //!   `spread`: a figure's median and range;
@@ -32,6 +33,7 @@ mod api;
 mod api_check;
 mod bench;
 mod comparison;
+mod durations;
 mod engines;
 mod faults;
 mod idle;

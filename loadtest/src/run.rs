@@ -8,10 +8,10 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use crate::api::Api;
+use crate::durations::seconds;
 use crate::engines;
 use crate::faults::{Fired, Injector};
 use crate::k6::{self, Segment};
-use crate::modes::seconds;
 use crate::records;
 use crate::report::Row;
 use crate::report::why::Why;

@@ -37,8 +37,8 @@ use serde_json::json;
 
 use self::report::Soak;
 use crate::api::Api;
+use crate::durations::seconds;
 use crate::idle::{create_coupons, scratch_database};
-use crate::modes::seconds;
 use crate::own_redis::OwnRedis;
 use crate::paths::{self, target_dir};
 use crate::server::{Serve, Server};
