@@ -221,6 +221,7 @@ fn autocommit_failed(statement: &str, err: sqlx::Error) -> SqlError {
 }
 
 impl wit::Host for HostState {
+    #[tracing::instrument(name = "sql.engine", level = "debug", skip_all, fields(method = %self.method))]
     async fn engine(&mut self) -> wasmtime::Result<wit::EngineInfo> {
         let engine = &self.caps.sql.engine;
         Ok(wit::EngineInfo {
