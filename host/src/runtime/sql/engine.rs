@@ -21,7 +21,8 @@ pub struct Engine {
     /// Settings of the components' sessions that change what an isolation
     /// level allows (`innodb_snapshot_isolation`), each as name → value.
     pub settings: BTreeMap<String, String>,
-    /// The level of a transaction that names none, as traces name levels.
+    /// The level of a transaction that names none, as traces name levels:
+    /// the components' sessions' own.
     #[serde(skip)]
     pub default_isolation: &'static str,
 }
@@ -32,43 +33,50 @@ pub struct Engine {
 pub const SNAPSHOT_ISOLATION: &str = "innodb_snapshot_isolation";
 
 impl Engine {
-    /// Reads the server's name, version and default level on `conn`.
+    /// Reads the server's name and version on `conn`.
     pub async fn read(conn: &mut MySqlConnection) -> Result<Self, sqlx::Error> {
         let version: String = sqlx::query_scalar("SELECT VERSION()")
             .fetch_one(&mut *conn)
             .await?;
-        let mariadb = version.contains("MariaDB");
-        // MariaDB before 11.1 knows only the older name; MySQL 8 only the newer.
-        let variable = if mariadb {
-            "tx_isolation"
-        } else {
-            "transaction_isolation"
-        };
-        let level: String = sqlx::query_scalar(&format!("SELECT @@GLOBAL.{variable}"))
-            .fetch_one(&mut *conn)
-            .await?;
         Ok(Engine {
-            name: if mariadb { "mariadb" } else { "mysql" },
+            name: if version.contains("MariaDB") {
+                "mariadb"
+            } else {
+                "mysql"
+            },
             version,
             settings: BTreeMap::new(),
-            default_isolation: level_name(&level),
+            default_isolation: "REPEATABLE READ",
         })
     }
 
-    /// Reads, on a session of the components' pool, the settings that
-    /// change what a level allows; a server without them has none.
-    pub async fn read_settings(&mut self, conn: &mut MySqlConnection) {
+    /// Reads, on a session of the components' pool, what their
+    /// transactions run with: the level of one that names none, and the
+    /// settings that change what a level allows (none on a server without
+    /// them).
+    pub async fn read_session(&mut self, conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+        // MariaDB before 11.1 knows only the older name; MySQL 8 only the newer.
+        let variable = match self.name {
+            "mariadb" => "tx_isolation",
+            _ => "transaction_isolation",
+        };
+        let level: String = sqlx::query_scalar(&format!("SELECT @@SESSION.{variable}"))
+            .fetch_one(&mut *conn)
+            .await?;
+        self.default_isolation = level_name(&level);
         if self.name != "mariadb" {
-            return;
+            return Ok(());
         }
         let read: Result<String, _> = sqlx::query_scalar(&format!(
             "SELECT IF(@@SESSION.{SNAPSHOT_ISOLATION}, 'ON', 'OFF')"
         ))
         .fetch_one(conn)
         .await;
+        // Before 10.6.18 the setting does not exist: nothing to name.
         if let Ok(value) = read {
             self.settings.insert(SNAPSHOT_ISOLATION.to_string(), value);
         }
+        Ok(())
     }
 
     /// The settings as `name=value`, comma separated: what a canary's pass
@@ -103,25 +111,27 @@ fn level_name(server: &str) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use sqlx::Connection;
+    use sqlx::{Connection, Executor};
 
     use super::*;
 
+    /// The name from the server, the level and the settings from the
+    /// session components' transactions run in.
     #[tokio::test]
-    async fn the_machines_mariadb_reads_as_mariadb_at_repeatable_read() {
+    async fn the_machines_mariadb_reads_as_mariadb_with_its_sessions_level() {
         let mut conn = MySqlConnection::connect("mysql://root@127.0.0.1:3306")
             .await
             .expect("MariaDB on 127.0.0.1:3306");
         let mut engine = Engine::read(&mut conn).await.unwrap();
         assert_eq!(engine.name, "mariadb");
         assert!(engine.version.contains("MariaDB"), "{}", engine.version);
-        assert_eq!(engine.default_isolation, "REPEATABLE READ");
         assert_eq!(engine.statement_limit(), StatementLimit::MariaDb);
-        sqlx::query(&format!("SET SESSION {SNAPSHOT_ISOLATION} = ON"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        engine.read_settings(&mut conn).await;
+        let session = format!(
+            "SET SESSION {SNAPSHOT_ISOLATION} = ON; SET SESSION tx_isolation = 'READ-COMMITTED'"
+        );
+        conn.execute(session.as_str()).await.unwrap();
+        engine.read_session(&mut conn).await.unwrap();
+        assert_eq!(engine.default_isolation, "READ COMMITTED");
         assert_eq!(engine.settings[SNAPSHOT_ISOLATION], "ON");
         assert_eq!(engine.settings_text(), "innodb_snapshot_isolation=ON");
     }
