@@ -161,7 +161,10 @@ pub async fn connect(
         .await
         .context("cannot connect to MySQL as the components' user")?;
     // What components' sessions run with, read from one of them.
-    engine.read_session(&mut *pool.acquire().await?).await?;
+    answered("reading the components' sessions", STEP_LIMIT, async {
+        Ok(engine.read_session(&mut *pool.acquire().await?).await?)
+    })
+    .await?;
     // Its connections open as named locks need them.
     let lock_pool = (args.lock_pool_size > 0).then(|| {
         pool_options(args.lock_pool_size, args.lock_wait_timeout_s, session())
