@@ -6,12 +6,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::MySqlPool;
-
 use tokio_util::sync::DropGuard;
 
 use crate::config::Config;
 use crate::db;
+use crate::db_target::Pool;
 use crate::metrics::Metrics;
 use crate::recently::Recently;
 use crate::recorder::Recorder;
@@ -31,7 +30,7 @@ pub struct LabState {
     pub config: Config,
     /// The server's own MySQL pool (routes, results, reset), as
     /// DATABASE_URL's user; components use a restricted one.
-    db: MySqlPool,
+    db: Pool,
     /// The server's own Redis connection (results, confirmations, reset), as
     /// REDIS_URL's user; components use a restricted one.
     redis: RedisConn,
@@ -95,7 +94,7 @@ impl Lab {
         // Named after the lab's database: every process of the lab, and no
         // other lab, reads the same queues and streams.
         let topology = Topology {
-            names: Names::for_database(database.options.get_database().unwrap_or("couponlab")),
+            names: Names::for_database(database.target.database().unwrap_or("couponlab")),
             max_deliveries: config.consumers.max_deliveries,
         };
         let caps = Capabilities::build(
@@ -164,7 +163,7 @@ impl Lab {
     }
 
     /// The server's own MySQL pool.
-    pub fn db(&self) -> &MySqlPool {
+    pub fn db(&self) -> &Pool {
         &self.db
     }
 

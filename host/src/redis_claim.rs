@@ -14,10 +14,9 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::MySqlPool;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::db_target::redacted;
+use crate::db_target::{Pool, redacted};
 use crate::redis_target::RedisConn;
 use crate::runtime::redis::is_connection_error;
 
@@ -39,11 +38,24 @@ return false
 
 /// The lab's identity: `host:port/database` as the database server names
 /// itself.
-pub async fn identity(db: &MySqlPool) -> anyhow::Result<String> {
-    sqlx::query_scalar("SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())")
-        .fetch_one(db)
-        .await
-        .context("cannot read the lab's identity from its database")
+pub async fn identity(db: &Pool) -> anyhow::Result<String> {
+    match db {
+        Pool::MySql(db) => {
+            sqlx::query_scalar("SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())")
+                .fetch_one(db)
+                .await
+        }
+        // PostgreSQL does not tell its host name: the address it answered on.
+        Pool::Postgres(db) => {
+            sqlx::query_scalar(
+                "SELECT coalesce(host(inet_server_addr()), 'local') || ':' || \
+                 current_setting('port') || '/' || current_database()",
+            )
+            .fetch_one(db)
+            .await
+        }
+    }
+    .context("cannot read the lab's identity from its database")
 }
 
 /// Claims the Redis database for the lab `identity`; answers the other lab

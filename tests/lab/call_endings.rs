@@ -43,7 +43,7 @@ async fn a_call_killed_inside_a_transaction_rolls_back_and_hands_on_a_clean_conn
     let created = lab.coupon(5).await;
     let visible: Option<i64> = sqlx::query_scalar("SELECT id FROM coupons WHERE id = ?")
         .bind(created)
-        .fetch_optional(&lab.db)
+        .fetch_optional(lab.db.mysql())
         .await
         .unwrap();
     assert_eq!(visible, Some(created as i64));

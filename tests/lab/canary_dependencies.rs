@@ -153,6 +153,7 @@ async fn a_second_lab_on_the_same_redis_database_refuses_to_start() {
     assert!(message.contains("in use by another lab"), "{message}");
     assert!(message.contains(&lab.db_name), "{message}");
     lab.db
+        .mysql()
         .execute(format!("DROP DATABASE IF EXISTS `{other_database}`").as_str())
         .await
         .unwrap();

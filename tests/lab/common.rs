@@ -9,15 +9,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use couponlab::Lab;
 use couponlab::config::{CanaryMode, Config};
+use couponlab::runtime::sql::statement::numbered_for_postgres;
 use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::Executor;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 pub const MYSQL: &str = "mysql://root@127.0.0.1:3306";
+pub const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432";
 pub const REDIS: &str = "redis://127.0.0.1:6379";
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -89,7 +92,7 @@ pub struct TestLab {
     pub base: String,
     pub client: reqwest::Client,
     /// A pool on this test's database, for checking what the server wrote.
-    pub db: MySqlPool,
+    pub db: TestDb,
     pub redis: couponlab::redis_target::RedisConn,
     pub strategy_dir: PathBuf,
     /// The server's configuration, for starting more processes like it.
@@ -102,9 +105,66 @@ pub struct TestLab {
     _load: Box<dyn Send + Sync>,
 }
 
+/// A pool on a test's database, of the engine its server runs on.
+pub enum TestDb {
+    MySql(MySqlPool),
+    Postgres(PgPool),
+}
+
+impl TestDb {
+    /// The pool of a test that runs on MySQL (the default).
+    pub fn mysql(&self) -> &MySqlPool {
+        match self {
+            TestDb::MySql(pool) => pool,
+            TestDb::Postgres(_) => panic!("this test's server runs on PostgreSQL"),
+        }
+    }
+
+    /// `statement`, written with `?` placeholders, with its `binds`.
+    async fn rows<T>(&self, statement: &str, binds: &[i64]) -> Vec<T>
+    where
+        T: Send + Unpin,
+        for<'r> T:
+            sqlx::FromRow<'r, sqlx::mysql::MySqlRow> + sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        match self {
+            TestDb::MySql(pool) => {
+                let mut query = sqlx::query_as(statement);
+                for &bind in binds {
+                    query = query.bind(bind);
+                }
+                query.fetch_all(pool).await.unwrap()
+            }
+            TestDb::Postgres(pool) => {
+                let statement = numbered_for_postgres(statement);
+                let mut query = sqlx::query_as(&statement);
+                for &bind in binds {
+                    query = query.bind(bind);
+                }
+                query.fetch_all(pool).await.unwrap()
+            }
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            TestDb::MySql(pool) => pool.close().await,
+            TestDb::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+/// Which database a test's server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestEngine {
+    MySql,
+    Postgres,
+}
+
 /// How a test wants its server.
 pub struct Setup {
     pub components: Vec<&'static str>,
+    pub engine: TestEngine,
     pub redis_url: String,
     pub tune: Box<dyn FnOnce(&mut Config) + Send>,
     own_redis_db: bool,
@@ -161,11 +221,18 @@ impl Setup {
     pub fn with(components: &[&'static str]) -> Self {
         Setup {
             components: components.to_vec(),
+            engine: TestEngine::MySql,
             redis_url: format!("{REDIS}/0"),
             tune: Box::new(|_| {}),
             own_redis_db: false,
             alone: false,
         }
+    }
+
+    /// Runs the server on PostgreSQL instead of MariaDB.
+    pub fn on_postgres(mut self) -> Self {
+        self.engine = TestEngine::Postgres;
+        self
     }
 
     /// Runs with no other test at the same time: the test loads Redis for
@@ -224,7 +291,11 @@ impl Setup {
 
         let mut config = Config::parse_from_env();
         config.bind = "127.0.0.1:0".parse().unwrap();
-        config.database_url = format!("{MYSQL}/{db_name}");
+        let server = match self.engine {
+            TestEngine::MySql => MYSQL,
+            TestEngine::Postgres => POSTGRES,
+        };
+        config.database_url = format!("{server}/{db_name}");
         config.redis_url = self.redis_url.clone();
         config.strategy_dir = strategy_dir.clone();
         config.compile_cache = compile_cache();
@@ -240,16 +311,31 @@ impl Setup {
 
         let (base, stop, server) = serve(&config).await;
 
-        let db = MySqlPoolOptions::new()
-            .max_connections(4)
-            .connect(&format!("{MYSQL}/{db_name}"))
-            .await
-            .unwrap();
         // Coupon ids start at a number unique to this test, so the Redis keys
         // named after them are this test's alone.
-        db.execute(format!("ALTER TABLE coupons AUTO_INCREMENT = {id}").as_str())
-            .await
-            .unwrap();
+        let db = match self.engine {
+            TestEngine::MySql => {
+                let db = MySqlPoolOptions::new()
+                    .max_connections(4)
+                    .connect(&config.database_url)
+                    .await
+                    .unwrap();
+                db.execute(format!("ALTER TABLE coupons AUTO_INCREMENT = {id}").as_str())
+                    .await
+                    .unwrap();
+                TestDb::MySql(db)
+            }
+            TestEngine::Postgres => {
+                let db = PgPoolOptions::new()
+                    .max_connections(4)
+                    .connect(&config.database_url)
+                    .await
+                    .unwrap();
+                let restart = format!("ALTER TABLE coupons ALTER COLUMN id RESTART WITH {id}");
+                db.execute(restart.as_str()).await.unwrap();
+                TestDb::Postgres(db)
+            }
+        };
         // The server's Redis, or the default one when a test points the
         // server at a Redis that is down.
         let redis = match connect_redis(&self.redis_url, config.redis_cluster).await {
@@ -571,28 +657,43 @@ impl TestLab {
 
     /// The issue rows of `coupon`, counted in the table.
     pub async fn issue_rows(&self, coupon: u64) -> usize {
-        let rows: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ?")
-                .bind(coupon)
-                .fetch_one(&self.db)
-                .await
-                .unwrap();
-        rows as usize
+        let statement = "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ?";
+        self.number_of(statement, &[coupon]).await as usize
     }
 
     /// The one number `query` selects from this test's database.
     pub async fn number(&self, query: &str) -> i64 {
-        sqlx::query_scalar(query).fetch_one(&self.db).await.unwrap()
+        self.number_of(query, &[]).await
+    }
+
+    /// The one number `query`, with `binds`, selects from this test's
+    /// database.
+    pub async fn number_of(&self, query: &str, binds: &[u64]) -> i64 {
+        let binds: Vec<i64> = binds.iter().map(|&bind| bind as i64).collect();
+        let rows: Vec<(i64,)> = self.db.rows(query, &binds).await;
+        rows[0].0
     }
 
     /// Runs `statement` with `binds` on this test's database, for what a
     /// test writes behind the server's back.
     pub async fn execute(&self, statement: &str, binds: &[u64]) {
-        let mut query = sqlx::query(statement);
-        for &bind in binds {
-            query = query.bind(bind);
+        match &self.db {
+            TestDb::MySql(pool) => {
+                let mut query = sqlx::query(statement);
+                for &bind in binds {
+                    query = query.bind(bind);
+                }
+                query.execute(pool).await.unwrap();
+            }
+            TestDb::Postgres(pool) => {
+                let statement = numbered_for_postgres(statement);
+                let mut query = sqlx::query(&statement);
+                for &bind in binds {
+                    query = query.bind(bind as i64);
+                }
+                query.execute(pool).await.unwrap();
+            }
         }
-        query.execute(&self.db).await.unwrap();
     }
 
     /// Asserts that the database refuses what Redis let through for
@@ -620,16 +721,10 @@ impl TestLab {
 
     /// Members with an issue row for `coupon`, sorted.
     pub async fn issued_members(&self, coupon: u64) -> Vec<u64> {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT member_id FROM coupon_issues WHERE coupon_id = ? ORDER BY member_id",
-        )
-        .bind(coupon)
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m as u64)
-        .collect()
+        let statement =
+            "SELECT member_id FROM coupon_issues WHERE coupon_id = ? ORDER BY member_id";
+        let rows: Vec<(i64,)> = self.db.rows(statement, &[coupon as i64]).await;
+        rows.into_iter().map(|(m,)| m as u64).collect()
     }
 
     /// Members in `coupon:issued:{coupon}`, sorted.
@@ -750,9 +845,22 @@ impl TestLab {
         self.stop().await;
         // Bounded: a server that leaked a transaction would hold the
         // database's metadata lock; the stale-database sweep drops it later.
-        let drop_database = format!("DROP DATABASE IF EXISTS `{}`", self.db_name);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            let _ = self.db.execute(drop_database.as_str()).await;
+            match &self.db {
+                TestDb::MySql(pool) => {
+                    let drop_database = format!("DROP DATABASE IF EXISTS `{}`", self.db_name);
+                    let _ = pool.execute(drop_database.as_str()).await;
+                }
+                // PostgreSQL drops a database from another one's session.
+                TestDb::Postgres(_) => {
+                    if let Ok(server) = PgPool::connect(&format!("{POSTGRES}/postgres")).await {
+                        let drop_database =
+                            format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db_name);
+                        let _ = server.execute(drop_database.as_str()).await;
+                        server.close().await;
+                    }
+                }
+            }
             self.db.close().await;
         })
         .await;
@@ -826,7 +934,7 @@ pub async fn hold_coupon_row(
     lab: &TestLab,
     coupon: u64,
 ) -> sqlx::Transaction<'static, sqlx::MySql> {
-    let mut holder = lab.db.begin().await.unwrap();
+    let mut holder = lab.db.mysql().begin().await.unwrap();
     sqlx::query("SELECT id FROM coupons WHERE id = ? FOR UPDATE")
         .bind(coupon)
         .execute(&mut *holder)

@@ -80,7 +80,7 @@ async fn assert_gave_back(lab: &TestLab, coupon: u64, member: u64) {
 async fn issued_count(lab: &TestLab, coupon: u64) -> i64 {
     sqlx::query_scalar("SELECT issued_count FROM coupons WHERE id = ?")
         .bind(coupon)
-        .fetch_one(&lab.db)
+        .fetch_one(lab.db.mysql())
         .await
         .unwrap()
 }

@@ -21,7 +21,7 @@ async fn attack(lab: &TestLab, coupon: u64, member: u64, attack: &str) -> Reply 
 /// database but the host's own with its type.
 async fn snapshot(lab: &TestLab) -> (BTreeMap<String, i64>, BTreeMap<String, String>) {
     let tables: Vec<String> = sqlx::query_scalar("SHOW TABLES")
-        .fetch_all(&lab.db)
+        .fetch_all(lab.db.mysql())
         .await
         .unwrap();
     let mut rows = BTreeMap::new();

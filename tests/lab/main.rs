@@ -30,6 +30,7 @@ mod migrations;
 mod mysql_methods;
 mod named_and_pubsub_locks;
 mod openapi;
+mod postgres;
 mod redis_faults;
 mod redis_methods;
 mod redis_server;

@@ -17,6 +17,7 @@ async fn servers_starting_together_on_a_new_database_migrate_it_once_and_all_com
     let fresh = format!("couponlab_test_fresh_{}", std::process::id());
     let database_url = format!("{MYSQL}/{fresh}");
     lab.db
+        .mysql()
         .execute(format!("DROP DATABASE IF EXISTS `{fresh}`").as_str())
         .await
         .unwrap();
@@ -59,13 +60,13 @@ async fn servers_starting_together_on_a_new_database_migrate_it_once_and_all_com
     let (applied, failed): (i64, i64) = sqlx::query_as(&format!(
         "SELECT COUNT(*), CAST(COALESCE(SUM(success = 0), 0) AS SIGNED) FROM `{fresh}`._sqlx_migrations"
     ))
-    .fetch_one(&lab.db)
+    .fetch_one(lab.db.mysql())
     .await
     .unwrap();
     assert_eq!(failed, 0);
     assert_eq!(
         applied,
-        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations"))
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations/mysql"))
             .unwrap()
             .filter(|file| {
                 file.as_ref()
@@ -78,6 +79,7 @@ async fn servers_starting_together_on_a_new_database_migrate_it_once_and_all_com
         server.kill().await.unwrap();
     }
     lab.db
+        .mysql()
         .execute(format!("DROP DATABASE IF EXISTS `{fresh}`").as_str())
         .await
         .unwrap();

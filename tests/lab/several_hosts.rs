@@ -256,7 +256,7 @@ async fn killed_host_entries_are_claimed_by_the_other(lab: &TestLab, hosts: [Hos
     // Every stream confirm waits at the held coupon row; the loader whose
     // batch holds the locked member waits inside that batch.
     let stream_holder = hold_coupon_row(lab, stream_coupon).await;
-    let mut wb_holder = lab.db.begin().await.unwrap();
+    let mut wb_holder = lab.db.mysql().begin().await.unwrap();
     sqlx::query("INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)")
         .bind(wb_coupon)
         .bind(wb_members[75])

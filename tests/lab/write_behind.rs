@@ -44,7 +44,7 @@ async fn row_snapshot(lab: &TestLab, coupon: u64) -> Vec<(i64, i64, String)> {
          WHERE coupon_id = ? ORDER BY member_id",
     )
     .bind(coupon)
-    .fetch_all(&lab.db)
+    .fetch_all(lab.db.mysql())
     .await
     .unwrap()
 }
@@ -330,7 +330,7 @@ async fn lock_waits(lab: &TestLab) -> i64 {
          JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
          WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
     )
-    .fetch_one(&lab.db)
+    .fetch_one(lab.db.mysql())
     .await
     .unwrap()
 }
@@ -349,7 +349,7 @@ async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
 
     // A row lock held on one member stops the loader inside the batch that
     // holds it: its transaction is open, its entries delivered, not acked.
-    let mut blocker = lab.db.begin().await.unwrap();
+    let mut blocker = lab.db.mysql().begin().await.unwrap();
     sqlx::query("INSERT INTO coupon_issues (coupon_id, member_id) VALUES (?, ?)")
         .bind(coupon)
         .bind(members[TOTAL as usize / 2])

@@ -55,7 +55,8 @@ pub fn ensure() -> anyhow::Result<()> {
             ],
             optional: false,
         },
-        // The isolation tests' second engine (`tests/lab/isolation`).
+        // The second engine (`DATABASE_URL=postgres://…`), which the tests
+        // run the components and the isolation cases on.
         Service {
             name: "PostgreSQL",
             address: "127.0.0.1:5432".to_string(),

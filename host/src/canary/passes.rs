@@ -3,8 +3,8 @@
 //! restart (or another host sharing the database) with the same settings
 //! does not run it again, and one with others does.
 
-use sqlx::MySqlPool;
-
+use crate::db::on_engine;
+use crate::db_target::Pool;
 use crate::runtime::canary_report::CanaryReport;
 #[cfg(doc)]
 use crate::runtime::sql::engine::Engine;
@@ -12,17 +12,18 @@ use crate::runtime::sql::engine::Engine;
 /// The report of the canary `sha256` passed here before under `settings`
 /// ([`Engine::settings_text`]), if it did.
 pub async fn remembered(
-    db: &MySqlPool,
+    db: &Pool,
     sha256: &str,
     settings: &str,
 ) -> anyhow::Result<Option<CanaryReport>> {
-    let report: Option<String> = sqlx::query_scalar(
-        "SELECT report FROM canary_passes WHERE sha256 = ? AND engine_settings = ?",
-    )
-    .bind(sha256)
-    .bind(settings)
-    .fetch_optional(db)
-    .await?;
+    let statement = "SELECT report FROM canary_passes WHERE sha256 = ? AND engine_settings = ?";
+    let report: Option<String> = on_engine!(db, statement, |db, sql| {
+        sqlx::query_scalar(sql)
+            .bind(sha256)
+            .bind(settings)
+            .fetch_optional(db)
+            .await
+    })?;
     let Some(report) = report else {
         return Ok(None);
     };
@@ -34,20 +35,26 @@ pub async fn remembered(
 /// Remembers that `sha256`, serving `method`, passed its canary under
 /// `settings`.
 pub async fn remember(
-    db: &MySqlPool,
+    db: &Pool,
     (sha256, settings): (&str, &str),
     method: &str,
     report: &CanaryReport,
 ) -> anyhow::Result<()> {
-    sqlx::query(
-        "INSERT INTO canary_passes (sha256, engine_settings, method, report) VALUES (?, ?, ?, ?) \
-         ON DUPLICATE KEY UPDATE method = VALUES(method), report = VALUES(report), passed_at = CURRENT_TIMESTAMP(3)",
-    )
-    .bind(sha256)
-    .bind(settings)
-    .bind(method)
-    .bind(serde_json::to_string(report)?)
-    .execute(db)
-    .await?;
+    let insert =
+        "INSERT INTO canary_passes (sha256, engine_settings, method, report) VALUES (?, ?, ?, ?)";
+    let report = serde_json::to_string(report)?;
+    on_engine!(
+        db,
+        mysql: &format!("{insert} ON DUPLICATE KEY UPDATE method = VALUES(method), report = VALUES(report), passed_at = CURRENT_TIMESTAMP(3)"),
+        postgres: &format!("{insert} ON CONFLICT (sha256, engine_settings) DO UPDATE SET method = EXCLUDED.method, report = EXCLUDED.report, passed_at = CURRENT_TIMESTAMP(3)"),
+        |db, sql| sqlx::query(sql)
+            .bind(sha256)
+            .bind(settings)
+            .bind(method)
+            .bind(&report)
+            .execute(db)
+            .await
+            .map(drop)
+    )?;
     Ok(())
 }

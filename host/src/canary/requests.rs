@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 use super::judge::Truth;
 use super::scratch::Scratch;
 use crate::confirmations;
+use crate::db::{on_engine, signed};
 use crate::issuing::{self, Asker};
 use crate::lab::Lab;
 use crate::outcome::Outcome;
@@ -142,11 +143,13 @@ pub async fn run(
     } else {
         Default::default()
     };
-    let count = |query: &'static str, id: u64| async move {
-        sqlx::query_scalar::<_, i64>(query)
-            .bind(id)
-            .fetch_one(lab.db())
-            .await
+    let count = |statement: &'static str, id: u64| async move {
+        on_engine!(lab.db(), statement, |db, sql| {
+            sqlx::query_scalar::<_, i64>(sql)
+                .bind(signed(id))
+                .fetch_one(db)
+                .await
+        })
     };
     let truth = Truth {
         total: scratch.total,
@@ -208,12 +211,11 @@ async fn drain(lab: &Lab, coupon: u64, accepted: bool, give_up: Instant) -> anyh
 
 /// Member → issue rows of `coupon`.
 async fn rows(lab: &Lab, coupon: u64) -> sqlx::Result<BTreeMap<u64, u64>> {
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT member_id, COUNT(*) FROM coupon_issues WHERE coupon_id = ? GROUP BY member_id",
-    )
-    .bind(coupon)
-    .fetch_all(lab.db())
-    .await?;
+    let statement =
+        "SELECT member_id, COUNT(*) FROM coupon_issues WHERE coupon_id = ? GROUP BY member_id";
+    let rows: Vec<(i64, i64)> = on_engine!(lab.db(), statement, |db, sql| {
+        sqlx::query_as(sql).bind(signed(coupon)).fetch_all(db).await
+    })?;
     Ok(rows
         .into_iter()
         .map(|(member, n)| (member as u64, n as u64))

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
+use crate::announcements;
+use crate::db::{execute_for, on_engine, signed};
+use crate::db_target::Pool;
+use crate::lab::Lab;
 use anyhow::Context;
 use redis::AsyncCommands;
-use sqlx::{MySqlPool, Row};
-
-use crate::announcements;
-use crate::lab::Lab;
 
 /// The names of a canary's members start with this, then its coupon's id.
 const MEMBER_NAME: &str = "couponlab canary of coupon";
@@ -31,45 +31,28 @@ pub struct Scratch {
 
 impl Scratch {
     /// Makes a scratch coupon of `total` and `members` members.
-    pub async fn create(db: &MySqlPool, total: u64, members: usize) -> anyhow::Result<Scratch> {
-        let insert_coupon =
-            "INSERT INTO coupons (name, total_count, scratch) VALUES ('couponlab canary', ?, TRUE)";
-        let coupon = sqlx::query(insert_coupon)
-            .bind(total)
-            .execute(db)
-            .await?
-            .last_insert_id();
-        let unknown_coupon = sqlx::query(insert_coupon)
-            .bind(total)
-            .execute(db)
-            .await?
-            .last_insert_id();
-        sqlx::query("DELETE FROM coupons WHERE id = ?")
-            .bind(unknown_coupon)
-            .execute(db)
-            .await?;
+    pub async fn create(db: &Pool, total: u64, members: usize) -> anyhow::Result<Scratch> {
+        let coupon = insert_coupon(db, total).await?;
+        let unknown_coupon = insert_coupon(db, total).await?;
+        execute_for(db, "DELETE FROM coupons WHERE id = ?", unknown_coupon).await?;
 
         let name = format!("{MEMBER_NAME} {coupon}");
         let rows = vec!["(?)"; members + 1].join(", ");
         let statement = format!("INSERT INTO members (name) VALUES {rows}");
-        let mut insert_members = sqlx::query(&statement);
-        for _ in 0..=members {
-            insert_members = insert_members.bind(&name);
-        }
-        insert_members.execute(db).await?;
-        let mut ids: Vec<u64> =
-            sqlx::query_scalar::<_, i64>("SELECT id FROM members WHERE name = ? ORDER BY id")
-                .bind(&name)
-                .fetch_all(db)
-                .await?
-                .into_iter()
-                .map(|id| id as u64)
-                .collect();
+        on_engine!(db, &statement, |db, sql| {
+            let mut insert_members = sqlx::query(sql);
+            for _ in 0..=members {
+                insert_members = insert_members.bind(&name);
+            }
+            insert_members.execute(db).await.map(drop)
+        })?;
+        let statement = "SELECT id FROM members WHERE name = ? ORDER BY id";
+        let ids: Vec<i64> = on_engine!(db, statement, |db, sql| {
+            sqlx::query_scalar(sql).bind(&name).fetch_all(db).await
+        })?;
+        let mut ids: Vec<u64> = ids.into_iter().map(|id| id as u64).collect();
         let unknown_member = ids.pop().context("the canary's members were not written")?;
-        sqlx::query("DELETE FROM members WHERE id = ?")
-            .bind(unknown_member)
-            .execute(db)
-            .await?;
+        execute_for(db, "DELETE FROM members WHERE id = ?", unknown_member).await?;
         Ok(Scratch {
             coupon,
             total,
@@ -86,12 +69,14 @@ impl Scratch {
 
     /// Whether the scratch coupon is still there (`DELETE /lab/data` may
     /// have deleted it mid-canary).
-    pub async fn intact(&self, db: &MySqlPool) -> sqlx::Result<bool> {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM coupons WHERE id = ? AND scratch")
-                .bind(self.coupon)
+    pub async fn intact(&self, db: &Pool) -> sqlx::Result<bool> {
+        let statement = "SELECT id FROM coupons WHERE id = ? AND scratch";
+        let found: Option<i64> = on_engine!(db, statement, |db, sql| {
+            sqlx::query_scalar(sql)
+                .bind(signed(self.coupon))
                 .fetch_optional(db)
-                .await?;
+                .await
+        })?;
         Ok(found.is_some())
     }
 
@@ -104,14 +89,14 @@ impl Scratch {
 
 /// Removes the scratch coupons that canaries which died left behind.
 pub async fn sweep_abandoned(lab: &Lab) -> anyhow::Result<()> {
-    let rows = sqlx::query(
-        "SELECT id FROM coupons WHERE scratch AND created_at < NOW(3) - INTERVAL ? SECOND",
-    )
-    .bind(ABANDONED_AFTER.as_secs())
-    .fetch_all(lab.db())
-    .await?;
-    for row in rows {
-        let coupon: i64 = row.try_get("id")?;
+    let seconds = ABANDONED_AFTER.as_secs();
+    let abandoned: Vec<i64> = on_engine!(
+        lab.db(),
+        mysql: &format!("SELECT id FROM coupons WHERE scratch AND created_at < NOW(3) - INTERVAL {seconds} SECOND"),
+        postgres: &format!("SELECT id FROM coupons WHERE scratch AND created_at < LOCALTIMESTAMP - INTERVAL '{seconds} seconds'"),
+        |db, sql| sqlx::query_scalar(sql).fetch_all(db).await
+    )?;
+    for coupon in abandoned {
         tracing::info!(
             coupon,
             "removing the scratch coupon of a canary that did not finish"
@@ -133,20 +118,39 @@ async fn remove(lab: &Lab, coupons: &[u64]) -> anyhow::Result<()> {
             tracing::warn!(coupon, error = %err, "could not remove a scratch coupon's Redis keys");
         }
         let db = lab.db();
-        sqlx::query("DELETE FROM coupon_issues WHERE coupon_id = ?")
-            .bind(coupon)
-            .execute(db)
-            .await?;
-        sqlx::query("DELETE FROM members WHERE name = ?")
-            .bind(format!("{MEMBER_NAME} {coupon}"))
-            .execute(db)
-            .await?;
-        sqlx::query("DELETE FROM coupons WHERE id = ? AND scratch")
-            .bind(coupon)
-            .execute(db)
-            .await?;
+        execute_for(db, "DELETE FROM coupon_issues WHERE coupon_id = ?", coupon).await?;
+        let statement = "DELETE FROM members WHERE name = ?";
+        on_engine!(db, statement, |db, sql| {
+            sqlx::query(sql)
+                .bind(format!("{MEMBER_NAME} {coupon}"))
+                .execute(db)
+                .await
+                .map(drop)
+        })?;
+        execute_for(db, "DELETE FROM coupons WHERE id = ? AND scratch", coupon).await?;
     }
     Ok(())
+}
+
+/// Inserts a scratch coupon of `total`: its id.
+async fn insert_coupon(db: &Pool, total: u64) -> sqlx::Result<u64> {
+    let insert =
+        "INSERT INTO coupons (name, total_count, scratch) VALUES ('couponlab canary', ?, TRUE)";
+    Ok(match db {
+        Pool::MySql(db) => sqlx::query(insert)
+            .bind(total)
+            .execute(db)
+            .await?
+            .last_insert_id(),
+        Pool::Postgres(db) => {
+            let id: i64 =
+                sqlx::query_scalar(&format!("{} RETURNING id", insert.replace('?', "$1")))
+                    .bind(signed(total))
+                    .fetch_one(db)
+                    .await?;
+            id as u64
+        }
+    })
 }
 
 /// Removes a scratch coupon's Redis keys and announcements.

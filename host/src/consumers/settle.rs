@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::db::{on_engine, signed};
 use crate::lab::Lab;
 use crate::recorder::Settlement;
 use crate::runtime::bindings::types::IssueRequest;
@@ -104,13 +105,14 @@ async fn settle(lab: &Lab, unsettled: Unsettled) -> Option<Unsettled> {
 
 /// Whether the member has its row (`None`: the database did not answer).
 async fn issued(lab: &Lab, request: &IssueRequest) -> Option<bool> {
-    sqlx::query_scalar::<_, i64>(
-        "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ? AND member_id = ?",
-    )
-    .bind(request.coupon_id)
-    .bind(request.member_id)
-    .fetch_one(lab.db())
-    .await
+    let statement = "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ? AND member_id = ?";
+    on_engine!(lab.db(), statement, |db, sql| {
+        sqlx::query_scalar::<_, i64>(sql)
+            .bind(signed(request.coupon_id))
+            .bind(signed(request.member_id))
+            .fetch_one(db)
+            .await
+    })
     .ok()
     .map(|rows| rows > 0)
 }

@@ -10,12 +10,13 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to, sized};
 use super::integer::{integer, optional_integer};
 use super::schema::{DatabaseFailed, Success};
+use crate::db::{on_engine, signed};
+use crate::db_target::Pool;
 use crate::lab::Lab;
 
 const MAX_TOTAL: u64 = 100_000_000;
@@ -93,14 +94,25 @@ async fn create(
     let total_count = positive_up_to("totalCount", body.total_count, MAX_TOTAL)?;
     let per_member_limit = body.per_member_limit.unwrap_or(1);
     let per_member_limit = positive_up_to("perMemberLimit", per_member_limit, MAX_TOTAL)?;
-    let id =
-        sqlx::query("INSERT INTO coupons (name, total_count, per_member_limit) VALUES (?, ?, ?)")
+    let insert = "INSERT INTO coupons (name, total_count, per_member_limit) VALUES (?, ?, ?)";
+    let id = match lab.db() {
+        Pool::MySql(db) => sqlx::query(insert)
             .bind(&name)
             .bind(total_count)
             .bind(per_member_limit)
-            .execute(lab.db())
+            .execute(db)
             .await?
-            .last_insert_id();
+            .last_insert_id(),
+        Pool::Postgres(db) => {
+            let id: i64 = sqlx::query_scalar("INSERT INTO coupons (name, total_count, per_member_limit) VALUES ($1, $2, $3) RETURNING id")
+                .bind(&name)
+                .bind(signed(total_count))
+                .bind(signed(per_member_limit))
+                .fetch_one(db)
+                .await?;
+            id as u64
+        }
+    };
     let warmed = match redis::cmd("SET")
         .arg(couponlab_contract::keys::total(id))
         .arg(total_count)
@@ -157,32 +169,40 @@ struct Listed {
     )
 )]
 async fn list(State(lab): State<Lab>) -> Result<Answer<Coupons>, ApiError> {
-    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM coupons WHERE NOT scratch")
-        .fetch_one(lab.db())
-        .await?;
-    let rows = sqlx::query(
-        "SELECT id, name, total_count, per_member_limit, \
-                CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED) AS created_ms \
-         FROM coupons WHERE NOT scratch ORDER BY id DESC LIMIT ?",
-    )
-    .bind(LISTED)
-    .fetch_all(lab.db())
-    .await?;
+    let statement = "SELECT COUNT(*) FROM coupons WHERE NOT scratch";
+    let count: i64 = on_engine!(lab.db(), statement, |db, sql| {
+        sqlx::query_scalar(sql).fetch_one(db).await
+    })?;
+    // Through the epoch: the column is in the session's time zone,
+    // whatever the server's is.
+    let listed = (
+        "CAST(UNIX_TIMESTAMP(created_at) * 1000 AS SIGNED)",
+        "CAST(EXTRACT(EPOCH FROM created_at::timestamptz) * 1000 AS BIGINT)",
+    );
+    let statement = |created_ms: &str| {
+        format!(
+            "SELECT id, name, total_count, per_member_limit, {created_ms} AS created_ms \
+             FROM coupons WHERE NOT scratch ORDER BY id DESC LIMIT {LISTED}"
+        )
+    };
+    let rows: Vec<(i64, String, i64, i64, i64)> = on_engine!(
+        lab.db(),
+        mysql: &statement(listed.0),
+        postgres: &statement(listed.1),
+        |db, sql| sqlx::query_as(sql).fetch_all(db).await
+    )?;
     let coupons = rows
-        .iter()
-        .map(|row| {
-            Ok(Listed {
-                id: row.try_get::<i64, _>("id")? as u64,
-                name: row.try_get("name")?,
-                total_count: row.try_get::<i32, _>("total_count")? as u64,
-                per_member_limit: row.try_get::<i32, _>("per_member_limit")? as u64,
-                // Through UNIX_TIMESTAMP: the column is in the session's
-                // time zone, whatever the server's is.
-                created_at: DateTime::from_timestamp_millis(row.try_get("created_ms")?)
-                    .unwrap_or_default(),
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()?;
+        .into_iter()
+        .map(
+            |(id, name, total_count, per_member_limit, created_ms)| Listed {
+                id: id as u64,
+                name,
+                total_count: total_count as u64,
+                per_member_limit: per_member_limit as u64,
+                created_at: DateTime::from_timestamp_millis(created_ms).unwrap_or_default(),
+            },
+        )
+        .collect();
     Ok(Answer(
         StatusCode::OK,
         Coupons {

@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use super::envelope::{Answer, ApiError};
 use super::schema::{ServerFailed, Success};
 use crate::announcements;
+use crate::db_target::Pool;
 use crate::lab::Lab;
 use crate::recorder::shared;
 use crate::redis_target::RedisConn;
@@ -56,20 +57,31 @@ fn emptying(table: &str) -> String {
     )
 )]
 async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
-    // TRUNCATE refuses a table a foreign key points at unless the check is off,
-    // and the setting is per session: one connection does all of it.
-    let mut conn = lab.db().acquire().await?;
-    conn.execute("SET FOREIGN_KEY_CHECKS = 0").await?;
-    let mut truncated = Ok(());
-    for table in TABLES {
-        if let Err(err) = conn.execute(emptying(table).as_str()).await {
-            truncated = Err(err);
-            break;
+    match lab.db() {
+        Pool::MySql(db) => {
+            // TRUNCATE refuses a table a foreign key points at unless the
+            // check is off, and the setting is per session: one connection
+            // does all of it.
+            let mut conn = db.acquire().await?;
+            conn.execute("SET FOREIGN_KEY_CHECKS = 0").await?;
+            let mut truncated = Ok(());
+            for table in TABLES {
+                if let Err(err) = conn.execute(emptying(table).as_str()).await {
+                    truncated = Err(err);
+                    break;
+                }
+            }
+            let restored = conn.execute("SET FOREIGN_KEY_CHECKS = 1").await;
+            truncated?;
+            restored?;
+        }
+        // PostgreSQL truncates the tables a foreign key joins together.
+        Pool::Postgres(db) => {
+            let empty =
+                "TRUNCATE TABLE coupon_issues, members RESTART IDENTITY; DELETE FROM coupons";
+            sqlx::raw_sql(empty).execute(db).await?;
         }
     }
-    let restored = conn.execute("SET FOREIGN_KEY_CHECKS = 1").await;
-    truncated?;
-    restored?;
 
     let mut redis = lab.redis().clone();
     let deleted = unlink_matching(&mut redis, "coupon:*").await?;

@@ -23,6 +23,7 @@ use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson};
 use super::schema::{CouponId, CouponPath, ServerFailed, Success, UnknownCoupon};
+use crate::db;
 use crate::lab::Lab;
 
 /// The value the component reads as off; any other (or none) is on.
@@ -114,15 +115,11 @@ fn switched(coupon_id: u64, enabled: bool) -> Answer<GateSwitch> {
 
 /// 404 unless the coupon exists (a canary's scratch coupon does not).
 async fn existing(lab: &Lab, coupon_id: u64) -> Result<(), ApiError> {
-    let found: Option<i64> =
-        sqlx::query_scalar("SELECT id FROM coupons WHERE id = ? AND NOT scratch")
-            .bind(coupon_id)
-            .fetch_optional(lab.db())
-            .await?;
-    match found {
-        Some(_) => Ok(()),
-        None => Err(ApiError::not_found(format!(
+    if db::coupon_exists(lab.db(), coupon_id).await? {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(format!(
             "coupon {coupon_id} does not exist"
-        ))),
+        )))
     }
 }

@@ -5,12 +5,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
-use sqlx::{MySql, QueryBuilder};
+use sqlx::{MySql, MySqlPool, PgPool, QueryBuilder};
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson, positive_up_to};
 use super::integer::integer;
 use super::schema::{DatabaseFailed, Success};
+use crate::db::signed;
+use crate::db_target::Pool;
 use crate::lab::Lab;
 
 /// Most members one request may create.
@@ -61,7 +63,23 @@ async fn create(
     AppJson(body): AppJson<CreateMembers>,
 ) -> Result<Answer<Created>, ApiError> {
     let count = positive_up_to("count", body.count, MAX_MEMBERS)?;
-    let mut tx = lab.db().begin().await?;
+    let (first_id, last_id) = match lab.db() {
+        Pool::MySql(db) => insert_mysql(db, count).await?,
+        Pool::Postgres(db) => insert_postgres(db, count).await?,
+    };
+    Ok(Answer(
+        StatusCode::CREATED,
+        Created {
+            count,
+            first_id,
+            last_id,
+        },
+    ))
+}
+
+/// Inserts `count` members, their ids one run: the first and the last.
+async fn insert_mysql(db: &MySqlPool, count: u64) -> Result<(u64, u64), sqlx::Error> {
+    let mut tx = db.begin().await?;
     let mut first_id = None;
     let mut last_id = 0;
     let mut left = count;
@@ -78,12 +96,25 @@ async fn create(
         left -= rows;
     }
     tx.commit().await?;
-    Ok(Answer(
-        StatusCode::CREATED,
-        Created {
-            count,
-            first_id: first_id.unwrap_or_default(),
-            last_id,
-        },
-    ))
+    Ok((first_id.unwrap_or_default(), last_id))
+}
+
+/// [`insert_mysql`] for PostgreSQL, whose sequence gives a statement's
+/// rows one run of ids only while no other statement takes ids from it:
+/// the table is locked against other writers for the insert.
+async fn insert_postgres(db: &PgPool, count: u64) -> Result<(u64, u64), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    sqlx::query("LOCK TABLE members IN EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await?;
+    let (first_id, last_id): (i64, i64) = sqlx::query_as(
+        "WITH inserted AS (INSERT INTO members (name) \
+         SELECT 'lab member' FROM generate_series(1, $1) RETURNING id) \
+         SELECT min(id), max(id) FROM inserted",
+    )
+    .bind(signed(count))
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok((first_id as u64, last_id as u64))
 }

@@ -31,8 +31,8 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
     let pools = [("strategies", &caps.sql.pool), ("server", lab.db())];
     let locks = caps.sql.lock_pool.as_ref().map(|pool| ("locks", pool));
     for (pool, connections) in pools.into_iter().chain(locks) {
-        let idle = connections.num_idle() as i64;
-        let open = i64::from(connections.size());
+        let (open, idle) = connections.open_and_idle();
+        let (open, idle) = (i64::from(open), idle as i64);
         let gauge = |state| metrics.db_connections.with_label_values(&[pool, state]);
         gauge("in_use").set(open - idle);
         gauge("idle").set(idle);

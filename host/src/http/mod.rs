@@ -29,6 +29,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
 use crate::budget;
+use crate::db;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 
@@ -79,12 +80,7 @@ async fn run_to_end(request: Request, next: Next) -> Response {
 /// canary's scratch coupon does not), then 503 unless such a component is
 /// loaded.
 async fn serving_coupon(lab: &Lab, coupon_id: u64, world: &str) -> Result<Arc<Strategy>, ApiError> {
-    let found: Option<i64> =
-        sqlx::query_scalar("SELECT id FROM coupons WHERE id = ? AND NOT scratch")
-            .bind(coupon_id)
-            .fetch_optional(lab.db())
-            .await?;
-    if found.is_none() {
+    if !db::coupon_exists(lab.db(), coupon_id).await? {
         return Err(ApiError::not_found(format!(
             "coupon {coupon_id} does not exist"
         )));

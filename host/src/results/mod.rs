@@ -15,11 +15,11 @@ use std::sync::Arc;
 
 use couponlab_contract::keys;
 use serde::Serialize;
-use sqlx::Row;
 use utoipa::ToSchema;
 
 use crate::announcements;
 use crate::confirmations::{self, AsyncSummary};
+use crate::db::{on_engine, signed};
 use crate::lab::Lab;
 use crate::recorder::RequestSummary;
 use crate::runtime::Strategy;
@@ -112,32 +112,30 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     // outcome after its commit, so every outcome read here has its row in
     // the reads below, and `pending: 0` means every row is counted.
     let confirmations_read = confirmations::summary(lab.redis(), coupon_id).await;
-    let row = sqlx::query(
-        "SELECT c.name, c.total_count, c.issued_count, \
+    let statement = "SELECT c.name, c.total_count, c.issued_count, \
                 (SELECT COUNT(*) FROM coupon_issues i WHERE i.coupon_id = c.id) AS issue_rows, \
                 (SELECT COUNT(DISTINCT i.member_id) FROM coupon_issues i WHERE i.coupon_id = c.id) AS distinct_members \
-         FROM coupons c WHERE c.id = ? AND NOT c.scratch",
-    )
-    .bind(coupon_id)
-    .fetch_optional(lab.db())
-    .await?;
-    let Some(row) = row else {
+         FROM coupons c WHERE c.id = ? AND NOT c.scratch";
+    let row: Option<(String, i64, i64, i64, i64)> = on_engine!(lab.db(), statement, |db, sql| {
+        sqlx::query_as(sql)
+            .bind(signed(coupon_id))
+            .fetch_optional(db)
+            .await
+    })?;
+    let Some((name, total_count, issued_count, issue_rows, distinct_members)) = row else {
         return Ok(None);
     };
-
-    let total_count: i32 = row.try_get("total_count")?;
-    let issued_count: i32 = row.try_get("issued_count")?;
-    let issue_rows: i64 = row.try_get("issue_rows")?;
-    let distinct_members: i64 = row.try_get("distinct_members")?;
-    let (total_count, issued_count) = (i64::from(total_count), i64::from(issued_count));
-    let issued_members: BTreeSet<u64> =
-        sqlx::query_scalar::<_, i64>("SELECT member_id FROM coupon_issues WHERE coupon_id = ?")
-            .bind(coupon_id)
-            .fetch_all(lab.db())
-            .await?
-            .into_iter()
-            .map(|member| member as u64)
-            .collect();
+    let statement = "SELECT member_id FROM coupon_issues WHERE coupon_id = ?";
+    let issued_members: Vec<i64> = on_engine!(lab.db(), statement, |db, sql| {
+        sqlx::query_scalar(sql)
+            .bind(signed(coupon_id))
+            .fetch_all(db)
+            .await
+    })?;
+    let issued_members: BTreeSet<u64> = issued_members
+        .into_iter()
+        .map(|member| member as u64)
+        .collect();
     let requests = snapshots::every_host(lab, coupon_id).await;
     // The methods that served the coupon: those any host answered for,
     // and those any process answered 202 for (a restarted server's record
@@ -194,7 +192,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     let anomalies = anomalies::find(&traces, &facts);
     Ok(Some(CouponResult {
         coupon_id,
-        name: row.try_get("name")?,
+        name,
         engine: lab.runtime.capabilities().sql.engine.clone(),
         total_count,
         issued_count,

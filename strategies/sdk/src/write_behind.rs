@@ -139,14 +139,19 @@ pub fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
         inserted.extend(written);
         unknown_members.extend(refused);
     }
-    // A locking read: the loader's inserts for this coupon wait until the
-    // commit, so the count written is the count at commit.
+    // On MySQL a locking read: its gap locks make the loader's inserts for
+    // this coupon wait until the commit, so the count written is the count
+    // at commit. PostgreSQL locks rows, never the gaps between them, and
+    // refuses a locking clause on a count: a row loaded while this commits
+    // is counted by the next reconcile.
+    let count = if on_postgres() {
+        "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ?"
+    } else {
+        "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ? LOCK IN SHARE MODE"
+    };
     let rows = sql::scalar(
-        &tx.query(
-            "SELECT COUNT(*) FROM coupon_issues WHERE coupon_id = ? LOCK IN SHARE MODE",
-            &params![coupon_id],
-        )
-        .map_err(|e| e.message())?,
+        &tx.query(count, &params![coupon_id])
+            .map_err(|e| e.message())?,
     )
     .unwrap_or(0)
     .max(0) as u64;
@@ -212,14 +217,22 @@ fn insert_issues(tx: &Transaction, issues: &[(u64, u64)]) -> Result<(), SqlError
     tx.execute(&upsert(issues.len()), &params).map(drop)
 }
 
-/// `INSERT ... ON DUPLICATE KEY UPDATE` of `rows` issues; a row that exists
-/// is left exactly as it is.
+/// `INSERT ... ON DUPLICATE KEY UPDATE` (PostgreSQL: `ON CONFLICT ... DO
+/// NOTHING`) of `rows` issues; a row that exists is left exactly as it is.
 fn upsert(rows: usize) -> String {
     let values = vec!["(?, ?)"; rows].join(", ");
-    format!(
-        "INSERT INTO coupon_issues (coupon_id, member_id) VALUES {values} \
-         ON DUPLICATE KEY UPDATE member_id = member_id"
-    )
+    let existing = if on_postgres() {
+        "ON CONFLICT (coupon_id, member_id) DO NOTHING"
+    } else {
+        "ON DUPLICATE KEY UPDATE member_id = member_id"
+    };
+    format!("INSERT INTO coupon_issues (coupon_id, member_id) VALUES {values} {existing}")
+}
+
+/// Whether the lab's database is PostgreSQL, whose SQL differs from
+/// MySQL's in the two statements above.
+fn on_postgres() -> bool {
+    sql::engine().name == "postgresql"
 }
 
 /// Implements a `write-behind-issuer` crate's `write-behind` export with

@@ -6,15 +6,16 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use sqlx::MySqlConnection;
+use sqlx::{MySqlConnection, PgConnection};
 use utoipa::ToSchema;
 
 use super::lent::StatementLimit;
+use crate::db_target::Pool;
 
 /// The database components' SQL runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Engine {
-    /// `mariadb` or `mysql`.
+    /// `mariadb`, `mysql` or `postgresql`.
     pub name: &'static str,
     /// The server's own version string.
     pub version: String,
@@ -33,6 +34,44 @@ pub struct Engine {
 pub const SNAPSHOT_ISOLATION: &str = "innodb_snapshot_isolation";
 
 impl Engine {
+    /// Reads the server's name and version on a session of `pool`.
+    pub async fn read_from(pool: &Pool) -> Result<Self, sqlx::Error> {
+        match pool {
+            Pool::MySql(pool) => Engine::read(&mut *pool.acquire().await?).await,
+            Pool::Postgres(pool) => Engine::read_postgres(&mut *pool.acquire().await?).await,
+        }
+    }
+
+    /// [`Engine::read_session`] on a session of `pool`.
+    pub async fn read_session_from(&mut self, pool: &Pool) -> Result<(), sqlx::Error> {
+        match pool {
+            Pool::MySql(pool) => self.read_session(&mut *pool.acquire().await?).await,
+            Pool::Postgres(pool) => {
+                let level: String =
+                    sqlx::query_scalar("SELECT upper(current_setting('transaction_isolation'))")
+                        .fetch_one(&mut *pool.acquire().await?)
+                        .await?;
+                self.default_isolation = level_name(&level.replace(' ', "-"));
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads PostgreSQL's version on `conn`. Its levels change with no
+    /// setting: there is nothing else to name.
+    pub async fn read_postgres(conn: &mut PgConnection) -> Result<Self, sqlx::Error> {
+        let version: String =
+            sqlx::query_scalar("SELECT 'PostgreSQL ' || current_setting('server_version')")
+                .fetch_one(conn)
+                .await?;
+        Ok(Engine {
+            name: "postgresql",
+            version,
+            settings: BTreeMap::new(),
+            default_isolation: "READ COMMITTED",
+        })
+    }
+
     /// Reads the server's name and version on `conn`.
     pub async fn read(conn: &mut MySqlConnection) -> Result<Self, sqlx::Error> {
         let version: String = sqlx::query_scalar("SELECT VERSION()")
@@ -94,6 +133,7 @@ impl Engine {
     pub fn statement_limit(&self) -> StatementLimit {
         match self.name {
             "mariadb" => StatementLimit::MariaDb,
+            "postgresql" => StatementLimit::Postgres,
             _ => StatementLimit::MySql,
         }
     }
@@ -134,6 +174,25 @@ mod tests {
         assert_eq!(engine.default_isolation, "READ COMMITTED");
         assert_eq!(engine.settings[SNAPSHOT_ISOLATION], "ON");
         assert_eq!(engine.settings_text(), "innodb_snapshot_isolation=ON");
+    }
+
+    /// PostgreSQL's default level is READ COMMITTED, read from the session.
+    #[tokio::test]
+    async fn the_machines_postgresql_reads_as_postgresql_with_its_sessions_level() {
+        let url = "postgres://postgres@127.0.0.1:5432/postgres";
+        let pool = Pool::Postgres(sqlx::PgPool::connect(url).await.expect("PostgreSQL"));
+        let mut engine = Engine::read_from(&pool).await.unwrap();
+        assert_eq!(engine.name, "postgresql");
+        assert!(
+            engine.version.starts_with("PostgreSQL 1"),
+            "{}",
+            engine.version
+        );
+        assert_eq!(engine.statement_limit(), StatementLimit::Postgres);
+        engine.default_isolation = "SERIALIZABLE";
+        engine.read_session_from(&pool).await.unwrap();
+        assert_eq!(engine.default_isolation, "READ COMMITTED");
+        assert_eq!(engine.settings_text(), "");
     }
 
     #[test]

@@ -17,12 +17,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::mysql::{MySql, MySqlPool};
 use sqlx::pool::PoolConnection;
-use sqlx::{Executor, Row};
+use sqlx::{Executor, MySql, Postgres, Row};
 
 use super::orphans::Orphans;
 use super::statement::Residue;
+use crate::db_target::{Dialect, Pool};
 
 /// How long before the call's deadline the server ends a statement.
 const STATEMENT_MARGIN: Duration = Duration::from_millis(100);
@@ -35,6 +35,8 @@ pub enum StatementLimit {
     /// MySQL's `max_execution_time`, in milliseconds: `SELECT` only; other
     /// statements are bounded by the host closing their connection.
     MySql,
+    /// PostgreSQL's `statement_timeout`, in milliseconds: every statement.
+    Postgres,
 }
 
 impl StatementLimit {
@@ -50,6 +52,9 @@ impl StatementLimit {
                 "SET SESSION max_execution_time = {}",
                 limit.as_millis().max(1)
             ),
+            StatementLimit::Postgres => {
+                format!("SET statement_timeout = {}", limit.as_millis().max(1))
+            }
         }
     }
 }
@@ -73,6 +78,45 @@ impl Limits {
     }
 }
 
+/// A pooled connection of either engine.
+pub enum Conn {
+    MySql(PoolConnection<MySql>),
+    Postgres(PoolConnection<Postgres>),
+}
+
+impl Conn {
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Conn::MySql(_) => Dialect::MySql,
+            Conn::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Runs `batch`, statements without parameters separated by `;`, in one
+    /// round trip; the first column of the first row it returns, as a
+    /// session id.
+    pub async fn batch(&mut self, batch: &str) -> Result<Option<u64>, sqlx::Error> {
+        Ok(match self {
+            Conn::MySql(conn) => {
+                let rows = conn.fetch_all(batch).await?;
+                rows.first().and_then(|row| row.try_get::<u64, _>(0).ok())
+            }
+            Conn::Postgres(conn) => {
+                let rows = conn.fetch_all(batch).await?;
+                let pid = rows.first().and_then(|row| row.try_get::<i32, _>(0).ok());
+                pid.and_then(|pid| u64::try_from(pid).ok())
+            }
+        })
+    }
+
+    fn close_on_drop(&mut self) {
+        match self {
+            Conn::MySql(conn) => conn.close_on_drop(),
+            Conn::Postgres(conn) => conn.close_on_drop(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Idle, autocommit, nothing left behind: may go back to the pool.
@@ -86,25 +130,38 @@ enum State {
 
 /// A connection lent to one call.
 pub struct Lent {
-    conn: Option<PoolConnection<MySql>>,
+    conn: Option<Conn>,
     state: State,
     /// A statement left session state (a user variable, a named lock): the
     /// connection is closed when it comes back, whatever its state.
     tainted: bool,
     /// The server's id of the session, read with the last BEGIN.
     session: Option<u64>,
+    /// PostgreSQL refused a statement of the open transaction, which it
+    /// then rolls back whatever ends it: its COMMIT answers `ROLLBACK`
+    /// without an error.
+    aborted: bool,
     orphans: Arc<Orphans>,
 }
 
 impl Lent {
-    pub async fn borrow(pool: &MySqlPool, orphans: Arc<Orphans>) -> Result<Self, sqlx::Error> {
+    pub async fn borrow(pool: &Pool, orphans: Arc<Orphans>) -> Result<Self, sqlx::Error> {
+        let conn = match pool {
+            Pool::MySql(pool) => Conn::MySql(pool.acquire().await?),
+            Pool::Postgres(pool) => Conn::Postgres(pool.acquire().await?),
+        };
         Ok(Lent {
-            conn: Some(pool.acquire().await?),
+            conn: Some(conn),
             state: State::Clean,
             tainted: false,
             session: None,
+            aborted: false,
             orphans,
         })
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.conn.as_ref().map_or(Dialect::MySql, Conn::dialect)
     }
 
     pub fn in_transaction(&self) -> bool {
@@ -115,6 +172,11 @@ impl Lent {
     /// only be closed.
     pub fn abandon(&mut self) {
         self.state = State::Unknown;
+    }
+
+    /// Whether the open transaction can only roll back (see `aborted`).
+    pub fn aborted(&self) -> bool {
+        self.aborted
     }
 
     /// Whether statements may still run: not after it was abandoned.
@@ -130,11 +192,15 @@ impl Lent {
         &mut self,
         after: State,
         refused: State,
-        run: impl AsyncFnOnce(&mut PoolConnection<MySql>) -> Result<T, sqlx::Error>,
+        run: impl AsyncFnOnce(&mut Conn) -> Result<T, sqlx::Error>,
     ) -> Result<T, sqlx::Error> {
+        let in_transaction = self.state == State::InTransaction;
         self.state = State::Unknown;
         let conn = self.conn.as_mut().ok_or(sqlx::Error::PoolClosed)?;
         let result = run(conn).await;
+        self.aborted |= in_transaction
+            && matches!(conn, Conn::Postgres(_))
+            && matches!(result, Err(sqlx::Error::Database(_)));
         self.state = match &result {
             Ok(_) => after,
             Err(sqlx::Error::Database(_)) => refused,
@@ -148,7 +214,7 @@ impl Lent {
     pub async fn statement<T>(
         &mut self,
         residue: Residue,
-        run: impl AsyncFnOnce(&mut PoolConnection<MySql>) -> Result<T, sqlx::Error>,
+        run: impl AsyncFnOnce(&mut Conn) -> Result<T, sqlx::Error>,
     ) -> Result<T, sqlx::Error> {
         self.tainted |= residue == Residue::Session;
         let keep = self.state;
@@ -159,14 +225,15 @@ impl Lent {
     /// the connection is lost while it holds something (named locks).
     pub async fn identify(&mut self) -> Result<(), sqlx::Error> {
         let keep = self.state;
-        let session = self
+        self.session = self
             .on(keep, keep, async |conn| {
-                sqlx::query_scalar::<_, u64>("SELECT CONNECTION_ID()")
-                    .fetch_one(&mut **conn)
-                    .await
+                let query = match conn.dialect() {
+                    Dialect::MySql => "SELECT CONNECTION_ID()",
+                    Dialect::Postgres => "SELECT pg_backend_pid()",
+                };
+                conn.batch(query).await
             })
             .await?;
-        self.session = Some(session);
         Ok(())
     }
 
@@ -186,15 +253,22 @@ impl Lent {
         let left = deadline
             .saturating_duration_since(Instant::now())
             .saturating_sub(STATEMENT_MARGIN);
-        let begin = format!(
-            "{}; SET TRANSACTION {characteristics}; BEGIN; SELECT CONNECTION_ID()",
-            limits.statement.set(left)
-        );
+        let limit = limits.statement.set(left);
+        let begin = match limits.statement {
+            // `SET LOCAL` lasts to the transaction's end: nothing to restore.
+            StatementLimit::Postgres => format!(
+                "BEGIN {characteristics}; {}; SELECT pg_backend_pid()",
+                limit.replacen("SET ", "SET LOCAL ", 1)
+            ),
+            _ => {
+                format!("{limit}; SET TRANSACTION {characteristics}; BEGIN; SELECT CONNECTION_ID()")
+            }
+        };
+        self.aborted = false;
         // A refusal part way leaves the session's limit changed: unknown.
         let session = self
             .on(State::InTransaction, State::Unknown, async |conn| {
-                let rows = conn.fetch_all(begin.as_str()).await?;
-                Ok(rows.first().and_then(|row| row.try_get::<u64, _>(0).ok()))
+                conn.batch(&begin).await
             })
             .await?;
         self.session = session;
@@ -205,10 +279,13 @@ impl Lent {
     /// default, in one round trip. Only a clean end makes the connection
     /// reusable; a failed one leaves it to be closed.
     pub async fn finish(&mut self, limits: Limits, end: &'static str) -> Result<(), sqlx::Error> {
-        let finish = format!("{end}; {}", limits.session_default());
+        let finish = match limits.statement {
+            StatementLimit::Postgres => end.to_string(),
+            _ => format!("{end}; {}", limits.session_default()),
+        };
         // After a refusal, whether the server ended the transaction is not known.
         self.on(State::Clean, State::Unknown, async |conn| {
-            conn.execute(finish.as_str()).await.map(drop)
+            conn.batch(&finish).await.map(drop)
         })
         .await
     }

@@ -17,7 +17,9 @@ pub mod engine;
 pub mod lent;
 pub mod named_lock;
 pub mod orphans;
+mod postgres;
 pub mod statement;
+mod tokens;
 mod transaction;
 pub mod user;
 mod value;
@@ -28,17 +30,17 @@ pub use self::user::SqlArgs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use sqlx::mysql::MySqlPool;
 use wasmtime::component::Resource;
 
 use self::engine::Engine;
-use self::lent::{Lent, Limits};
+use self::lent::{Conn, Lent, Limits};
 use self::orphans::Orphans;
 use self::transaction::{isolation_name, query_on};
-use self::value::{ResultCaps, answer_lost, bind, to_wit_error, traced_rows};
+use self::value::{ResultCaps, answer_lost, execute, to_wit_error, traced_rows};
 use super::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
 use super::store::HostState;
 use super::trace::{Pending, Read, statement_shape};
+use crate::db_target::{Dialect, Pool};
 
 /// What a `sql` import answers: a trap (a broken handle), or the call's own
 /// result for the component.
@@ -48,9 +50,9 @@ type Tx = Resource<SqlTransaction>;
 
 /// The components' pool and what a call may do with it.
 pub struct GuestSql {
-    pub pool: MySqlPool,
+    pub pool: Pool,
     /// Where named locks' sessions come from; `None`: from `pool`.
-    pub lock_pool: Option<MySqlPool>,
+    pub lock_pool: Option<Pool>,
     /// How the server cuts the components' statements.
     pub limits: Limits,
     /// The server components' statements run on.
@@ -64,7 +66,7 @@ pub struct GuestSql {
 
 impl GuestSql {
     pub fn new(
-        pools: (MySqlPool, Option<MySqlPool>),
+        pools: (Pool, Option<Pool>),
         (limits, engine): (Limits, Engine),
         args: SqlArgs,
         orphans: Arc<Orphans>,
@@ -194,24 +196,26 @@ fn affected(done: &ExecResult) -> Read {
     Read::rows(done.rows_affected)
 }
 
-/// One autocommit statement on a connection lent for it alone.
+/// One autocommit statement on a connection lent for it alone; `run` is
+/// given the text to send for it.
 async fn autocommit<T>(
     sql: &GuestSql,
     statement: &str,
-    run: impl AsyncFnOnce(&mut sqlx::pool::PoolConnection<sqlx::MySql>) -> Result<T, sqlx::Error>,
+    run: impl AsyncFnOnce(&mut Conn, &str) -> Result<T, sqlx::Error>,
 ) -> Result<T, SqlError> {
-    let residue = statement::check(statement).map_err(SqlError::Refused)?;
+    let dialect = sql.pool.dialect();
+    let (residue, text) = statement::to_send(statement, dialect).map_err(SqlError::Refused)?;
     let mut lent = sql.lend().await.map_err(to_wit_error)?;
-    lent.statement(residue, run)
+    lent.statement(residue, async |conn| run(conn, &text).await)
         .await
-        .map_err(|err| autocommit_failed(statement, err))
+        .map_err(|err| autocommit_failed(statement, dialect, err))
 }
 
 /// What the failure of an autocommit statement, once sent, means. It
 /// commits as it runs, so when the answer to one that may write was lost,
 /// whether it wrote is unknown, as after a lost COMMIT.
-fn autocommit_failed(statement: &str, err: sqlx::Error) -> SqlError {
-    if answer_lost(&err) && !statement::only_reads(statement) {
+fn autocommit_failed(statement: &str, dialect: Dialect, err: sqlx::Error) -> SqlError {
+    if answer_lost(&err) && !statement::only_reads(statement, dialect) {
         SqlError::Indeterminate(format!(
             "the statement was sent and its answer lost ({err}); whether it wrote is known once the database answers"
         ))
@@ -247,8 +251,9 @@ impl wit::Host for HostState {
         let caps = self.result_caps();
         let rows = match self.caps.sql.lend().await {
             Ok(mut lent) => {
+                let dialect = lent.dialect();
                 query_on(&mut lent, &statement, params, caps, |err| {
-                    autocommit_failed(&statement, err)
+                    autocommit_failed(&statement, dialect, err)
                 })
                 .await
             }
@@ -261,16 +266,10 @@ impl wit::Host for HostState {
     #[tracing::instrument(name = "sql.execute", level = "debug", skip_all, fields(method = %self.method))]
     async fn execute(&mut self, statement: String, params: Params) -> Answer<ExecResult> {
         let pending = self.trace_statement(&statement, None);
-        let done = autocommit(&self.caps.sql, &statement, async |conn| {
-            bind(sqlx::query(&statement), params)
-                .execute(&mut **conn)
-                .await
+        let done = autocommit(&self.caps.sql, &statement, async |conn, text| {
+            execute(conn, text, params).await
         })
-        .await
-        .map(|done| ExecResult {
-            rows_affected: done.rows_affected(),
-            last_insert_id: done.last_insert_id(),
-        });
+        .await;
         self.trace_answer(pending, &done, affected);
         Ok(done)
     }

@@ -1,11 +1,11 @@
-//! The `named-lock` capability: MySQL's `GET_LOCK` and `RELEASE_LOCK`, on a
-//! session the call holds from its first `acquire` to its end
-//! ([`LockSession`]). A component cannot run `GET_LOCK` itself on a pooled
+//! The `named-lock` capability: MySQL's `GET_LOCK` and `RELEASE_LOCK`, or
+//! PostgreSQL's session advisory locks, on a session the call holds from
+//! its first `acquire` to its end ([`LockSession`]). A component cannot run `GET_LOCK` itself on a pooled
 //! connection and leave it to the next borrower (the statement check closes
 //! such a connection): here the host runs both statements, on names it
 //! checked, and knows which locks the session holds. When the call ends,
-//! however it ends, the session releases them all (`RELEASE_ALL_LOCKS()`)
-//! on the call's clean-up before its connection goes back; a session left
+//! however it ends, the session releases them all (`RELEASE_ALL_LOCKS()`,
+//! `pg_advisory_unlock_all()`) on the call's clean-up before its connection goes back; a session left
 //! mid-statement is closed and, if its link was lost, ended on the server,
 //! which releases its locks either way.
 //!
@@ -18,10 +18,11 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use couponlab_contract::keys::LOCK_PREFIX;
+use sha2::{Digest, Sha256};
 use sqlx::Row;
 use tokio_util::task::TaskTracker;
 
-use super::lent::Lent;
+use super::lent::{Conn, Lent};
 use super::statement::Residue;
 use super::value::to_wit_error;
 use super::{GuestSql, SqlError};
@@ -74,21 +75,57 @@ impl LockSession {
         }
     }
 
-    /// Runs a lock function of `name` (and `seconds`) on the session: its
-    /// answer, NULL as `None`.
-    async fn ask(
-        &mut self,
-        statement: &'static str,
-        name: &str,
-        seconds: Option<f64>,
-    ) -> Result<Option<i64>, SqlError> {
+    /// Takes the lock `name`, waiting `wait` at most: 1 taken, 0 not,
+    /// `None` refused. MariaDB and MySQL take a fractional timeout in
+    /// seconds. PostgreSQL's advisory locks take a number and no timeout:
+    /// the wait is the `lock_timeout` of a transaction around the lock,
+    /// which outlives the transaction (a session lock), and a wait that
+    /// times out (55P03) leaves the transaction to roll back.
+    async fn take(&mut self, name: &str, wait: Duration) -> Result<Option<i64>, SqlError> {
         self.lent()?
-            .statement(Residue::None, async |conn| {
-                let mut query = sqlx::query(statement).bind(name);
-                if let Some(seconds) = seconds {
-                    query = query.bind(seconds);
+            .statement(Residue::None, async |conn| match conn {
+                Conn::MySql(conn) => sqlx::query("SELECT GET_LOCK(?, ?)")
+                    .bind(name)
+                    .bind(wait.as_secs_f64())
+                    .fetch_one(&mut **conn)
+                    .await?
+                    .try_get(0),
+                Conn::Postgres(_) => {
+                    let take = format!(
+                        "BEGIN; SET LOCAL lock_timeout = {}; SELECT pg_advisory_lock({}); COMMIT",
+                        wait.as_millis().max(1),
+                        advisory_key(name)
+                    );
+                    match conn.batch(&take).await {
+                        Ok(_) => Ok(Some(1)),
+                        Err(err) if lock_not_available(&err) => {
+                            conn.batch("ROLLBACK").await?;
+                            Ok(Some(0))
+                        }
+                        Err(err) => Err(err),
+                    }
                 }
-                query.fetch_one(&mut **conn).await?.try_get(0)
+            })
+            .await
+            .map_err(to_wit_error)
+    }
+
+    /// Releases the lock `name`: 1 released, 0 not held, `None` refused.
+    async fn give_back(&mut self, name: &str) -> Result<Option<i64>, SqlError> {
+        self.lent()?
+            .statement(Residue::None, async |conn| match conn {
+                Conn::MySql(conn) => sqlx::query("SELECT RELEASE_LOCK(?)")
+                    .bind(name)
+                    .fetch_one(&mut **conn)
+                    .await?
+                    .try_get(0),
+                Conn::Postgres(conn) => {
+                    let released: bool = sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
+                        .bind(advisory_key(name))
+                        .fetch_one(&mut **conn)
+                        .await?;
+                    Ok(Some(released.into()))
+                }
             })
             .await
             .map_err(to_wit_error)
@@ -98,11 +135,7 @@ impl LockSession {
         if self.held.contains(name) {
             return Ok(true);
         }
-        // MariaDB and MySQL both take a fractional timeout, in seconds.
-        let seconds = wait.as_secs_f64();
-        let taken = self
-            .ask("SELECT GET_LOCK(?, ?)", name, Some(seconds))
-            .await?;
+        let taken = self.take(name, wait).await?;
         match taken {
             Some(1) => {
                 self.held.insert(name.to_string());
@@ -110,7 +143,7 @@ impl LockSession {
             }
             Some(_) => Ok(false),
             // NULL: the server refused (out of memory, or killed).
-            None => Err(SqlError::Other(format!("GET_LOCK({name}) answered NULL"))),
+            None => Err(SqlError::Other(format!("locking {name} answered NULL"))),
         }
     }
 
@@ -118,7 +151,7 @@ impl LockSession {
         if !self.held.contains(name) {
             return Ok(false);
         }
-        let released = self.ask("SELECT RELEASE_LOCK(?)", name, None).await?;
+        let released = self.give_back(name).await?;
         // Kept as held until the server answered: a lock it may still hold
         // is released with the rest at the call's end.
         self.held.remove(name);
@@ -141,9 +174,11 @@ impl Drop for LockSession {
             self.cleanup.spawn(async move {
                 let released = lent
                     .statement(Residue::None, async |conn| {
-                        sqlx::query("SELECT RELEASE_ALL_LOCKS()")
-                            .execute(&mut **conn)
-                            .await
+                        let release_all = match conn {
+                            Conn::MySql(_) => "SELECT RELEASE_ALL_LOCKS()",
+                            Conn::Postgres(_) => "SELECT pg_advisory_unlock_all()",
+                        };
+                        conn.batch(release_all).await
                     })
                     .await;
                 // Refused by the server, the locks may still be held: the
@@ -157,6 +192,21 @@ impl Drop for LockSession {
             lent.abandon();
         }
     }
+}
+
+/// The number PostgreSQL's advisory lock of `name` takes: the same on every
+/// host of a lab (a hash that does not depend on the process).
+fn advisory_key(name: &str) -> i64 {
+    let digest = Sha256::digest(name.as_bytes());
+    i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+/// Whether `err` is PostgreSQL's `lock_not_available`: a lock wait that
+/// reached `lock_timeout`.
+fn lock_not_available(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .and_then(|err| err.code())
+        .is_some_and(|code| code == "55P03")
 }
 
 /// Why `name` may not be a lock's name, if it may not.

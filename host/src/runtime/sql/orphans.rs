@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use prometheus::IntCounter;
-use sqlx::mysql::{MySqlDatabaseError, MySqlPool};
+use sqlx::mysql::MySqlDatabaseError;
 use tokio::sync::Notify;
+
+use crate::db_target::Pool;
 
 /// How often sessions not ended yet are tried again.
 const RETRY_EVERY: Duration = Duration::from_millis(250);
@@ -29,19 +31,20 @@ const ER_NO_SUCH_THREAD: u16 = 1094;
 
 pub struct Orphans {
     /// The server's own pool: its user may end any session.
-    admin: MySqlPool,
+    admin: Pool,
     sessions: Mutex<BTreeSet<u64>>,
     /// Wakes the reaper for a new session, and the callers waiting for
     /// none to be left.
     changed: Notify,
-    /// Sessions ended with KILL (not those found gone already).
+    /// Sessions ended with KILL or `pg_terminate_backend` (not those found
+    /// gone already).
     ended: IntCounter,
 }
 
 impl Orphans {
     /// The set of orphans and the task that ends them, for as long as the
     /// set lives.
-    pub fn start(admin: MySqlPool, ended: IntCounter) -> Arc<Orphans> {
+    pub fn start(admin: Pool, ended: IntCounter) -> Arc<Orphans> {
         let orphans = Arc::new(Orphans {
             admin,
             sessions: Mutex::new(BTreeSet::new()),
@@ -84,10 +87,8 @@ impl Orphans {
     async fn round(&self) {
         let sessions: Vec<u64> = self.sessions.lock().iter().copied().collect();
         for session in sessions {
-            let statement = format!("KILL CONNECTION {session}");
-            let kill = sqlx::query(&statement).execute(&self.admin);
-            let gone = match tokio::time::timeout(KILL_LIMIT, kill).await {
-                Ok(Ok(_)) => {
+            let gone = match tokio::time::timeout(KILL_LIMIT, self.kill(session)).await {
+                Ok(Ok(true)) => {
                     self.ended.inc();
                     tracing::warn!(
                         session,
@@ -95,6 +96,7 @@ impl Orphans {
                     );
                     true
                 }
+                Ok(Ok(false)) => true,
                 Ok(Err(sqlx::Error::Database(err))) => err
                     .try_downcast_ref::<MySqlDatabaseError>()
                     .is_some_and(|err| err.number() == ER_NO_SUCH_THREAD),
@@ -104,6 +106,25 @@ impl Orphans {
             if gone {
                 self.sessions.lock().remove(&session);
                 self.changed.notify_waiters();
+            }
+        }
+    }
+}
+
+impl Orphans {
+    /// Ends `session`: whether it was there to end (MySQL answers an error
+    /// when it is gone, PostgreSQL `false`).
+    async fn kill(&self, session: u64) -> Result<bool, sqlx::Error> {
+        match &self.admin {
+            Pool::MySql(admin) => {
+                let statement = format!("KILL CONNECTION {session}");
+                sqlx::query(&statement).execute(admin).await.map(|_| true)
+            }
+            Pool::Postgres(admin) => {
+                sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                    .bind(i32::try_from(session).unwrap_or(i32::MAX))
+                    .fetch_one(admin)
+                    .await
             }
         }
     }

@@ -10,7 +10,7 @@ use super::GuestSql;
 use super::engine::Engine;
 use super::lent::{Lent, Limits};
 use super::statement;
-use super::value::{ResultCaps, answer_lost, bind, fetch_capped, to_wit_error};
+use super::value::{ResultCaps, answer_lost, execute, fetch_capped, to_wit_error};
 use crate::runtime::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
 
 type Params = Vec<wit::Value>;
@@ -100,20 +100,12 @@ impl SqlTransaction {
         statement: &str,
         params: Params,
     ) -> Result<ExecResult, SqlError> {
-        let residue = statement::check(statement).map_err(SqlError::Refused)?;
-        let done = self
-            .open()?
-            .statement(residue, async |conn| {
-                bind(sqlx::query(statement), params)
-                    .execute(&mut **conn)
-                    .await
-            })
+        let lent = self.open()?;
+        let (residue, text) =
+            statement::to_send(statement, lent.dialect()).map_err(SqlError::Refused)?;
+        lent.statement(residue, async |conn| execute(conn, &text, params).await)
             .await
-            .map_err(to_wit_error)?;
-        Ok(ExecResult {
-            rows_affected: done.rows_affected(),
-            last_insert_id: done.last_insert_id(),
-        })
+            .map_err(to_wit_error)
     }
 
     /// Ends the transaction with COMMIT or ROLLBACK; the connection goes
@@ -127,6 +119,14 @@ impl SqlTransaction {
             // Closed when `lent` drops here: the server rolls back.
             return Err(SqlError::Other(
                 "the transaction ended: a refused result left its connection to be closed".into(),
+            ));
+        }
+        if end == "COMMIT" && lent.aborted() {
+            lent.finish(self.limits, "ROLLBACK")
+                .await
+                .map_err(to_wit_error)?;
+            return Err(SqlError::Other(
+                "the transaction was rolled back, not committed: PostgreSQL refused one of its statements, and a PostgreSQL transaction with a refused statement can only roll back".into(),
             ));
         }
         lent.finish(self.limits, end)
@@ -179,10 +179,11 @@ pub(super) async fn query_on(
     caps: ResultCaps,
     failed: impl FnOnce(sqlx::Error) -> SqlError,
 ) -> Result<Rows, SqlError> {
-    let residue = statement::check(statement).map_err(SqlError::Refused)?;
+    let (residue, text) =
+        statement::to_send(statement, lent.dialect()).map_err(SqlError::Refused)?;
     let read = lent
         .statement(residue, async |conn| {
-            fetch_capped(bind(sqlx::query(statement), params), conn, caps).await
+            fetch_capped(conn, &text, params, caps).await
         })
         .await
         .map_err(failed)?;

@@ -14,12 +14,10 @@
 //! grants) at start through DATABASE_URL, unless the operator gives
 //! COUPONLAB_STRATEGY_DATABASE_URL.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::Executor;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 
 use prometheus::IntCounter;
 
@@ -27,7 +25,7 @@ use super::GuestSql;
 use super::engine::{Engine, SNAPSHOT_ISOLATION};
 use super::lent::Limits;
 use super::orphans::Orphans;
-use crate::db_target::{STEP_LIMIT, answered, pool_options, redacted};
+use crate::db_target::{Pool, PoolSettings, STEP_LIMIT, Target, answered};
 use crate::runtime::capabilities::derived_password;
 
 /// The `sql` capability's settings.
@@ -98,8 +96,8 @@ const GRANTS: [&str; 3] = [
 
 /// The administrative side the components' pool is set up through.
 pub struct Admin<'a> {
-    pub pool: &'a MySqlPool,
-    pub options: &'a MySqlConnectOptions,
+    pub pool: &'a Pool,
+    pub target: &'a Target,
     /// DATABASE_URL, from which the user's password is derived.
     pub url: &'a str,
     /// The server, as the server's own pool read it.
@@ -116,26 +114,25 @@ pub async fn connect(
     call: Duration,
     sessions_ended: IntCounter,
 ) -> anyhow::Result<GuestSql> {
-    let options = match &args.strategy_database_url {
-        Some(url) => MySqlConnectOptions::from_str(url).with_context(|| {
-            format!(
-                "COUPONLAB_STRATEGY_DATABASE_URL is not a MySQL URL: {}",
-                redacted(url)
-            )
-        })?,
+    let target = match &args.strategy_database_url {
+        Some(url) => {
+            let target = Target::parse(url, "COUPONLAB_STRATEGY_DATABASE_URL")?;
+            anyhow::ensure!(
+                target.dialect() == admin.target.dialect(),
+                "COUPONLAB_STRATEGY_DATABASE_URL names another engine than DATABASE_URL"
+            );
+            target
+        }
         None => {
             let password = derived_password(STRATEGY_USER, admin.url);
+            let db = admin.target.database().unwrap_or_default();
             answered(
                 "setting up the components' user",
                 STEP_LIMIT,
-                ensure_user(admin.pool, admin.options, &password),
+                ensure_user(admin.pool, db, &password),
             )
             .await?;
-            admin
-                .options
-                .clone()
-                .username(STRATEGY_USER)
-                .password(&password)
+            admin.target.as_user(STRATEGY_USER, &password)
         }
     };
     let mut engine = admin.engine;
@@ -156,20 +153,23 @@ pub async fn connect(
         };
         Some(format!("{}{snapshot_isolation}", limits.session_default()))
     };
-    let pool = pool_options(args.db_pool_size, args.lock_wait_timeout_s, session())
-        .connect_with(options.clone())
+    let settings = |size| PoolSettings {
+        size,
+        lock_wait_timeout_s: args.lock_wait_timeout_s,
+        extra: session(),
+    };
+    let pool = target
+        .connect(&settings(args.db_pool_size), false)
         .await
-        .context("cannot connect to MySQL as the components' user")?;
+        .context("cannot connect to the database as the components' user")?;
     // What components' sessions run with, read from one of them.
     answered("reading the components' sessions", STEP_LIMIT, async {
-        Ok(engine.read_session(&mut *pool.acquire().await?).await?)
+        Ok(engine.read_session_from(&pool).await?)
     })
     .await?;
     // Its connections open as named locks need them.
-    let lock_pool = (args.lock_pool_size > 0).then(|| {
-        pool_options(args.lock_pool_size, args.lock_wait_timeout_s, session())
-            .connect_lazy_with(options)
-    });
+    let lock_pool =
+        (args.lock_pool_size > 0).then(|| target.connect_lazy(&settings(args.lock_pool_size)));
     let orphans = Orphans::start(admin.pool.clone(), sessions_ended);
     Ok(GuestSql::new(
         (pool, lock_pool),
@@ -179,16 +179,74 @@ pub async fn connect(
     ))
 }
 
+/// PostgreSQL's [`GRANTS`], one statement each, run in one transaction by
+/// a superuser at every start. The lock on `pg_authid` makes servers that
+/// start together take turns, whichever database each is on: run at once,
+/// CREATE ROLE races (23505), and ALTER ROLE, GRANT and REVOKE fail with
+/// "tuple concurrently updated". Each start revokes before it grants, so
+/// grants given by hand since are gone again. Beyond the grants, what every
+/// role may do by default and components may not: create in `public`, make
+/// temporary tables (a `SELECT ... INTO TEMP` is a SELECT), store large
+/// objects, end or cancel another session of their role. A role is the
+/// server's, not the database's: every lab on one server shares it.
+const POSTGRES_ROLE: [&str; 14] = [
+    "LOCK TABLE pg_catalog.pg_authid IN SHARE UPDATE EXCLUSIVE MODE",
+    "DO $$ BEGIN \
+         IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'couponlab_strategy') THEN \
+             CREATE ROLE couponlab_strategy; \
+         END IF; \
+     EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; \
+     END $$",
+    "ALTER ROLE couponlab_strategy WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE \
+     NOREPLICATION NOBYPASSRLS PASSWORD '{password}'",
+    "REVOKE ALL ON DATABASE \"{db}\" FROM couponlab_strategy",
+    "REVOKE TEMPORARY ON DATABASE \"{db}\" FROM PUBLIC",
+    "GRANT CONNECT ON DATABASE \"{db}\" TO couponlab_strategy",
+    "REVOKE CREATE ON SCHEMA public FROM PUBLIC, couponlab_strategy",
+    "GRANT USAGE ON SCHEMA public TO couponlab_strategy",
+    "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM couponlab_strategy",
+    "GRANT SELECT ON TABLE public.members TO couponlab_strategy",
+    "GRANT SELECT, UPDATE (issued_count, version) ON TABLE public.coupons TO couponlab_strategy",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE public.coupon_issues TO couponlab_strategy",
+    "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint), \
+     pg_catalog.pg_cancel_backend(integer) FROM PUBLIC",
+    "REVOKE EXECUTE ON FUNCTION pg_catalog.lo_creat(integer), pg_catalog.lo_create(oid), \
+     pg_catalog.lo_from_bytea(oid, bytea) FROM PUBLIC",
+];
+
+/// [`ensure_user`] on PostgreSQL: the role [`STRATEGY_USER`], set up by
+/// [`POSTGRES_ROLE`].
+async fn ensure_role(admin: &sqlx::PgPool, db: &str, password: &str) -> anyhow::Result<()> {
+    let password = password.replace('\'', "''");
+    let set_up = async {
+        let mut tx = admin.begin().await?;
+        for statement in POSTGRES_ROLE {
+            let statement = statement
+                .replace("{db}", db)
+                .replace("{password}", &password);
+            tx.execute(statement.as_str()).await?;
+        }
+        tx.commit().await
+    };
+    set_up.await.map_err(|err: sqlx::Error| {
+        anyhow::anyhow!(
+            "cannot set up the database role {STRATEGY_USER} that components' SQL runs as \
+             ({err}). Connect DATABASE_URL as a superuser, or create a role yourself with the \
+             grants in docs/architecture.md (the trust model) and give it as \
+             COUPONLAB_STRATEGY_DATABASE_URL=postgres://user:password@host:port/{db}"
+        )
+    })
+}
+
 /// Creates [`STRATEGY_USER`] for the host this server connects from, or
 /// brings its password and grants up to date. Every process sharing the
 /// database derives the same password from DATABASE_URL, so none locks
 /// another out.
-async fn ensure_user(
-    admin: &MySqlPool,
-    options: &MySqlConnectOptions,
-    password: &str,
-) -> anyhow::Result<()> {
-    let db = options.get_database().unwrap_or_default();
+async fn ensure_user(admin: &Pool, db: &str, password: &str) -> anyhow::Result<()> {
+    let admin = match admin {
+        Pool::MySql(admin) => admin,
+        Pool::Postgres(admin) => return ensure_role(admin, db, password).await,
+    };
     let mut conn = admin.acquire().await?;
     // The host part the server gives this connection: the user is created
     // for exactly that host.

@@ -1,15 +1,68 @@
 //! Parameters and rows between WIT and sqlx, and the errors a strategy is
 //! expected to act on, each with its own WIT case.
 
-use futures::TryStreamExt;
+use futures::{Stream, TryStreamExt};
 use sqlx::mysql::{MySql, MySqlArguments, MySqlDatabaseError, MySqlRow};
+use sqlx::postgres::PgDatabaseError;
 use sqlx::query::Query;
 use sqlx::{Column, Row, TypeInfo, ValueRef};
 
-use crate::runtime::bindings::sql::{self as wit, Rows, SqlError};
+use super::lent::Conn;
+use super::postgres;
+use crate::runtime::bindings::sql::{self as wit, ExecResult, Rows, SqlError};
 use crate::runtime::trace::Read;
 
-pub fn bind<'q>(
+/// Runs a statement, as [`super::statement::to_send`] gives it for the
+/// engine, with its parameters on `conn`. PostgreSQL has no last insert id (a component that needs one
+/// reads it with `RETURNING`): 0.
+pub async fn execute(
+    conn: &mut Conn,
+    statement: &str,
+    params: Vec<wit::Value>,
+) -> Result<ExecResult, sqlx::Error> {
+    Ok(match conn {
+        Conn::MySql(conn) => {
+            let done = bind(sqlx::query(statement), params)
+                .execute(&mut **conn)
+                .await?;
+            ExecResult {
+                rows_affected: done.rows_affected(),
+                last_insert_id: done.last_insert_id(),
+            }
+        }
+        Conn::Postgres(conn) => {
+            let done = postgres::bind(sqlx::query(statement), params)
+                .execute(&mut **conn)
+                .await?;
+            ExecResult {
+                rows_affected: done.rows_affected(),
+                last_insert_id: 0,
+            }
+        }
+    })
+}
+
+/// Runs a query with its parameters on `conn`, its result read within
+/// `caps` (see [`read_capped`]).
+pub async fn fetch_capped(
+    conn: &mut Conn,
+    statement: &str,
+    params: Vec<wit::Value>,
+    caps: ResultCaps,
+) -> Result<Result<Rows, String>, sqlx::Error> {
+    match conn {
+        Conn::MySql(conn) => {
+            let rows = bind(sqlx::query(statement), params).fetch(&mut **conn);
+            read_capped(rows, caps, to_value).await
+        }
+        Conn::Postgres(conn) => {
+            let rows = postgres::bind(sqlx::query(statement), params).fetch(&mut **conn);
+            read_capped(rows, caps, postgres::to_value).await
+        }
+    }
+}
+
+fn bind<'q>(
     mut query: Query<'q, MySql, MySqlArguments>,
     params: Vec<wit::Value>,
 ) -> Query<'q, MySql, MySqlArguments> {
@@ -36,12 +89,12 @@ pub struct ResultCaps {
 /// Reads a result row by row into WIT rows, stopping at the caps:
 /// `Ok(Err(why))` when one was reached, the rest of the result left unread
 /// on the connection.
-pub async fn fetch_capped(
-    query: Query<'_, MySql, MySqlArguments>,
-    conn: &mut sqlx::MySqlConnection,
+async fn read_capped<R: Row>(
+    stream: impl Stream<Item = Result<R, sqlx::Error>>,
     caps: ResultCaps,
+    to_value: fn(&R, usize) -> wit::Value,
 ) -> Result<Result<Rows, String>, sqlx::Error> {
-    let mut stream = query.fetch(conn);
+    let mut stream = std::pin::pin!(stream);
     let mut rows = Rows {
         columns: Vec::new(),
         rows: Vec::new(),
@@ -98,13 +151,9 @@ fn weight(value: &wit::Value) -> usize {
 /// Decodes one column by its declared type; anything without a closer WIT
 /// case (DECIMAL, JSON, ENUM, ...) travels as text.
 fn to_value(row: &MySqlRow, index: usize) -> wit::Value {
-    let Ok(raw) = row.try_get_raw(index) else {
+    let Some(type_name) = declared_type(row, index) else {
         return wit::Value::Null;
     };
-    if raw.is_null() {
-        return wit::Value::Null;
-    }
-    let type_name = raw.type_info().name().to_string();
     let decoded = match type_name.as_str() {
         "BOOLEAN" | "TINYINT" | "SMALLINT" | "MEDIUMINT" | "INT" | "BIGINT" | "YEAR" => {
             row.try_get_unchecked::<i64, _>(index).map(wit::Value::Int)
@@ -131,6 +180,16 @@ fn to_value(row: &MySqlRow, index: usize) -> wit::Value {
     decoded.unwrap_or_else(|err| wit::Value::Text(format!("<undecodable {type_name}: {err}>")))
 }
 
+/// The declared type of a column's value; `None` when the value is NULL
+/// (or cannot be read at all).
+pub fn declared_type<R: Row>(row: &R, index: usize) -> Option<String>
+where
+    usize: sqlx::ColumnIndex<R>,
+{
+    let raw = row.try_get_raw(index).ok()?;
+    (!raw.is_null()).then(|| raw.type_info().name().to_string())
+}
+
 /// MySQL error numbers a strategy acts on.
 /// ER_CHECKREAD: "Record has changed since last read", REPEATABLE READ's
 /// refusal of a stale write under `innodb_snapshot_isolation`.
@@ -153,6 +212,9 @@ const PRIVILEGE_ERRORS: [u16; 6] = [
 pub fn to_wit_error(err: sqlx::Error) -> SqlError {
     let message = err.to_string();
     match &err {
+        sqlx::Error::Database(db) if let Some(db) = db.try_downcast_ref::<PgDatabaseError>() => {
+            postgres::to_wit_error(db, message)
+        }
         sqlx::Error::Database(db) => match db
             .try_downcast_ref::<MySqlDatabaseError>()
             .map(|e| e.number())
@@ -208,7 +270,8 @@ mod tests {
         let mut conn = sqlx::MySqlConnection::connect(SERVER)
             .await
             .expect("MariaDB on 127.0.0.1:3306");
-        fetch_capped(sqlx::query(statement), &mut conn, caps)
+        let rows = bind(sqlx::query(statement), Vec::new()).fetch(&mut conn);
+        read_capped(rows, caps, to_value)
             .await
             .expect("the statement runs")
     }

@@ -118,6 +118,17 @@ fn attack_with(attack: &str, coupon_id: u64) -> Attempt {
         "get-lock" => sql_says(sql::query("SELECT GET_LOCK('couponlab-hostile', 0)", &[])),
         "sleep" => sql_says(sql::query("SELECT SLEEP(1000)", &[])),
         "big-result" => sql_says(sql::query("SELECT REPEAT('x', 9000000)", &[])),
+        // PostgreSQL's own ways out of the lab's tables.
+        "pg-read-file" => sql_says(sql::query("SELECT pg_read_file('/etc/passwd')", &[])),
+        "pg-authid" => sql_says(sql::query("SELECT rolname FROM pg_authid", &[])),
+        "pg-create-role" => sql_says(sql::execute("CREATE ROLE evil LOGIN SUPERUSER", &[])),
+        "pg-terminate" => sql_says(sql::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE usename = current_user AND pid <> pg_backend_pid()",
+            &[],
+        )),
+        "pg-temp-table" => sql_says(sql::query("SELECT 1 AS x INTO TEMP evil", &[])),
+        "pg-sleep" => sql_says(sql::query("SELECT pg_sleep(1000)", &[])),
         "many-transactions" => {
             let mut open = Vec::new();
             for n in 0..16 {
