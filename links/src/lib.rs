@@ -149,6 +149,23 @@ impl Links {
         redis_upstream: &str,
         nats_upstream: &str,
     ) -> anyhow::Result<Links> {
+        Self::start_to_all(redis_upstream, DATABASE_UPSTREAM, nats_upstream)
+    }
+
+    /// The same, the database link forwarding to `database_upstream`
+    /// (PostgreSQL's `127.0.0.1:5432`, say).
+    pub fn start_to_database(
+        redis_upstream: &str,
+        database_upstream: &str,
+    ) -> anyhow::Result<Links> {
+        Self::start_to_all(redis_upstream, database_upstream, NATS_UPSTREAM)
+    }
+
+    fn start_to_all(
+        redis_upstream: &str,
+        database_upstream: &str,
+        nats_upstream: &str,
+    ) -> anyhow::Result<Links> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -170,7 +187,7 @@ impl Links {
             root,
             root_stopper: Some(root_stopper),
             redis: Proxy::new(Link::Redis, redis_upstream)?,
-            database: Proxy::new(Link::Database, DATABASE_UPSTREAM)?,
+            database: Proxy::new(Link::Database, database_upstream)?,
             amqp: Proxy::new(Link::Amqp, AMQP_UPSTREAM)?,
             nats: Proxy::new(Link::Nats, nats_upstream)?,
         };

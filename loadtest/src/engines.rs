@@ -1,5 +1,5 @@
-//! `--engines mariadb,mariadb-si`: the same runs on one served lab per
-//! engine, each on a database and a Redis database of its own, reported
+//! `--engines mariadb,mariadb-si,postgres`: the same runs on one served lab
+//! per engine, each on a database and a Redis database of its own, reported
 //! side by side (`METHOD@ENGINE`).
 
 use serde_json::Value;
@@ -14,25 +14,32 @@ pub enum Engine {
     /// The same MariaDB with `innodb_snapshot_isolation` on for the
     /// components' sessions: REPEATABLE READ refuses a stale write.
     MariaDbSnapshotIsolation,
+    /// The machine's PostgreSQL.
+    Postgres,
 }
 
 impl Engine {
-    const ALL: [Engine; 2] = [Engine::MariaDb, Engine::MariaDbSnapshotIsolation];
+    const ALL: [Engine; 3] = [
+        Engine::MariaDb,
+        Engine::MariaDbSnapshotIsolation,
+        Engine::Postgres,
+    ];
 
     /// As `--engines` and the report name it.
     pub fn name(self) -> &'static str {
         match self {
             Engine::MariaDb => "mariadb",
             Engine::MariaDbSnapshotIsolation => "mariadb-si",
+            Engine::Postgres => "postgres",
         }
     }
 
     /// The served lab's database: one of its own per engine.
     pub fn database_url(self) -> anyhow::Result<String> {
-        let url = server::database_url()?;
         Ok(match self {
-            Engine::MariaDb => url,
-            Engine::MariaDbSnapshotIsolation => format!("{url}_si"),
+            Engine::MariaDb => server::database_url()?,
+            Engine::MariaDbSnapshotIsolation => format!("{}_si", server::database_url()?),
+            Engine::Postgres => server::postgres_database_url()?,
         })
     }
 
@@ -41,6 +48,7 @@ impl Engine {
         match self {
             Engine::MariaDb => &[("COUPONLAB_SNAPSHOT_ISOLATION", "off")],
             Engine::MariaDbSnapshotIsolation => &[("COUPONLAB_SNAPSHOT_ISOLATION", "on")],
+            Engine::Postgres => &[],
         }
     }
 }

@@ -89,14 +89,20 @@ pub fn smoke() -> anyhow::Result<()> {
     under_faults()
 }
 
-/// `--engines mariadb,mariadb-si`: REPEATABLE_READ side by side on the
-/// two; with snapshot isolation the stale writes are refused, none
-/// over-issues.
+/// One spike on MariaDB, MariaDB with snapshot isolation and PostgreSQL,
+/// two rounds: READ COMMITTED over-issues on MariaDB and PostgreSQL,
+/// REPEATABLE READ over-issues on MariaDB alone and is refused instead on
+/// the other two, PESSIMISTIC and REDIS_LUA sell out exactly everywhere,
+/// and every figure has its spread.
 fn engines() -> anyhow::Result<()> {
-    println!("load test smoke run: REPEATABLE_READ on mariadb and mariadb-si");
+    println!("load test smoke run: a spike on mariadb, mariadb-si and postgres, 2 rounds");
     let out = root().join("target").join("loadtest-engines");
     std::fs::remove_dir_all(&out).ok();
-    let engines = [Engine::MariaDb, Engine::MariaDbSnapshotIsolation];
+    let engines = [
+        Engine::MariaDb,
+        Engine::MariaDbSnapshotIsolation,
+        Engine::Postgres,
+    ];
     let runners = engines
         .into_iter()
         .enumerate()
@@ -112,36 +118,71 @@ fn engines() -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let comparison = Comparison {
-        methods: methods_named("REPEATABLE_READ"),
-        total: 20,
-        arrivals: Arrivals::Spike { members: 300 },
-        rounds: 1,
+        methods: methods_named("READ_COMMITTED,REPEATABLE_READ,PESSIMISTIC,REDIS_LUA"),
+        total: 50,
+        arrivals: Arrivals::Spike { members: 1000 },
+        rounds: 2,
     };
     compare(&runners, &comparison)?.check_claims(false)?;
     drop(runners);
     let results = results(&out)?;
     let report = std::fs::read_to_string(out.join("report.md"))?;
-    for (engine, snapshot_isolation) in [("mariadb", "OFF"), ("mariadb-si", "ON")] {
-        let key = format!("REPEATABLE_READ@{engine}");
-        let entry = &results["methods"][&key];
-        if entry["engine"]["settings"]["innodb_snapshot_isolation"] != snapshot_isolation {
-            bail!("{key} did not run with snapshot isolation {snapshot_isolation}: {entry}");
-        }
-        if !report.contains(&format!("| {key} |")) {
-            bail!("the engines' report has no row for {key}");
-        }
-    }
-    let si = &results["methods"]["REPEATABLE_READ@mariadb-si"];
-    let refused = &si["result"]["requests"]["byOutcome"]["SERIALIZATION_FAILURE"];
-    if si["verification"]["overIssued"] != 0 || refused.as_u64().unwrap_or(0) == 0 {
-        bail!("REPEATABLE_READ on mariadb-si over-issued or refused nothing: {si}");
-    }
     if !report.contains("Engines side by side: **mariadb**") {
         bail!("the engines' report does not open with its engines");
     }
+    let over_issued = |key: &str| -> anyhow::Result<u64> {
+        let entry = &results["methods"][key];
+        if !report.contains(&format!("| {key} |")) {
+            bail!("the engines' report has no row for {key}");
+        }
+        let spread = &entry["spread"]["over-issued"];
+        if spread["min"].is_null() || spread["max"].is_null() {
+            bail!("{key} has no spread over its rounds: {}", entry["spread"]);
+        }
+        entry["verification"]["overIssued"]
+            .as_u64()
+            .with_context(|| format!("{key} has no verification"))
+    };
+    for key in [
+        "READ_COMMITTED@mariadb",
+        "READ_COMMITTED@postgres",
+        "REPEATABLE_READ@mariadb",
+    ] {
+        if over_issued(key)? == 0 {
+            bail!("{key} did not over-issue");
+        }
+    }
+    for engine in ["mariadb-si", "postgres"] {
+        let key = format!("REPEATABLE_READ@{engine}");
+        let refused =
+            &results["methods"][&key]["result"]["requests"]["byOutcome"]["SERIALIZATION_FAILURE"];
+        if over_issued(&key)? != 0 || refused.as_u64().unwrap_or(0) == 0 {
+            bail!(
+                "{key} over-issued or refused nothing: {}",
+                results["methods"][&key]
+            );
+        }
+    }
+    for method in ["PESSIMISTIC", "REDIS_LUA"] {
+        for engine in ["mariadb", "mariadb-si", "postgres"] {
+            let key = format!("{method}@{engine}");
+            let issued = &results["methods"][&key]["result"]["requests"]["byOutcome"]["ISSUED"];
+            if over_issued(&key)? != 0 || issued != 50 {
+                bail!(
+                    "{key} did not sell out exactly: {}",
+                    results["methods"][&key]
+                );
+            }
+        }
+    }
     println!(
-        "      REPEATABLE_READ@mariadb over-issued {}; @mariadb-si 0, {refused} serialization failures",
-        results["methods"]["REPEATABLE_READ@mariadb"]["verification"]["overIssued"]
+        "      over-issued: READ_COMMITTED {} / {} / {}, REPEATABLE_READ {} / {} / {} (mariadb / mariadb-si / postgres)",
+        over_issued("READ_COMMITTED@mariadb")?,
+        over_issued("READ_COMMITTED@mariadb-si")?,
+        over_issued("READ_COMMITTED@postgres")?,
+        over_issued("REPEATABLE_READ@mariadb")?,
+        over_issued("REPEATABLE_READ@mariadb-si")?,
+        over_issued("REPEATABLE_READ@postgres")?,
     );
     Ok(())
 }

@@ -6,16 +6,22 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use couponlab_contract::{keys, shards};
-use sqlx::Row as _;
 use sqlx::mysql::MySqlPool;
+use sqlx::postgres::PgPool;
 
 use crate::verification::Truth;
 
 /// Connections to the server's database and Redis.
 pub struct Sources {
     runtime: tokio::runtime::Runtime,
-    db: MySqlPool,
+    db: Database,
     redis: RedisSource,
+}
+
+/// The served lab's database, either engine.
+enum Database {
+    MySql(MySqlPool),
+    Postgres(PgPool),
 }
 
 /// One Redis server, or a Redis Cluster (each key read on its node) with
@@ -41,11 +47,23 @@ impl Sources {
             .enable_all()
             .build()?;
         let db = runtime
-            .block_on(
-                sqlx::mysql::MySqlPoolOptions::new()
-                    .max_connections(1)
-                    .connect(database_url),
-            )
+            .block_on(async {
+                Ok::<_, sqlx::Error>(if database_url.starts_with("postgres") {
+                    Database::Postgres(
+                        sqlx::postgres::PgPoolOptions::new()
+                            .max_connections(1)
+                            .connect(database_url)
+                            .await?,
+                    )
+                } else {
+                    Database::MySql(
+                        sqlx::mysql::MySqlPoolOptions::new()
+                            .max_connections(1)
+                            .connect(database_url)
+                            .await?,
+                    )
+                })
+            })
             .with_context(|| format!("cannot reach the database at {database_url}"))?;
         let not_redis = || format!("not a Redis URL: {redis_url}");
         let seeds: Vec<&str> = redis_url.split(',').map(str::trim).collect();
@@ -61,28 +79,38 @@ impl Sources {
 
     /// The coupon's total, its rows by member, and what Redis would still sell.
     pub fn truth(&self, coupon_id: u64) -> anyhow::Result<Truth> {
-        let (total, rows) = self.runtime.block_on(async {
-            let total: i32 = sqlx::query_scalar("SELECT total_count FROM coupons WHERE id = ?")
-                .bind(coupon_id)
-                .fetch_one(&self.db)
-                .await?;
-            let rows = sqlx::query(
-                "SELECT member_id, COUNT(*) AS n FROM coupon_issues \
-                 WHERE coupon_id = ? GROUP BY member_id",
-            )
-            .bind(coupon_id)
-            .fetch_all(&self.db)
-            .await?;
-            let rows = rows
-                .iter()
-                .map(|row| -> Result<(u64, u64), sqlx::Error> {
-                    let member: i64 = row.try_get("member_id")?;
-                    let n: i64 = row.try_get("n")?;
-                    Ok((member as u64, n as u64))
-                })
-                .collect::<Result<BTreeMap<u64, u64>, _>>()?;
-            Ok::<_, sqlx::Error>((total, rows))
+        let id = coupon_id as i64;
+        let total_of = "SELECT total_count FROM coupons WHERE id = ";
+        let rows_of = "SELECT member_id, COUNT(*) FROM coupon_issues WHERE coupon_id = ";
+        let by_member = " GROUP BY member_id";
+        let (total, rows): (i64, Vec<(i64, i64)>) = self.runtime.block_on(async {
+            Ok::<_, sqlx::Error>(match &self.db {
+                Database::MySql(db) => (
+                    sqlx::query_scalar(&format!("{total_of}?"))
+                        .bind(id)
+                        .fetch_one(db)
+                        .await?,
+                    sqlx::query_as(&format!("{rows_of}?{by_member}"))
+                        .bind(id)
+                        .fetch_all(db)
+                        .await?,
+                ),
+                Database::Postgres(db) => (
+                    sqlx::query_scalar(&format!("{total_of}$1"))
+                        .bind(id)
+                        .fetch_one(db)
+                        .await?,
+                    sqlx::query_as(&format!("{rows_of}$1{by_member}"))
+                        .bind(id)
+                        .fetch_all(db)
+                        .await?,
+                ),
+            })
         })?;
+        let rows: BTreeMap<u64, u64> = rows
+            .into_iter()
+            .map(|(member, n)| (member as u64, n as u64))
+            .collect();
         let total = total.max(0) as u64;
         Ok(Truth {
             total,
@@ -134,11 +162,17 @@ impl Sources {
         Ok(left)
     }
 
-    /// `SELECT VERSION()` and Redis's `redis_version`.
+    /// The database server's version and Redis's `redis_version`.
     pub fn versions(&self) -> anyhow::Result<(String, String)> {
-        let database: String = self
-            .runtime
-            .block_on(sqlx::query_scalar("SELECT VERSION()").fetch_one(&self.db))?;
+        let database: String = self.runtime.block_on(async {
+            match &self.db {
+                Database::MySql(db) => sqlx::query_scalar("SELECT VERSION()").fetch_one(db).await,
+                Database::Postgres(db) => {
+                    let version = "SELECT 'PostgreSQL ' || current_setting('server_version')";
+                    sqlx::query_scalar(version).fetch_one(db).await
+                }
+            }
+        })?;
         let (RedisSource::Server(first) | RedisSource::Cluster(_, first)) = &self.redis;
         let mut redis = first.get_connection()?;
         let info: String = redis::cmd("INFO").arg("server").query(&mut redis)?;

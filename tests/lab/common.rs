@@ -295,7 +295,10 @@ impl Setup {
             TestEngine::MySql => MYSQL,
             TestEngine::Postgres => POSTGRES,
         };
-        config.database_url = format!("{server}/{db_name}");
+        // The test's own pool reaches the database directly, whatever link
+        // the server's goes through.
+        let direct_url = format!("{server}/{db_name}");
+        config.database_url = direct_url.clone();
         config.redis_url = self.redis_url.clone();
         config.strategy_dir = strategy_dir.clone();
         config.compile_cache = compile_cache();
@@ -317,7 +320,7 @@ impl Setup {
             TestEngine::MySql => {
                 let db = MySqlPoolOptions::new()
                     .max_connections(4)
-                    .connect(&config.database_url)
+                    .connect(&direct_url)
                     .await
                     .unwrap();
                 db.execute(format!("ALTER TABLE coupons AUTO_INCREMENT = {id}").as_str())
@@ -328,7 +331,7 @@ impl Setup {
             TestEngine::Postgres => {
                 let db = PgPoolOptions::new()
                     .max_connections(4)
-                    .connect(&config.database_url)
+                    .connect(&direct_url)
                     .await
                     .unwrap();
                 let restart = format!("ALTER TABLE coupons ALTER COLUMN id RESTART WITH {id}");

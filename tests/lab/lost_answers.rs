@@ -392,11 +392,33 @@ async fn a_redis_cut_mid_burst_settles_every_lost_answer_and_strands_nothing_in_
 async fn a_commit_whose_answer_is_lost_is_settled_from_the_database_as_issued() {
     let links = start_links().await;
     let lab = linked_lab(&links, Link::Database, &["redis_lua"]).await;
+    commit_answer_lost_then_settled(&links, lab).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost_on_postgres_is_settled_from_the_rows_as_issued() {
+    let links =
+        tokio::task::spawn_blocking(|| Links::start_to_database(REDIS_UPSTREAM, "127.0.0.1:5432"));
+    let links = Arc::new(links.await.unwrap().expect("the links start"));
+    let through = links.clone();
+    let lab = Setup::with(&["redis_lua"])
+        .on_postgres()
+        .own_redis_db()
+        .tune(move |c| c.database_url = through.through(&c.database_url).unwrap())
+        .start()
+        .await;
+    commit_answer_lost_then_settled(&links, lab).await;
+}
+
+/// REDIS_LUA's COMMIT reaches the server, and the link is cut before its
+/// answer comes back: the request is answered 503 outcome unknown, its
+/// reservation kept, and settled from the rows as issued.
+async fn commit_answer_lost_then_settled(links: &Arc<Links>, lab: TestLab) {
     let (members, coupon) = lab.members_and_coupon(2, 10).await;
     // A connection in the pool before the answers slow down.
     lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
 
-    on_links(&links, |links| links.add_latency(Link::Database, 400)).await;
+    on_links(links, |links| links.add_latency(Link::Database, 400)).await;
     let asking = lab.issue(coupon, members[1], "REDIS_LUA");
     let cutting = async {
         // The row is committed on the server; its answer is on its way.
@@ -406,10 +428,10 @@ async fn a_commit_whose_answer_is_lost_is_settled_from_the_database_as_issued() 
             || async { lab.issued_members(coupon).await.contains(&members[1]) },
         )
         .await;
-        on_links(&links, |links| links.cut(Link::Database)).await;
+        on_links(links, |links| links.cut(Link::Database)).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        on_links(&links, |links| links.restore(Link::Database)).await;
-        on_links(&links, |links| links.remove_latency(Link::Database)).await;
+        on_links(links, |links| links.restore(Link::Database)).await;
+        on_links(links, |links| links.remove_latency(Link::Database)).await;
     };
     let (reply, ()) = tokio::join!(asking, cutting);
 

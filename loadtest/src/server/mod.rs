@@ -282,12 +282,34 @@ fn spawn_consumer(serve: &Launch, role: &str) -> anyhow::Result<Child> {
     }
 }
 
-/// The scratch database's URL, named after the migrations it holds.
+/// The scratch database's URL on the machine's MariaDB, named after the
+/// migrations it holds.
 pub fn database_url() -> anyhow::Result<String> {
-    let mut files: Vec<_> = std::fs::read_dir(root().join("migrations"))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|ext| ext == "sql"))
-        .collect();
+    Ok(format!("mysql://root@127.0.0.1:3306/{}", database_name()?))
+}
+
+/// The scratch database on the machine's PostgreSQL, named apart from
+/// MariaDB's: a lab's broker queue and stream are named after its
+/// database, and two labs served side by side must not share them.
+pub fn postgres_database_url() -> anyhow::Result<String> {
+    Ok(format!(
+        "postgres://postgres@127.0.0.1:5432/{}_pg",
+        database_name()?
+    ))
+}
+
+/// The scratch database's name, after the migrations of every engine: a
+/// new migration gives a new database, which the served lab migrates.
+fn database_name() -> anyhow::Result<String> {
+    let mut files = Vec::new();
+    for engine in ["mysql", "postgres"] {
+        let dir = root().join("migrations").join(engine);
+        files.extend(
+            std::fs::read_dir(dir)?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|path| path.extension().is_some_and(|ext| ext == "sql")),
+        );
+    }
     files.sort();
     // FNV-1a: stable across builds, which std's hasher does not promise.
     let mut hash: u32 = 0x811c_9dc5;
@@ -296,7 +318,5 @@ pub fn database_url() -> anyhow::Result<String> {
             hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
         }
     }
-    Ok(format!(
-        "mysql://root@127.0.0.1:3306/couponlab_loadtest_{hash:08x}"
-    ))
+    Ok(format!("couponlab_loadtest_{hash:08x}"))
 }

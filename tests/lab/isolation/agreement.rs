@@ -43,12 +43,27 @@ fn witnessed(result: &Value) -> BTreeSet<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_lab_names_only_anomalies_the_engine_allows_at_the_witnesses_level() {
-    let lab = Setup::with(&[
+    agrees_with(Engine::MariaDb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgres_the_lab_names_only_anomalies_postgres_allows_at_the_witnesses_level() {
+    agrees_with(Engine::Postgres).await;
+}
+
+/// Runs the database methods on a lab of `engine`, then each anomaly they
+/// witnessed through its Hermitage case on the same engine.
+async fn agrees_with(engine: Engine) {
+    let setup = Setup::with(&[
         "read_committed",
         "repeatable_read",
         "serializable",
         "pessimistic",
-    ])
+    ]);
+    let lab = match engine {
+        Engine::Postgres => setup.on_postgres(),
+        _ => setup,
+    }
     .start()
     .await;
     let members = lab.members(300).await;
@@ -70,11 +85,11 @@ async fn the_lab_names_only_anomalies_the_engine_allows_at_the_witnesses_level()
         );
     }
 
-    session::create_database(Engine::MariaDb).await;
+    session::create_database(engine).await;
     let mut table = Vec::new();
     for level in LEVELS {
         for (kind, case) in CASES_OF {
-            let mut run = Run::start_as("agreement", Engine::MariaDb, level, case).await;
+            let mut run = Run::start_as("agreement", engine, level, case).await;
             let verdict = cases::run(case, &mut run).await;
             run.finish().await;
             let named = found.contains(&(kind.to_string(), level.to_string()));
@@ -84,7 +99,7 @@ async fn the_lab_names_only_anomalies_the_engine_allows_at_the_witnesses_level()
             ));
             assert!(
                 !(named && verdict.prevented),
-                "the lab names {kind} at {level}, which MariaDB prevents there (Hermitage's {case}: {})",
+                "the lab names {kind} at {level}, which {engine:?} prevents there (Hermitage's {case}: {})",
                 verdict.cell()
             );
         }

@@ -17,7 +17,7 @@ const LOCK_WAIT_SECONDS: u32 = 5;
 /// How often a step is checked for its answer.
 const POLL: Duration = Duration::from_millis(5);
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
     MariaDb,
     MariaDbSnapshotIsolation,
