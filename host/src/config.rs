@@ -148,7 +148,7 @@ pub struct Config {
     #[arg(long, env = "COUPONLAB_RECORD_DORMANT_AFTER_S", default_value_t = 60)]
     pub record_dormant_after_s: u64,
 
-    /// Connections in the server's own MySQL pool (routes, results, reset).
+    /// Connections in the server's own database pool (routes, results, reset).
     #[arg(long, env = "COUPONLAB_ADMIN_DB_POOL_SIZE", default_value_t = 8)]
     pub admin_db_pool_size: u32,
 

@@ -1,6 +1,6 @@
 //! The server's own pool, MySQL/MariaDB or PostgreSQL by DATABASE_URL's
-//! scheme: the database is created when missing and migrated at start. Routes, results, consumers'
-//! bookkeeping and DELETE /lab/data run on it; components' SQL runs on the
+//! scheme: the database is created when missing and migrated at start.
+//! Routes, results, consumers' bookkeeping and DELETE /lab/data run on it; components' SQL runs on the
 //! pool of [`runtime::sql::user`](crate::runtime::sql::user), as a
 //! restricted user.
 

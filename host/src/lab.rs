@@ -28,7 +28,7 @@ pub struct Lab(Arc<LabState>);
 
 pub struct LabState {
     pub config: Config,
-    /// The server's own MySQL pool (routes, results, reset), as
+    /// The server's own database pool (routes, results, reset), as
     /// DATABASE_URL's user; components use a restricted one.
     db: Pool,
     /// The server's own Redis connection (results, confirmations, reset), as
@@ -162,7 +162,7 @@ impl Lab {
         WeakLab(Arc::downgrade(&self.0))
     }
 
-    /// The server's own MySQL pool.
+    /// The server's own database pool.
     pub fn db(&self) -> &Pool {
         &self.db
     }

@@ -28,7 +28,7 @@
 //!    - [`traces`]: what each request's component did, call by call.
 //!    - [`config`]: command line and environment configuration; each
 //!      capability's settings come from its own module.
-//!    - [`db`]: the server's own MySQL pool, database creation and
+//!    - [`db`]: the server's own database pool, database creation and
 //!      migrations.
 //!    - [`recorder`]: what each issue request asked and got, per coupon,
 //!      and the snapshots every host publishes of it.

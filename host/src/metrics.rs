@@ -39,7 +39,7 @@ pub struct Metrics {
     pub component_changes: IntCounterVec,
     /// Strategy instances alive now.
     pub instances_in_use: IntGauge,
-    /// Connections of the MySQL pools by pool and state (in use, idle).
+    /// Connections of the database pools by pool and state (in use, idle).
     pub db_connections: IntGaugeVec,
     /// Calls waiting for a connection of the components' pool.
     pub db_waiting: IntGauge,
@@ -137,7 +137,7 @@ impl Metrics {
             ),
             db_connections: gauges(
                 "couponlab_db_connections",
-                "Connections of the MySQL pools, by pool and state.",
+                "Connections of the database pools, by pool and state.",
                 &["pool", "state"],
             ),
             db_waiting: gauge(

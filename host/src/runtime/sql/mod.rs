@@ -1,16 +1,19 @@
 //! The `sql` capability: transactions at a chosen isolation level and
-//! autocommit statements, over the server's sqlx MySQL pool.
+//! autocommit statements, over a sqlx pool of MySQL/MariaDB or PostgreSQL.
 //!
 //! - [`lent`]: every statement runs on a connection lent to the call, which
 //!   goes back to the pool only from a state the host knows is clean, and is
 //!   closed otherwise; [`orphans`]: the sessions of lost connections, ended
 //!   on the server;
-//! - [`statement`]: which statements a component may run at all;
+//! - [`statement`]: which statements a component may run at all, and the
+//!   text sent for them (`tokens`: how each dialect reads a statement);
 //! - [`value`]: parameters and rows between WIT and sqlx, and the typed
-//!   errors a strategy acts on;
-//! - [`user`]: the database user components run as, and their pools;
+//!   errors a strategy acts on (`postgres`: PostgreSQL's);
+//! - [`user`]: the database user (or role) components run as, and their
+//!   pools;
 //! - [`engine`]: which server answers, and what its levels allow;
-//! - [`named_lock`]: `GET_LOCK` on a session the call holds to its end;
+//! - [`named_lock`]: `GET_LOCK` (or an advisory lock) on a session the call
+//!   holds to its end;
 //! - [`transaction`]: the `transaction` resource.
 
 pub mod engine;

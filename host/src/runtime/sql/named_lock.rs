@@ -96,13 +96,18 @@ impl LockSession {
                         wait.as_millis().max(1),
                         advisory_key(name)
                     );
-                    match conn.batch(&take).await {
-                        Ok(_) => Ok(Some(1)),
-                        Err(err) if lock_not_available(&err) => {
-                            conn.batch("ROLLBACK").await?;
-                            Ok(Some(0))
-                        }
-                        Err(err) => Err(err),
+                    let Err(err) = conn.batch(&take).await else {
+                        return Ok(Some(1));
+                    };
+                    // Whatever ended the wait (its timeout, a deadlock
+                    // between two calls' locks, a cancelled statement)
+                    // left the transaction around it to roll back, before
+                    // the session takes anything else.
+                    conn.batch("ROLLBACK").await?;
+                    if lock_not_available(&err) {
+                        Ok(Some(0))
+                    } else {
+                        Err(err)
                     }
                 }
             })

@@ -4,8 +4,9 @@
 //! until its own timeouts (hours by default), and with it every lock the
 //! transaction took, so the next request on the coupon waits for a lock
 //! nobody will release. The host knows each transaction's session (its
-//! `CONNECTION_ID()`, read with BEGIN) and ends it with `KILL CONNECTION`
-//! through the server's own pool, again every quarter second until the
+//! `CONNECTION_ID()` or `pg_backend_pid()`, read with BEGIN) and ends it
+//! with `KILL CONNECTION` (PostgreSQL: `pg_terminate_backend`) through the
+//! server's own pool, again every quarter second until the
 //! database answers. Once it is gone, nothing that session sent can still
 //! commit: only then does the host read what a lost COMMIT did.
 
