@@ -14,7 +14,7 @@ use crate::canary::served;
 use crate::common::{Reply, Setup, TestLab, outcome};
 
 /// The methods whose canary must pass on PostgreSQL, by component.
-const SERVED: [(&str, &str); 12] = [
+const SERVED: [(&str, &str); 14] = [
     ("read_committed", "READ_COMMITTED"),
     ("repeatable_read", "REPEATABLE_READ"),
     ("serializable", "SERIALIZABLE"),
@@ -23,6 +23,8 @@ const SERVED: [(&str, &str); 12] = [
     ("optimistic", "OPTIMISTIC"),
     ("optimistic_retry", "OPTIMISTIC_RETRY"),
     ("redis_lua", "REDIS_LUA"),
+    ("py_redis_lua", "PY_REDIS_LUA"),
+    ("js_redis_lua", "JS_REDIS_LUA"),
     ("redis_incr", "REDIS_INCR"),
     ("redis_lua_gate", "REDIS_LUA_GATE"),
     ("redis_stream_atomic", "REDIS_STREAM_ATOMIC"),
@@ -30,10 +32,12 @@ const SERVED: [(&str, &str); 12] = [
 ];
 
 /// Of those, the methods that sell out exactly: every unit, never more.
-const EXACT: [&str; 7] = [
+const EXACT: [&str; 9] = [
     "PESSIMISTIC",
     "ATOMIC_UPDATE",
     "REDIS_LUA",
+    "PY_REDIS_LUA",
+    "JS_REDIS_LUA",
     "REDIS_INCR",
     "REDIS_LUA_GATE",
     "REDIS_STREAM_ATOMIC",
