@@ -76,6 +76,33 @@ impl Limits {
         self.statement
             .set(self.call.saturating_sub(STATEMENT_MARGIN))
     }
+
+    /// BEGIN with `characteristics`, its statements cut after `left`, and
+    /// the session's id, as one batch. MySQL's `SET TRANSACTION` applies to
+    /// the next transaction and its limit to the session, which
+    /// [`Limits::end`] restores; PostgreSQL's `SET LOCAL` lasts to the
+    /// transaction's end.
+    fn begin(&self, left: Duration, characteristics: &str) -> String {
+        match self.statement {
+            StatementLimit::Postgres => format!(
+                "BEGIN {characteristics}; SET LOCAL statement_timeout = {}; SELECT pg_backend_pid()",
+                left.as_millis().max(1)
+            ),
+            limit => format!(
+                "{}; SET TRANSACTION {characteristics}; BEGIN; SELECT CONNECTION_ID()",
+                limit.set(left)
+            ),
+        }
+    }
+
+    /// `end` (COMMIT or ROLLBACK), with the session's limit back to its
+    /// default where BEGIN changed it.
+    fn end(&self, end: &str) -> String {
+        match self.statement {
+            StatementLimit::Postgres => end.to_string(),
+            _ => format!("{end}; {}", self.session_default()),
+        }
+    }
 }
 
 /// A pooled connection of either engine.
@@ -253,17 +280,7 @@ impl Lent {
         let left = deadline
             .saturating_duration_since(Instant::now())
             .saturating_sub(STATEMENT_MARGIN);
-        let limit = limits.statement.set(left);
-        let begin = match limits.statement {
-            // `SET LOCAL` lasts to the transaction's end: nothing to restore.
-            StatementLimit::Postgres => format!(
-                "BEGIN {characteristics}; {}; SELECT pg_backend_pid()",
-                limit.replacen("SET ", "SET LOCAL ", 1)
-            ),
-            _ => {
-                format!("{limit}; SET TRANSACTION {characteristics}; BEGIN; SELECT CONNECTION_ID()")
-            }
-        };
+        let begin = limits.begin(left, characteristics);
         self.aborted = false;
         // A refusal part way leaves the session's limit changed: unknown.
         let session = self
@@ -279,10 +296,7 @@ impl Lent {
     /// default, in one round trip. Only a clean end makes the connection
     /// reusable; a failed one leaves it to be closed.
     pub async fn finish(&mut self, limits: Limits, end: &'static str) -> Result<(), sqlx::Error> {
-        let finish = match limits.statement {
-            StatementLimit::Postgres => end.to_string(),
-            _ => format!("{end}; {}", limits.session_default()),
-        };
+        let finish = limits.end(end);
         // After a refusal, whether the server ended the transaction is not known.
         self.on(State::Clean, State::Unknown, async |conn| {
             conn.batch(&finish).await.map(drop)
