@@ -241,6 +241,9 @@ pub mod fields {
     pub const METHOD: &str = "method";
     /// When the request was accepted (Unix ms).
     pub const ACCEPTED_AT: &str = "acceptedAt";
+    /// Added by the host to a broker message: the id of the lab that
+    /// published it, whose consumers alone may confirm it.
+    pub const LAB: &str = "lab";
 
     /// Every field of an entry, in the order components write them.
     pub const ENTRY: [&str; 4] = [MEMBER_ID, COUPON_ID, METHOD, ACCEPTED_AT];

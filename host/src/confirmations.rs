@@ -103,19 +103,54 @@ pub async fn record_confirmed(
     Ok(lag)
 }
 
-/// Counts one `event` (`redelivered`, `deadLettered`) of a broker's
-/// message for `coupon_id`.
-pub async fn record_broker_event(
-    redis: &RedisConn,
-    coupon_id: u64,
-    event: &str,
-) -> Result<(), RedisError> {
-    redis::cmd("HINCRBY")
-        .arg(broker_events_key(coupon_id))
-        .arg(event)
-        .arg(1)
-        .query_async(&mut redis.clone())
-        .await
+/// What a broker's consumers did besides acking, counted per coupon in
+/// Redis; counts Redis did not take (it was down) wait here and go with
+/// the next count that reaches it, so an outage loses none of them.
+#[derive(Default)]
+pub struct BrokerEvents {
+    unrecorded: parking_lot::Mutex<BTreeMap<(u64, &'static str), u64>>,
+}
+
+impl BrokerEvents {
+    /// Counts one `event` (`redelivered`, `deadLettered`) of a broker's
+    /// message for `coupon_id`, with every count still waiting.
+    pub async fn record(
+        &self,
+        redis: &RedisConn,
+        coupon_id: u64,
+        event: &'static str,
+    ) -> Result<(), RedisError> {
+        let waiting = {
+            let mut unrecorded = self.unrecorded.lock();
+            *unrecorded.entry((coupon_id, event)).or_default() += 1;
+            std::mem::take(&mut *unrecorded)
+        };
+        let mut left = waiting.into_iter();
+        while let Some(((coupon, event), count)) = left.next() {
+            let counted: Result<(), RedisError> = redis::cmd("HINCRBY")
+                .arg(broker_events_key(coupon))
+                .arg(event)
+                .arg(count)
+                .query_async(&mut redis.clone())
+                .await;
+            if let Err(err) = counted {
+                // Kept for the next count, this one among them: an answer
+                // lost after Redis counted it counts it twice, so an
+                // outage's figures are at least what happened.
+                let mut unrecorded = self.unrecorded.lock();
+                for (key, count) in std::iter::once(((coupon, event), count)).chain(left) {
+                    *unrecorded.entry(key).or_default() += count;
+                }
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts waiting for Redis.
+    pub fn waiting(&self) -> u64 {
+        self.unrecorded.lock().values().sum()
+    }
 }
 
 /// The async part of a coupon's result.

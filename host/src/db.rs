@@ -83,6 +83,10 @@ pub struct Server {
     pub target: Target,
     /// The server, as read at start.
     pub engine: Engine,
+    /// The lab's own identity, kept in its database (`lab_identity`): the
+    /// same for every host of the lab, whichever address or node each
+    /// reaches the database by, and different for every other lab.
+    pub lab_id: String,
 }
 
 impl Server {
@@ -126,11 +130,22 @@ pub async fn connect(config: &Config) -> anyhow::Result<Server> {
     })
     .await?;
     migrate(&pool).await?;
+    let lab_id = answered("reading the lab's identity", STEP_LIMIT, lab_id(&pool)).await?;
     Ok(Server {
         pool,
         target,
         engine,
+        lab_id,
     })
+}
+
+/// The lab's identity, which its first migration made.
+async fn lab_id(pool: &Pool) -> anyhow::Result<String> {
+    let id: String = on_engine!(pool, "SELECT id FROM lab_identity", |pool, sql| {
+        sqlx::query_scalar(sql).fetch_one(pool).await
+    })
+    .context("cannot read the lab's identity from its database")?;
+    Ok(id.trim().to_string())
 }
 
 /// How long a server waits for another one's migrations to finish.

@@ -9,6 +9,7 @@ use anyhow::Context;
 use tokio_util::sync::DropGuard;
 
 use crate::config::Config;
+use crate::confirmations::BrokerEvents;
 use crate::db;
 use crate::db_target::Pool;
 use crate::metrics::Metrics;
@@ -44,6 +45,8 @@ pub struct LabState {
     pub recorder: Recorder,
     /// Requests whose outcome is to be settled later.
     pub settlements: Settlements,
+    /// Broker events counted while Redis could not take them.
+    pub broker_events: BrokerEvents,
     /// What each request's component did, call by call: the traces kept.
     pub traces: Traces,
     /// The coupons whose streams this process announced lately, by stream
@@ -52,6 +55,8 @@ pub struct LabState {
     /// This process among all those sharing the lab's Redis: its stream
     /// consumers, its loader and its request snapshots go by it.
     pub identity: String,
+    /// The lab's own id, the same on all its hosts ([`db::Server::lab_id`]).
+    pub lab_id: String,
     /// Renews the lab's claim of its Redis database until the lab is gone
     /// (none when the database is shared).
     _claim: Option<DropGuard>,
@@ -91,10 +96,12 @@ impl Lab {
             cluster: config.redis_cluster,
         };
         let metrics = Arc::new(Metrics::new());
-        // Named after the lab's database: every process of the lab, and no
-        // other lab, reads the same queues and streams.
+        // Named after the lab's id: every process of the lab, and no other
+        // lab, reads the same queues and streams.
+        let database_name = database.target.database().unwrap_or("couponlab");
         let topology = Topology {
-            names: Names::for_database(database.target.database().unwrap_or("couponlab")),
+            lab_id: database.lab_id.clone(),
+            names: Names::for_lab(database_name, &database.lab_id),
             max_deliveries: config.consumers.max_deliveries,
         };
         let caps = Capabilities::build(
@@ -135,7 +142,7 @@ impl Lab {
         let claim = if config.share_redis_database {
             None
         } else {
-            let identity = redis_claim::identity(&database.pool).await?;
+            let identity = redis_claim::identity(&database.pool, &database.lab_id).await?;
             redis_claim::claim_at_start(&redis, &identity, &config.redis_url).await?;
             Some(redis_claim::keep(redis.clone(), identity))
         };
@@ -149,9 +156,11 @@ impl Lab {
             registry: Registry::default(),
             recorder,
             settlements: Settlements::default(),
+            broker_events: BrokerEvents::default(),
             traces,
             announced: Recently::default(),
             identity: process_identity(),
+            lab_id: database.lab_id,
             _claim: claim,
         })))
     }

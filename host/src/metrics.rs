@@ -195,7 +195,7 @@ impl Metrics {
             ),
             broker_messages: counter(
                 "couponlab_broker_messages_total",
-                "Broker messages this process acked, sent back to be delivered again, or dead-lettered, by broker (rabbitmq, jetstream) and event (acked, redelivered, dead_lettered).",
+                "Broker messages this process acked, sent back to be delivered again, or dead-lettered, by broker (rabbitmq, jetstream) and event (acked, redelivered, dead_lettered, and foreign: another lab's message, dropped unread).",
                 &["broker", "event"],
             ),
             traces_kept: counter(

@@ -6,10 +6,13 @@
 //! every [`RENEW_EVERY`] — and a server whose Redis database another lab
 //! holds refuses to start, saying which. Hosts of one lab share the claim.
 //!
-//! The lab's identity is the database server's own name and port and the
-//! database's name, as MySQL reports them: the same whichever address a
-//! host reaches it by. A lab that stops lets its claim lapse; a lab started
-//! while Redis is down claims it once Redis answers.
+//! The lab's identity is the id kept in its database (`lab_identity`,
+//! [`crate::db::Server::lab_id`]): the same for every host of the lab,
+//! whichever address or node of the database each one reaches, and another
+//! for every other lab. The claim names the database too, as its server
+//! reports itself, for the message of a lab refused. A lab that stops lets
+//! its claim lapse; a lab started while Redis is down claims it once Redis
+//! answers.
 
 use std::time::Duration;
 
@@ -28,18 +31,20 @@ const HELD_FOR: Duration = Duration::from_secs(15);
 /// How often a host renews its lab's claim.
 const RENEW_EVERY: Duration = Duration::from_secs(5);
 
-/// Sets the claim unless another lab holds it; answers that lab.
+/// Sets the claim unless another lab holds it; answers that lab. A claim is
+/// the lab's id, a space, and where its database is: hosts of one lab on
+/// several nodes of a cluster name other places, and share the claim.
 const CLAIM: &str = r"
 local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then return holder end
+if holder and holder:match('^%S+') ~= ARGV[1]:match('^%S+') then return holder end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false
 ";
 
-/// The lab's identity: `host:port/database` as the database server names
-/// itself.
-pub async fn identity(db: &Pool) -> anyhow::Result<String> {
-    match db {
+/// The lab's claim: its id, and `host:port/database` as the database
+/// server names itself.
+pub async fn identity(db: &Pool, lab_id: &str) -> anyhow::Result<String> {
+    let place: String = match db {
         Pool::MySql(db) => {
             sqlx::query_scalar("SELECT CONCAT(@@hostname, ':', @@port, '/', DATABASE())")
                 .fetch_one(db)
@@ -55,7 +60,8 @@ pub async fn identity(db: &Pool) -> anyhow::Result<String> {
             .await
         }
     }
-    .context("cannot read the lab's identity from its database")
+    .context("cannot read the database's own name for the lab's claim")?;
+    Ok(format!("{lab_id} {place}"))
 }
 
 /// Claims the Redis database for the lab `identity`; answers the other lab
@@ -81,11 +87,12 @@ pub async fn claim_at_start(
     match claim(redis, identity).await {
         Ok(None) => Ok(()),
         Ok(Some(other)) => anyhow::bail!(
-            "the Redis database of {} is in use by another lab (the one on the MySQL database {other}), \
+            "the Redis database of {} is in use by another lab ({}), \
              and two labs on one Redis database read each other's streams and reservations: give \
              this lab a Redis database of its own (the number at the end of REDIS_URL), or stop \
              the other lab ({CLAIM_KEY} lapses {} s after its last host stops)",
             redacted(redis_url),
+            described(&other),
             HELD_FOR.as_secs()
         ),
         Err(err) if is_connection_error(&err) => {
@@ -93,6 +100,14 @@ pub async fn claim_at_start(
             Ok(())
         }
         Err(err) => Err(err).context("cannot claim the Redis database for this lab"),
+    }
+}
+
+/// A claim in words: `lab 1f2e… on the database host:3306/couponlab`.
+fn described(claim: &str) -> String {
+    match claim.split_once(' ') {
+        Some((id, place)) => format!("lab {id}, on the database {place}"),
+        None => format!("lab {claim}"),
     }
 }
 

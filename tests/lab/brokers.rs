@@ -7,9 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use couponlab::runtime::broker::message::Names;
+use couponlab::config::{CanaryMode, Config};
+use couponlab::runtime::broker::message::{self, Names};
 use couponlab_links::{Link, Links};
-use lapin::options::{ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::BasicProperties;
+use lapin::options::{
+    BasicPublishOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
 use lapin::types::FieldTable;
 use serde_json::{Value, json};
 
@@ -25,8 +29,8 @@ const RABBITMQ: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const NATS: &str = "nats://127.0.0.1:4222";
 
 /// The lab's queues and streams, named as its server names them.
-fn names(lab: &TestLab) -> Names {
-    Names::for_database(&lab.db_name)
+async fn names(lab: &TestLab) -> Names {
+    Names::for_lab(&lab.db_name, &lab.lab_id().await)
 }
 
 /// A channel on this machine's RabbitMQ, with its connection.
@@ -41,7 +45,7 @@ async fn rabbitmq() -> (lapin::Connection, lapin::Channel) {
 /// Messages in the lab's RabbitMQ dead-letter queue, kept for people.
 async fn rabbitmq_dead_letters(lab: &TestLab) -> u32 {
     let (_connection, channel) = rabbitmq().await;
-    let queue = names(lab).dead_queue;
+    let queue = names(lab).await.dead_queue;
     match channel
         .queue_declare(queue.as_str().into(), passive(), FieldTable::default())
         .await
@@ -54,7 +58,7 @@ async fn rabbitmq_dead_letters(lab: &TestLab) -> u32 {
 /// Messages in the lab's JetStream dead-letter stream.
 async fn jetstream_dead_letters(lab: &TestLab, nats: &str) -> u64 {
     let context = jetstream::new(async_nats::connect(nats).await.expect("NATS answers"));
-    match context.get_stream(names(lab).dead_stream).await {
+    match context.get_stream(names(lab).await.dead_stream).await {
         Ok(mut stream) => stream.info().await.unwrap().state.messages,
         Err(_) => 0,
     }
@@ -62,7 +66,7 @@ async fn jetstream_dead_letters(lab: &TestLab, nats: &str) -> u64 {
 
 /// Deletes the lab's queues, exchange and streams, then finishes the lab.
 async fn finish(lab: TestLab, nats: &str) {
-    let names = names(&lab);
+    let names = names(&lab).await;
     lab.finish().await;
     let (_connection, channel) = rabbitmq().await;
     for queue in [&names.queue, &names.dead_queue, &names.dead_to_compensate] {
@@ -181,7 +185,7 @@ async fn acked_here(lab: &TestLab, broker: &str) -> u64 {
 /// Consumers on the lab's RabbitMQ queue now.
 async fn queue_consumers(lab: &TestLab) -> u32 {
     let (_connection, channel) = rabbitmq().await;
-    let queue = names(lab).queue;
+    let queue = names(lab).await.queue;
     match channel
         .queue_declare(queue.as_str().into(), passive(), FieldTable::default())
         .await
@@ -499,4 +503,96 @@ async fn a_redis_link_cut_mid_burst_leaves_every_202_with_its_outcome() {
         nothing_lost_once_settled(&lab, coupon, &members, &replies).await;
     }
     finish(lab, NATS).await;
+}
+
+/// Whether `method` serves on `lab`, proved by its canary.
+fn proved_by_its_canary(strategies: &Value, method: &str) -> bool {
+    let served = strategies["strategies"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    served
+        .iter()
+        .any(|s| s["method"] == method && s["canary"]["passed"] == json!(true))
+}
+
+/// Messages of another lab `lab`'s consumers dropped unread.
+async fn foreign_here(lab: &TestLab, broker: &str) -> u64 {
+    let metrics = lab.get_text("/metrics").await;
+    let name = format!("couponlab_broker_messages_total{{broker=\"{broker}\",event=\"foreign\"}} ");
+    let line = metrics.lines().find_map(|line| line.strip_prefix(&name));
+    line.map_or(0, |count| count.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_labs_whose_databases_share_a_name_on_one_broker_each_confirm_only_their_own() {
+    // The natural way to try the second engine: the same database name on
+    // MariaDB and on PostgreSQL, each lab on a Redis database of its own,
+    // both on this machine's one RabbitMQ and one NATS.
+    let canary = |config: &mut Config| config.canary = CanaryMode::Changed;
+    let mariadb = Setup::with(&COMPONENTS)
+        .own_redis_db()
+        .tune(canary)
+        .start()
+        .await;
+    let postgres = Setup::with(&COMPONENTS)
+        .on_postgres()
+        .database_named(&mariadb.db_name)
+        .own_redis_db()
+        .tune(canary)
+        .start()
+        .await;
+    assert_ne!(mariadb.lab_id().await, postgres.lab_id().await);
+    let (proved_mariadb, proved_postgres) = tokio::join!(mariadb.proved(), postgres.proved());
+    for (lab, strategies) in [("mariadb", proved_mariadb), ("postgres", proved_postgres)] {
+        for method in METHODS {
+            assert!(
+                proved_by_its_canary(&strategies, method),
+                "{method} on {lab}: {strategies:#}"
+            );
+        }
+    }
+    // Both labs sell at once: each one's 202s become its own rows, and
+    // each message is confirmed by its own lab's consumers.
+    for method in METHODS {
+        tokio::join!(
+            sells_exactly_80_of_400(&mariadb, method),
+            sells_exactly_80_of_400(&postgres, method)
+        );
+    }
+    for lab in [&mariadb, &postgres] {
+        for broker in ["rabbitmq", "jetstream"] {
+            assert_eq!(acked_here(lab, broker).await, 80, "{broker}");
+        }
+    }
+    // A message of the PostgreSQL lab put in the MariaDB lab's queue is
+    // dropped there unread, and counted.
+    let coupon = mariadb.coupon(1).await;
+    let member = mariadb.members(1).await[0];
+    let fields = [
+        ("memberId".to_string(), member.to_string()),
+        ("couponId".to_string(), coupon.to_string()),
+    ];
+    let body = message::encode(METHODS[0], &postgres.lab_id().await, &fields).unwrap();
+    let (_connection, channel) = rabbitmq().await;
+    let queue = names(&mariadb).await.queue;
+    channel
+        .basic_publish(
+            "".into(),
+            queue.as_str().into(),
+            BasicPublishOptions::default(),
+            &body,
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    until("the other lab's message is dropped", DRAIN, || async {
+        foreign_here(&mariadb, "rabbitmq").await == 1
+    })
+    .await;
+    assert_eq!(mariadb.issue_rows(coupon).await, 0);
+    finish(postgres, NATS).await;
+    finish(mariadb, NATS).await;
 }

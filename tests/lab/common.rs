@@ -169,6 +169,8 @@ pub struct Setup {
     pub tune: Box<dyn FnOnce(&mut Config) + Send>,
     own_redis_db: bool,
     alone: bool,
+    /// The database's name, when the test gives one (else one of its own).
+    database_name: Option<String>,
 }
 
 /// Every test server holds this shared; a test that floods Redis for
@@ -226,7 +228,15 @@ impl Setup {
             tune: Box::new(|_| {}),
             own_redis_db: false,
             alone: false,
+            database_name: None,
         }
+    }
+
+    /// Names the server's database `name`: another engine's lab may have
+    /// a database of the same name.
+    pub fn database_named(mut self, name: &str) -> Self {
+        self.database_name = Some(name.to_string());
+        self
     }
 
     /// Runs the server on PostgreSQL instead of MariaDB.
@@ -282,7 +292,7 @@ impl Setup {
             .get_or_init(drop_stale_databases)
             .await;
         let id = unique();
-        let db_name = format!("couponlab_test_{id}");
+        let db_name = (self.database_name.take()).unwrap_or_else(|| format!("couponlab_test_{id}"));
         let strategy_dir = std::env::temp_dir().join(format!("couponlab-test-{id}"));
         std::fs::create_dir_all(&strategy_dir).unwrap();
         for name in &self.components {
@@ -665,6 +675,12 @@ impl TestLab {
     }
 
     /// The one number `query` selects from this test's database.
+    /// The lab's own id, as its first server made it in its database.
+    pub async fn lab_id(&self) -> String {
+        let rows: Vec<(String,)> = self.db.rows("SELECT id FROM lab_identity", &[]).await;
+        rows[0].0.trim().to_string()
+    }
+
     pub async fn number(&self, query: &str) -> i64 {
         self.number_of(query, &[]).await
     }

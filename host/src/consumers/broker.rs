@@ -15,11 +15,12 @@ use couponlab_contract::fields;
 use tokio_util::sync::CancellationToken;
 
 use super::{pause_unless_cancelled, until_answered};
-use crate::confirmations;
 use crate::issuing;
 use crate::lab::Lab;
+use crate::outcome::Outcome;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::{Disposition, StreamEntry};
+use crate::runtime::broker::message;
 
 /// Messages one process confirms at once, from each broker.
 pub const IN_FLIGHT: usize = 16;
@@ -76,6 +77,27 @@ pub async fn keep_consuming<F>(
             return;
         }
     }
+}
+
+/// The fields of a message `body` this lab published; `None` for another
+/// lab's, or a body none of the labs wrote, which is counted (`foreign`)
+/// and never handed to a component here: confirmed against this lab's
+/// database, another lab's request could be issued in this one.
+pub fn of_this_lab(lab: &Lab, broker: &str, body: &[u8]) -> Option<Vec<(String, String)>> {
+    let decoded = message::decode(body).filter(|fields| message::is_of_lab(fields, &lab.lab_id));
+    if decoded.is_none() {
+        tracing::warn!(
+            broker,
+            "a message of another lab (or of none) in this lab's queue; dropped unread"
+        );
+        let metrics = lab.runtime.metrics();
+        let foreign = Event::Foreign.label();
+        metrics
+            .broker_messages
+            .with_label_values(&[broker, foreign])
+            .inc();
+    }
+    decoded
 }
 
 /// The message as its component sees it, with that component: the broker
@@ -136,27 +158,35 @@ pub async fn confirm(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -
 }
 
 /// Lets the component of a message delivered too often undo its
-/// reservation, once the sessions of lost connections are ended; true when
-/// it answered, its outcome is recorded and the dead letter may be acked.
-pub async fn give_back(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -> bool {
+/// reservation, once the sessions of lost connections are ended. Answers
+/// what the dead letter became once its outcome is recorded (so it may be
+/// acked): dead-lettered when its reservation was given back, acked when
+/// one of its deliveries had committed its row (its outcome could not be
+/// recorded then: Redis was away); `None` when it is to be tried again.
+pub async fn give_back(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -> Option<Event> {
     let orphans = &lab.runtime.capabilities().sql.orphans;
     if !orphans.until_none(SESSIONS_ENDED_WITHIN).await {
         tracing::warn!(id = %entry.id, "a lost database session is not ended yet; the dead letter waits");
-        return false;
+        return None;
     }
     let answered = until_answered(1, || lab.runtime.dead_letter(strategy, entry)).await;
     match answered.result {
         Ok(confirmation) => {
+            let issued = Outcome::from(confirmation.outcome) == Outcome::Issued;
             let recorded =
                 issuing::confirmed(lab, strategy, &confirmation, Some(answered.trace)).await;
-            if recorded {
-                tracing::warn!(id = %entry.id, deliveries = entry.deliveries, "broker message dead-lettered");
+            match (recorded, issued) {
+                (false, _) => None,
+                (true, true) => Some(Event::Acked),
+                (true, false) => {
+                    tracing::warn!(id = %entry.id, deliveries = entry.deliveries, "broker message dead-lettered");
+                    Some(Event::DeadLettered)
+                }
             }
-            recorded
         }
         Err(err) => {
             tracing::error!(id = %entry.id, error = %err, "dead-letter compensation failed; tried again");
-            false
+            None
         }
     }
 }
@@ -167,6 +197,8 @@ pub enum Event {
     Acked,
     Redelivered,
     DeadLettered,
+    /// Another lab's message, dropped unread ([`of_this_lab`]).
+    Foreign,
 }
 
 impl Event {
@@ -176,6 +208,7 @@ impl Event {
             Event::Acked => "acked",
             Event::Redelivered => "redelivered",
             Event::DeadLettered => "dead_lettered",
+            Event::Foreign => "foreign",
         }
     }
 
@@ -183,7 +216,7 @@ impl Event {
     /// result counts as a confirmation already.
     fn result_name(self) -> Option<&'static str> {
         match self {
-            Event::Acked => None,
+            Event::Acked | Event::Foreign => None,
             Event::Redelivered => Some("redelivered"),
             Event::DeadLettered => Some("deadLettered"),
         }
@@ -206,9 +239,10 @@ pub async fn count(lab: &Lab, broker: &str, event: Event, entry: Option<&StreamE
         found.and_then(|(_, id)| id.parse::<u64>().ok())
     });
     if let (Some(name), Some(coupon)) = (event.result_name(), coupon)
-        && let Err(err) = confirmations::record_broker_event(lab.redis(), coupon, name).await
+        && let Err(err) = lab.broker_events.record(lab.redis(), coupon, name).await
     {
-        tracing::warn!(coupon, event = name, error = %err, "could not count a broker event in Redis");
+        let waiting = lab.broker_events.waiting();
+        tracing::warn!(coupon, event = name, waiting, error = %err, "could not count a broker event in Redis; counted with the next one that reaches it");
     }
 }
 

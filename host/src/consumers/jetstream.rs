@@ -22,22 +22,18 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::broker::{
-    Event, IN_FLIGHT, confirm, count, give_back, keep_consuming, owned, retry_pause,
+    Event, IN_FLIGHT, confirm, count, give_back, keep_consuming, of_this_lab, owned, retry_pause,
 };
 use super::pause_unless_cancelled;
 use crate::lab::Lab;
 use crate::runtime::bindings::types::Disposition;
-use crate::runtime::broker::{Topology, jetstream as js, message};
+use crate::runtime::broker::{Topology, jetstream as js};
 
 /// The broker's name in logs and metrics.
 const BROKER: &str = "jetstream";
 
 /// How long connecting may take.
 const CONNECT_WITHIN: Duration = Duration::from_secs(5);
-
-/// How long a delivered message may go unacked before JetStream delivers
-/// it again: longer than any confirm takes.
-const ACK_WAIT: Duration = Duration::from_secs(30);
 
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
     let confirming = {
@@ -76,14 +72,22 @@ async fn confirm_all(lab: &Lab, cancel: &CancellationToken) -> Result<(), String
     let config = pull::Config {
         durable_name: Some(names.durable.clone()),
         ack_policy: AckPolicy::Explicit,
-        ack_wait: ACK_WAIT,
+        ack_wait: Duration::from_millis(
+            lab.runtime
+                .capabilities()
+                .brokers
+                .args
+                .jetstream_ack_wait_ms,
+        ),
         max_deliver: i64::from(topology.max_deliveries),
         max_ack_pending: 10_000,
         filter_subject: names.subject.clone(),
         ..pull::Config::default()
     };
+    // Created, or updated to this configuration: a lab started with
+    // another ack wait changes its consumer's.
     let consumer: PullConsumer = stream
-        .get_or_create_consumer(&names.durable, config)
+        .create_consumer(config)
         .await
         .map_err(|err| format!("JetStream: {err}"))?;
     let messages = consumer
@@ -123,8 +127,10 @@ async fn handle(lab: &Lab, message: jetstream::Message) -> Result<(), async_nats
     let deliveries = u32::try_from(info.delivered.max(1)).unwrap_or(u32::MAX);
     let id = message_id(message.headers.as_ref())
         .unwrap_or_else(|| format!("sequence {}", info.stream_sequence));
-    let owner =
-        message::decode(&message.payload).and_then(|fields| owned(lab, id, fields, deliveries));
+    let Some(fields) = of_this_lab(lab, BROKER, &message.payload) else {
+        return message.double_ack().await;
+    };
+    let owner = owned(lab, id, fields, deliveries);
     let done = match &owner {
         Some((entry, strategy)) => confirm(lab, strategy, entry).await == Disposition::Ack,
         None => false,
@@ -184,7 +190,7 @@ async fn give_back_dead(lab: &Lab, cancel: &CancellationToken) -> Result<(), Str
         };
         let id = message_id(Some(&stored.headers))
             .unwrap_or_else(|| format!("sequence {}", dead.stream_seq));
-        let Some(fields) = message::decode(&stored.payload) else {
+        let Some(fields) = of_this_lab(lab, BROKER, &stored.payload) else {
             continue;
         };
         let copied = context
@@ -200,12 +206,15 @@ async fn give_back_dead(lab: &Lab, cancel: &CancellationToken) -> Result<(), Str
             continue;
         };
         // No second advisory comes: tried until it answers.
-        while !give_back(lab, &strategy, &entry).await {
+        let event = loop {
+            if let Some(event) = give_back(lab, &strategy, &entry).await {
+                break event;
+            }
             if !pause_unless_cancelled(cancel, Duration::from_secs(1)).await {
                 return Ok(());
             }
-        }
-        count(lab, BROKER, Event::DeadLettered, Some(&entry)).await;
+        };
+        count(lab, BROKER, event, Some(&entry)).await;
         let _ = stream.delete_message(dead.stream_seq).await;
     }
 }

@@ -18,11 +18,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::broker::{
-    Event, IN_FLIGHT, confirm, count, give_back, keep_consuming, owned, retry_pause,
+    Event, IN_FLIGHT, confirm, count, give_back, keep_consuming, of_this_lab, owned, retry_pause,
 };
 use crate::lab::Lab;
 use crate::runtime::bindings::types::Disposition;
-use crate::runtime::broker::{amqp, message};
+use crate::runtime::broker::amqp;
 
 /// The broker's name in logs and metrics.
 const BROKER: &str = "rabbitmq";
@@ -114,12 +114,13 @@ async fn handle(lab: &Lab, role: Role, delivery: Delivery) -> lapin::Result<bool
         |id| id.to_string(),
     );
     let deliveries = redeliveries(delivery.properties.headers()) + 1;
-    let owner = message::decode(&delivery.data)
-        .and_then(|fields| owned(lab, id.clone(), fields, deliveries));
-    let Some((entry, strategy)) = owner else {
+    let Some(fields) = of_this_lab(lab, BROKER, &delivery.data) else {
+        return delivery.ack(BasicAckOptions::default()).await;
+    };
+    let Some((entry, strategy)) = owned(lab, id.clone(), fields, deliveries) else {
         return match role {
-            // Not one of this lab's, or its component is not loaded here:
-            // back into the queue, which counts it towards its dead letter.
+            // Its component is not loaded here: back into the queue, which
+            // counts it towards its dead letter.
             Role::Confirm => {
                 tokio::time::sleep(retry_pause(deliveries)).await;
                 delivery.nack(requeue()).await
@@ -129,14 +130,13 @@ async fn handle(lab: &Lab, role: Role, delivery: Delivery) -> lapin::Result<bool
         };
     };
     let done = match role {
-        Role::Confirm => confirm(lab, &strategy, &entry).await == Disposition::Ack,
+        Role::Confirm => {
+            let acked = confirm(lab, &strategy, &entry).await == Disposition::Ack;
+            acked.then_some(Event::Acked)
+        }
         Role::GiveBack => give_back(lab, &strategy, &entry).await,
     };
-    if done {
-        let event = match role {
-            Role::Confirm => Event::Acked,
-            Role::GiveBack => Event::DeadLettered,
-        };
+    if let Some(event) = done {
         count(lab, BROKER, event, Some(&entry)).await;
         delivery.ack(BasicAckOptions::default()).await
     } else {

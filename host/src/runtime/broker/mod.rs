@@ -1,9 +1,9 @@
 //! The `broker` capability: a component publishes one issue request to the
 //! lab's own RabbitMQ queue or JetStream subject and learns whether the
 //! broker confirmed it. The host names the queue and subject (from the
-//! lab's database, [`message::Names`]) and sets the message's method to the
-//! component's, so a component can publish nowhere else and for no other
-//! method. The consumers a floor above hand each message back to the
+//! lab's id, [`message::Names`]) and sets the message's method to the
+//! component's and its lab to this lab, so a component can publish nowhere
+//! else, for no other method and to no other lab's consumers. The consumers a floor above hand each message back to the
 //! component.
 //!
 //! Neither broker needs to run for the lab to serve: each is connected on
@@ -38,6 +38,14 @@ pub struct BrokerArgs {
     /// to open), at most; never past the call's deadline.
     #[arg(long, env = "COUPONLAB_BROKER_CONFIRM_MS", default_value_t = 2_000)]
     pub broker_confirm_ms: u64,
+
+    /// How long a JetStream message delivered to a process may go unacked
+    /// before it is delivered again: a process killed holding it delays
+    /// its confirmation this long. As long as a Redis stream entry waits
+    /// to be claimed (`COUPONLAB_STREAM_CLAIM_IDLE_MS`), and longer than a
+    /// confirm takes.
+    #[arg(long, env = "COUPONLAB_JETSTREAM_ACK_WAIT_MS", default_value_t = 5_000)]
+    pub jetstream_ack_wait_ms: u64,
 }
 
 /// Where this lab's messages go, and how often one is delivered before it
@@ -45,6 +53,8 @@ pub struct BrokerArgs {
 /// the same queues and streams.
 #[derive(Debug, Clone)]
 pub struct Topology {
+    /// The lab's id, which every message carries.
+    pub lab_id: String,
     pub names: message::Names,
     pub max_deliveries: u32,
 }
@@ -99,7 +109,7 @@ impl wit::Host for HostState {
         fields: Vec<(String, String)>,
     ) -> wasmtime::Result<Result<(), PublishError>> {
         let brokers = &self.caps.brokers;
-        let body = match message::encode(&self.method, &fields) {
+        let body = match message::encode(&self.method, &brokers.topology.lab_id, &fields) {
             Ok(body) => body,
             Err(why) => return Ok(Err(PublishError::Refused(why))),
         };
