@@ -6,8 +6,11 @@
 //!   MySQL/MariaDB answer, build, and serve.
 //! - `cargo xtask test [-- <cargo test args>]`: the same preparation, then
 //!   the whole test suite.
-//! - `cargo xtask services`: only make sure Redis and MySQL/MariaDB answer.
+//! - `cargo xtask services [--galera]`: only make sure Redis and
+//!   MySQL/MariaDB answer (and, with `--galera`, the Galera cluster).
 //! - `cargo xtask cluster up|down`: a local Redis Cluster of three masters.
+//! - `cargo xtask galera up|down|status`: a local MariaDB Galera cluster of
+//!   three nodes on ports 3307-3309.
 //! - `cargo xtask new NAME --lang rust|python|js`: a strategy to start from.
 //! - `cargo xtask loadtest | bench | idle | soak | api-check [options]`: the
 //!   load runner (`loadtest/`, `loadtest/README.md`), run once what it needs
@@ -17,10 +20,12 @@
 //! the Python and JavaScript ones, `installed` keeps the record of what was
 //! installed; `new` writes a strategy; `services`
 //! makes sure Redis and MySQL answer and installs Debian's tools; `cluster`
-//! starts and stops the Redis Cluster; `runner` runs the load runner after
-//! what its task needs, `tools` installs the Python tools it calls.
+//! starts and stops the Redis Cluster, `galera` the Galera cluster; `runner`
+//! runs the load runner after what its task needs, `tools` installs the
+//! Python tools it calls.
 
 mod cluster;
+mod galera;
 mod installed;
 mod new;
 mod polyglot;
@@ -49,7 +54,7 @@ fn main() -> anyhow::Result<()> {
     match task {
         "strategies" => strategies::main(&rest),
         "new" => new::main(&rest),
-        "services" => services::ensure(),
+        "services" => services::main(&rest),
         "run" => {
             services::ensure()?;
             build_all(&strategy_dir(), || Ok(()))?;
@@ -74,9 +79,10 @@ fn main() -> anyhow::Result<()> {
         }
         task if runner::TASKS.contains(&task) => runner::main(task, &rest),
         "cluster" => cluster::main(&rest),
+        "galera" => galera::main(&rest),
         "help" | "--help" | "-h" => {
             println!(
-                "usage: cargo xtask <strategies | new | run | test | services | loadtest | bench | idle | soak | cluster | api-check> [-- args]"
+                "usage: cargo xtask <strategies | new | run | test | services | loadtest | bench | idle | soak | cluster | galera | api-check> [-- args]"
             );
             Ok(())
         }

@@ -19,6 +19,18 @@ struct Service {
     optional: bool,
 }
 
+/// `cargo xtask services [--galera]`: the services, then with `--galera`
+/// the local Galera cluster.
+pub fn main(args: &[String]) -> anyhow::Result<()> {
+    let galera = match args {
+        [] => false,
+        [flag] if flag == "--galera" => true,
+        _ => bail!("usage: cargo xtask services [--galera]"),
+    };
+    ensure()?;
+    if galera { crate::galera::up() } else { Ok(()) }
+}
+
 pub fn ensure() -> anyhow::Result<()> {
     let services = [
         Service {
