@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::db_target::Dialect;
+use crate::redis_target::url as redis_url_text;
 use crate::runtime::CapabilityArgs;
 use crate::traces::TraceArgs;
 
@@ -79,13 +81,14 @@ pub struct Config {
     #[arg(long, env = "COUPONLAB_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
 
-    /// MySQL/MariaDB URL; the database is created if missing and migrated at start.
-    #[arg(long, env = "DATABASE_URL", default_value = LOCAL_DATABASE)]
+    /// MySQL/MariaDB or PostgreSQL URL; the database is created if missing
+    /// and migrated at start.
+    #[arg(long, env = "DATABASE_URL", default_value = LOCAL_DATABASE, value_parser = database_url)]
     pub database_url: String,
 
     /// Redis URL; the path selects the logical database. With
     /// `--redis-cluster`, a comma-separated list of the cluster's seed nodes.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0")]
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0", value_parser = redis_url)]
     pub redis_url: String,
 
     /// REDIS_URL names a Redis Cluster: every command goes to the node that
@@ -205,6 +208,33 @@ pub struct ConsumerConfig {
     pub subscriber_workers: usize,
 }
 
+/// What DATABASE_URL takes, for every error about it.
+const DATABASE_URLS: &str = "DATABASE_URL takes mysql://USER[:PASSWORD]@HOST[:PORT]/DATABASE \
+     (MySQL or MariaDB) or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (postgresql:// alike)";
+
+/// DATABASE_URL, refused at once when its scheme is no engine's the lab
+/// runs on.
+fn database_url(text: &str) -> Result<String, String> {
+    match (Dialect::of_url(text), text.split_once("://")) {
+        (Some(_), _) => Ok(text.to_string()),
+        (None, Some((scheme, _))) => Err(format!(
+            "DATABASE_URL's scheme {scheme}:// is no engine's the lab runs on; {DATABASE_URLS}"
+        )),
+        (None, None) => Err(format!(
+            "DATABASE_URL is not a URL: it has no scheme (`mysql://`, `postgres://`); \
+             {DATABASE_URLS}"
+        )),
+    }
+}
+
+/// REDIS_URL, refused at once when the lab cannot use it. A list is checked
+/// as a cluster's seed nodes; whether `--redis-cluster` says so is checked
+/// at start.
+fn redis_url(text: &str) -> Result<String, String> {
+    redis_url_text::check(text, text.contains(','))?;
+    Ok(text.to_string())
+}
+
 impl Config {
     /// The configuration from the environment and defaults alone.
     pub fn parse_from_env() -> Self {
@@ -255,6 +285,45 @@ mod tests {
             panic!("serve parses to Serve");
         };
         assert_eq!(config.capabilities.permits.per_gate, 2);
+    }
+
+    #[test]
+    fn a_url_the_lab_cannot_use_is_refused_naming_the_setting_and_what_it_takes() {
+        for (flag, value, problem, accepted) in [
+            (
+                "--redis-url",
+                "redis+sentinel://127.0.0.1:26379/mymaster/0",
+                "Redis Sentinel",
+                "REDIS_URL takes redis://",
+            ),
+            (
+                "--database-url",
+                "sqlite://lab.db",
+                "scheme sqlite://",
+                "DATABASE_URL takes mysql://",
+            ),
+            (
+                "--database-url",
+                "127.0.0.1:3306/lab",
+                "no scheme",
+                "DATABASE_URL takes mysql://",
+            ),
+        ] {
+            let parsed = Cli::try_parse_from(["couponlab", "serve", flag, value]);
+            let error = parsed.err().map(|err| err.to_string()).unwrap_or_default();
+            for told in [flag, problem, accepted] {
+                assert!(error.contains(told), "{flag} {value}: {error}");
+            }
+        }
+        let parsed = Cli::try_parse_from([
+            "couponlab",
+            "serve",
+            "--database-url",
+            "postgres://postgres@127.0.0.1:5432/lab",
+            "--redis-url",
+            "redis://127.0.0.1:6379/3",
+        ]);
+        assert!(parsed.is_ok(), "{:?}", parsed.err());
     }
 }
 

@@ -5,6 +5,8 @@
 //! caller routes anything; the few things that differ — scanning every node,
 //! a dedicated connection pinned to one node, subscribing — are here.
 
+pub mod url;
+
 use std::time::Duration;
 
 use anyhow::Context;
@@ -34,20 +36,21 @@ pub enum RedisTarget {
 impl RedisTarget {
     /// `urls` is one URL, or with `cluster` a comma-separated list of seed
     /// nodes (a cluster has only database 0).
+    /// A URL the lab cannot use is refused naming REDIS_URL, what is wrong
+    /// with it and what it takes ([`url::check`]).
     pub fn open(urls: &str, cluster: bool) -> anyhow::Result<Self> {
+        url::check(urls, cluster).map_err(anyhow::Error::msg)?;
         if !cluster {
-            let client =
-                redis::Client::open(urls).with_context(|| format!("not a Redis URL: {urls}"))?;
+            let client = redis::Client::open(urls.trim()).context(url::ACCEPTED)?;
             return Ok(Self::Server(client));
         }
         let seeds = seeds(urls);
-        let first = redis::Client::open(seeds[0])
-            .with_context(|| format!("not a Redis URL: {}", seeds[0]))?;
+        let first = redis::Client::open(seeds[0]).context(url::ACCEPTED)?;
         let client = ClusterClient::builder(seeds.iter().copied())
             .connection_timeout(CONNECT_TIMEOUT)
             .retries(2)
             .build()
-            .with_context(|| format!("not a list of Redis Cluster seed nodes: {urls}"))?;
+            .context(url::ACCEPTED)?;
         Ok(Self::Cluster {
             client: Box::new(client),
             first,
