@@ -14,11 +14,13 @@
 //! with its report; one that fails is refused with the first failing check
 //! and a request that shows it, and whatever its method served before
 //! keeps serving; one that reached no verdict (a dependency down) awaits,
-//! and runs again. A canary stops asking and waiting at [`LIMIT`], so it
-//! ends within that and one request's timeout. The whole runs off the
-//! request path, and nothing of it reaches a listing, a result, the
-//! recorder or `/metrics`. Nothing of it touches Redis unless the component
-//! does: a component that never does is proved while Redis is down.
+//! and runs again. Meanwhile a request for its method is told which of
+//! these it is (`Registry::unserved`). A canary stops asking and waiting
+//! at [`LIMIT`], so it ends within that and one request's timeout. The
+//! whole runs off the request path, and nothing of it reaches a listing,
+//! a result, the recorder or `/metrics`. Nothing of it touches Redis
+//! unless the component does: a component that never does is proved while
+//! Redis is down.
 //!
 //! A passed file is remembered by its sha256 in the database ([`passes`]),
 //! so `--canary changed` (the default) runs it once per file; `always`
@@ -46,7 +48,7 @@ use crate::db_target;
 use crate::lab::Lab;
 use crate::runtime::Strategy;
 use crate::runtime::canary_report::{CanaryReport, Failure};
-use crate::runtime::registry::{self, Candidate, components_in};
+use crate::runtime::registry::{self, Candidate, Unready, Unserved, components_in};
 use crate::runtime::watcher::{self, DirectoryWatcher};
 
 /// The scratch coupon's total.
@@ -117,7 +119,10 @@ async fn load_dir(lab: &Lab, provers: &Arc<Provers>) -> anyhow::Result<()> {
         };
         match known(lab, &candidate).await {
             Some(report) => lab.registry.publish(&lab.runtime, candidate, report),
-            None => provers::schedule(provers, lab, file),
+            None => {
+                not_serving(lab, &candidate.0, Unready::OnTrial);
+                provers::schedule(provers, lab, file);
+            }
         }
     }
     Ok(())
@@ -142,9 +147,21 @@ async fn reload(lab: &Lab, file: &Path) -> Turn {
     }
     let strategy = candidate.0.clone();
     tracing::info!(method = %strategy.method, file = %file.display(), "canary: proving a new component before it serves");
+    // A canary run again after one without a verdict keeps that one's
+    // reason until it has a verdict of its own: it is what the method
+    // waits for.
+    let again = lab
+        .registry
+        .unserved(&strategy.method)
+        .is_some_and(|known| {
+            known.file == strategy.file && matches!(known.why, Unready::NoVerdict(_))
+        });
+    if !again {
+        not_serving(lab, &strategy, Unready::OnTrial);
+    }
     let (report, verdict) = match once(lab, &strategy).await {
         Ok(judged) => judged,
-        Err(err) => return Turn::Inconclusive(format!("{err:#}")),
+        Err(err) => return no_verdict(lab, &strategy, format!("{err:#}")),
     };
     let _one_at_a_time = lab.registry.one_at_a_time().await;
     match verdict {
@@ -161,9 +178,31 @@ async fn reload(lab: &Lab, file: &Path) -> Turn {
             lab.registry
                 .refuse(&lab.runtime, candidate, failure.to_string(), report);
         }
-        Verdict::Inconclusive(reason) => return Turn::Inconclusive(reason),
+        Verdict::Inconclusive(reason) => return no_verdict(lab, &strategy, reason),
     }
     Turn::Settled
+}
+
+/// Records why `strategy`'s method does not serve, for a request that asks
+/// for it, unless another file serves that method already.
+fn not_serving(lab: &Lab, strategy: &Strategy, why: Unready) {
+    let retry_after = match why {
+        Unready::OnTrial | Unready::NoVerdict(_) => Some(provers::RETRY_AFTER),
+        Unready::Refused(_) => None,
+    };
+    let unserved = Unserved {
+        file: strategy.file.clone(),
+        why,
+        retry_after,
+    };
+    lab.registry.not_serving(&strategy.method, unserved);
+}
+
+/// A canary of `strategy` that reached no verdict, for `reason`: its method
+/// awaits the next one.
+fn no_verdict(lab: &Lab, strategy: &Strategy, reason: String) -> Turn {
+    not_serving(lab, strategy, Unready::NoVerdict(reason.clone()));
+    Turn::Inconclusive(reason)
 }
 
 /// `couponlab check`: the canary of `file`, whatever the directory serves.

@@ -21,7 +21,7 @@ use crate::lab::Lab;
 /// few enough that their bursts do not crowd two cores.
 const AT_ONCE: usize = 4;
 /// The pause before a canary without a verdict runs again.
-const RETRY_AFTER: Duration = Duration::from_secs(2);
+pub(super) const RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// How a file's turn ended.
 pub enum Turn {

@@ -6,11 +6,13 @@
 //! a time: [`Registry::examine`] loads and checks a changed file, and the
 //! caller (the canary) publishes the candidate or refuses it, each a new
 //! map stored at once. Components on trial serve only their canary's scratch
-//! coupons ([`Registry::owner`]).
+//! coupons ([`Registry::owner`]); the methods they name are known but not
+//! served ([`Registry::unserved`]), so a request for one is told why.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use chrono::{DateTime, Utc};
@@ -37,6 +39,27 @@ pub struct Rejection {
     pub canary: Option<CanaryReport>,
 }
 
+/// A method a file names whose component does not serve it.
+#[derive(Debug, Clone)]
+pub struct Unserved {
+    pub file: PathBuf,
+    pub why: Unready,
+    /// When asking again may find it serving; `None` when nothing changes
+    /// until its file does.
+    pub retry_after: Option<Duration>,
+}
+
+/// Why a component does not serve the method it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unready {
+    /// Its canary runs, or waits its turn.
+    OnTrial,
+    /// Its canary reached no verdict, for this reason; it runs again.
+    NoVerdict(String),
+    /// Its canary refused it, for this reason.
+    Refused(String),
+}
+
 #[derive(Default)]
 pub struct Registry {
     strategies: ArcSwap<BTreeMap<String, Arc<Strategy>>>,
@@ -44,6 +67,8 @@ pub struct Registry {
     rejections: ArcSwap<BTreeMap<PathBuf, Rejection>>,
     /// Components on trial, by the scratch coupons their canaries run on.
     pub trials: Trials,
+    /// Methods known but not served, each with the file that names it.
+    unserved: ArcSwap<BTreeMap<String, Unserved>>,
     /// Reloads are read-modify-write of the maps: one at a time.
     reloading: tokio::sync::Mutex<()>,
 }
@@ -67,6 +92,40 @@ impl Registry {
     /// Every loaded strategy, by method name.
     pub fn strategies(&self) -> Arc<BTreeMap<String, Arc<Strategy>>> {
         self.strategies.load_full()
+    }
+
+    /// Why `method`, which no component serves, is not served, when a file
+    /// names it.
+    pub fn unserved(&self, method: &str) -> Option<Unserved> {
+        self.unserved.load().get(method).cloned()
+    }
+
+    /// Records why `method`, named by `file`, does not serve, in place of
+    /// whatever was recorded of `file` before (it may have named another).
+    pub fn not_serving(&self, method: &str, unserved: Unserved) {
+        self.unserved.rcu(|methods| {
+            let mut methods = (**methods).clone();
+            methods.retain(|_, known| known.file != unserved.file);
+            methods.insert(method.to_string(), unserved.clone());
+            methods
+        });
+    }
+
+    /// Forgets what was recorded of `file`'s method: it serves, was removed,
+    /// or names no method any more.
+    fn forget_unserved(&self, file: &Path) {
+        if self
+            .unserved
+            .load()
+            .values()
+            .any(|known| known.file == file)
+        {
+            self.unserved.rcu(|methods| {
+                let mut methods = (**methods).clone();
+                methods.retain(|_, known| known.file != file);
+                methods
+            });
+        }
     }
 
     /// Files currently refused, by path.
@@ -171,6 +230,7 @@ impl Registry {
         current: &BTreeMap<String, Arc<Strategy>>,
     ) {
         self.forget_rejection(file);
+        self.forget_unserved(file);
         if let Some(old) = served {
             let mut map = current.clone();
             map.remove(&*old.method);
@@ -209,6 +269,7 @@ impl Registry {
         map.insert(method.clone(), strategy);
         self.strategies.store(Arc::new(map));
         self.forget_rejection(&file);
+        self.forget_unserved(&file);
         let change = if served.is_some() {
             "replaced"
         } else {
@@ -219,7 +280,8 @@ impl Registry {
     }
 
     /// Refuses `candidate` for what its canary found; whatever its file
-    /// served before keeps serving.
+    /// served before keeps serving, and a request for its method is told
+    /// why, until its file changes.
     pub fn refuse(
         &self,
         runtime: &Runtime,
@@ -228,7 +290,14 @@ impl Registry {
         canary: CanaryReport,
     ) {
         let (sha256, stamp) = (Some(strategy.sha256.clone()), Some(strategy.stamp));
-        self.reject(runtime, &strategy.file, sha256, stamp, reason, Some(canary));
+        let file = strategy.file.clone();
+        let refused = Unserved {
+            file: file.clone(),
+            why: Unready::Refused(reason.clone()),
+            retry_after: None,
+        };
+        self.reject(runtime, &file, sha256, stamp, reason, Some(canary));
+        self.not_serving(&strategy.method, refused);
     }
 
     fn reject(
@@ -241,6 +310,9 @@ impl Registry {
         canary: Option<CanaryReport>,
     ) {
         tracing::warn!(file = %file.display(), %reason, "strategy file rejected");
+        // What the file named before is not what it names now: a refusal
+        // by its canary says so again once recorded.
+        self.forget_unserved(file);
         // A rejected file's method is the one it served before, if any: a
         // file that never loaded never said its method.
         let method = self
