@@ -46,7 +46,7 @@ const START_AT_MS = parseInt(__ENV.START_AT_MS || '0', 10);
 if (!COUPON_ID) throw new Error('COUPON_ID is required (cargo xtask loadtest creates one)');
 
 // The statuses a client can see; "0" is no answer at all.
-const STATUSES = ['200', '202', '400', '404', '409', '500', '503', '504', '0'];
+const STATUSES = ['200', '202', '400', '404', '409', '422', '500', '503', '504', '0'];
 const answers = new Counter('issue_answers');
 const record = new Trend('issue_request', true);
 // k6's error code for a request that passed its timeout.

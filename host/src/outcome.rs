@@ -118,7 +118,9 @@ impl Outcome {
     /// The HTTP status an answer with this outcome has (the table in the
     /// README's *Using the API*): 2xx for a coupon issued or accepted, 409
     /// for a refusal the client caused, 503 for one it may retry, 404 for
-    /// an unknown member or coupon, 500 and 504 for a component that failed.
+    /// an unknown coupon (the resource the URL names), 422 for an unknown
+    /// member (named in the body: the URL's coupon is there, the request
+    /// cannot be served), 500 and 504 for a component that failed.
     pub fn status(self) -> StatusCode {
         match self {
             Outcome::Issued => StatusCode::OK,
@@ -132,13 +134,15 @@ impl Outcome {
             | Outcome::QueueFull
             | Outcome::Unavailable
             | Outcome::Busy => StatusCode::SERVICE_UNAVAILABLE,
-            Outcome::UnknownMember | Outcome::UnknownCoupon => StatusCode::NOT_FOUND,
+            Outcome::UnknownCoupon => StatusCode::NOT_FOUND,
+            Outcome::UnknownMember => StatusCode::UNPROCESSABLE_ENTITY,
             Outcome::Failed => StatusCode::INTERNAL_SERVER_ERROR,
             Outcome::TimedOut => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
-    /// What a refusal says when the component gave no detail.
+    /// What a refusal says when the component gave no detail, or when its
+    /// detail is not for the client ([`Outcome::names_its_own_message`]).
     pub fn default_message(self, coupon_id: u64, member_id: u64) -> String {
         match self {
             Outcome::SoldOut => format!("coupon {coupon_id} is sold out"),
@@ -165,6 +169,18 @@ impl Outcome {
             | Outcome::TimedOut
             | Outcome::Busy => self.name().to_string(),
         }
+    }
+
+    /// Whether a refusal with this outcome is told in the host's words
+    /// alone: an unknown member or coupon, or a duplicate, is the client's
+    /// input, and its message names the member or coupon; what the
+    /// component said of it (a foreign key's SQL text, the database's and
+    /// constraint's names) goes to the traces and the log, not the client.
+    pub fn names_its_own_message(self) -> bool {
+        matches!(
+            self,
+            Outcome::UnknownMember | Outcome::UnknownCoupon | Outcome::Duplicate
+        )
     }
 
     /// The name used in responses and results.

@@ -8,6 +8,55 @@ use crate::common::{REDIS, Setup, component};
 
 const METHODS: [&str; 2] = ["PESSIMISTIC", "REDIS_LUA"];
 
+/// A NUL character, which PostgreSQL cannot store in a text column (it
+/// once answered 503, as if the database were down), is a 400 that says so
+/// on every route that takes text, before the text reaches the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_character_in_any_text_is_a_400_on_postgres() {
+    let lab = Setup::with(&["redis_lua_gate"]).on_postgres().start().await;
+    let (members, coupon) = lab.members_and_coupon(1, 5).await;
+    let nul = "a\u{0}b";
+    let issue = format!("/lab/coupons/{coupon}/issue");
+    let cancel = format!("/lab/drop/coupons/{coupon}/cancel");
+    for (path, body, field) in [
+        (
+            "/lab/coupons",
+            json!({ "name": nul, "totalCount": 1 }),
+            "name",
+        ),
+        (
+            &issue,
+            json!({ "memberId": members[0], "method": "REDIS_LUA_GATE", "idempotencyKey": nul }),
+            "idempotencyKey",
+        ),
+        (
+            &issue,
+            json!({ "memberId": members[0], "method": "REDIS_LUA_GATE\u{0}" }),
+            "method",
+        ),
+        (
+            &cancel,
+            json!({ "memberId": members[0], "idempotencyKey": nul }),
+            "idempotencyKey",
+        ),
+    ] {
+        let reply = lab.post(path, body).await;
+        let message = reply.fails_with(400);
+        assert!(
+            message.starts_with(&format!("{field} must not hold a NUL character")),
+            "{path}: {message}"
+        );
+    }
+    for filter in ["outcome", "method"] {
+        let reply = lab
+            .get(&format!("/lab/coupons/{coupon}/traces?{filter}=a%00b"))
+            .await;
+        assert!(reply.fails_with(400).contains("NUL"), "{}", reply.body);
+    }
+    assert_eq!(lab.issue_rows(coupon).await, 0);
+    lab.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_member_twice_gets_409_the_second_time() {
     let lab = Setup::with(&["pessimistic", "redis_lua"]).start().await;
@@ -22,17 +71,25 @@ async fn the_same_member_twice_gets_409_the_second_time() {
     lab.finish().await;
 }
 
+/// The member is the body's, so an unknown one is a 422 (the URL's coupon
+/// is there); the coupon is the URL's, so an unknown one is a 404. Either
+/// is told by its id, never in the database's words (PESSIMISTIC's foreign
+/// key once told the database's and the constraint's names).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_members_and_coupons_get_404() {
+async fn unknown_members_get_422_and_unknown_coupons_404() {
     let lab = Setup::with(&["pessimistic", "redis_lua"]).start().await;
     let (members, coupon) = lab.members_and_coupon(1, 10).await;
     for method in METHODS {
-        lab.issue(coupon, 999_999_999, method)
-            .await
-            .fails_as(404, "UNKNOWN_MEMBER");
-        lab.issue(coupon + 999_999, members[0], method)
-            .await
-            .fails_as(404, "UNKNOWN_COUPON");
+        let reply = lab.issue(coupon, 999_999_999, method).await;
+        let message = reply.fails_as(422, "UNKNOWN_MEMBER");
+        assert_eq!(message, "UNKNOWN_MEMBER: member 999999999 does not exist");
+        let unknown = coupon + 999_999;
+        let reply = lab.issue(unknown, members[0], method).await;
+        let message = reply.fails_as(404, "UNKNOWN_COUPON");
+        assert_eq!(
+            message,
+            format!("UNKNOWN_COUPON: coupon {unknown} does not exist")
+        );
     }
     // Nothing was issued, and the failed reservation was compensated.
     assert!(lab.issued_members(coupon).await.is_empty());

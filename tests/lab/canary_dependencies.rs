@@ -1,8 +1,10 @@
 //! The canary and the servers it depends on: a lab started while Redis is
-//! down proves and serves what never touches Redis, and the rest once
+//! down proves and serves what never touches Redis, tells a request for
+//! the rest why it waits (503, with `Retry-After`), and serves it once
 //! Redis answers; a second lab on another Redis database hears only its own
 //! messages; a component whose 202s are never confirmed is refused within
-//! the canary's bound while the others serve; and two labs are never let
+//! the canary's bound while the others serve, and a request for it is told
+//! why (503, no `Retry-After`); and two labs are never let
 //! onto one Redis database.
 
 use std::time::{Duration, Instant};
@@ -13,7 +15,7 @@ use serde_json::{Value, json};
 use sqlx::Executor;
 
 use crate::canary::served;
-use crate::common::{MYSQL, PUBSUB, Setup, TestLab, until};
+use crate::common::{MYSQL, PUBSUB, Reply, Setup, TestLab, until};
 use crate::redis_server::RedisServer;
 
 fn with_canary(components: &[&'static str]) -> Setup {
@@ -22,6 +24,32 @@ fn with_canary(components: &[&'static str]) -> Setup {
 
 async fn listing(lab: &TestLab) -> Value {
     lab.get("/lab/strategies").await.ok().clone()
+}
+
+/// An issue request's answer and its `Retry-After` header, which [`Reply`]
+/// leaves out.
+async fn issue_told_when(
+    lab: &TestLab,
+    coupon: u64,
+    member: u64,
+    method: &str,
+) -> (Reply, Option<String>) {
+    let body = json!({ "memberId": member, "method": method });
+    let response = lab
+        .client
+        .post(format!("{}/lab/coupons/{coupon}/issue", lab.base))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the server answers");
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|value| value.to_str().unwrap().to_string());
+    let status = response.status();
+    let body = response.json().await.expect("a JSON envelope");
+    (Reply { status, body }, retry_after)
 }
 
 /// Waits until `method` serves; answers how long that took.
@@ -43,8 +71,46 @@ async fn with_redis_down_a_database_method_serves_and_a_redis_one_once_redis_ans
         .await;
     let took = until_served(&lab, "PESSIMISTIC", Duration::from_secs(20)).await;
     eprintln!("PESSIMISTIC proved and served {took:?} after a start with Redis down");
-    // REDIS_LUA's canary has no verdict while Redis is away: it awaits.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let members = lab.members(2).await;
+    let coupon = lab.coupon(1).await;
+
+    // REDIS_LUA's canary has no verdict while Redis is away: it awaits,
+    // and a request for it is told so, with the canary's reason and when
+    // to ask again (before its first canary ends, that it is on trial).
+    const WAITING: &str = "REDIS_LUA is waiting for its canary: ";
+    let bound = LIMIT + lab.config.request_timeout() + Duration::from_secs(10);
+    let started = Instant::now();
+    let told = loop {
+        let (reply, retry_after) = issue_told_when(&lab, coupon, members[1], "redis_lua").await;
+        let message = reply.fails_with(503).to_string();
+        assert!(
+            reply.body["error"].get("outcome").is_none(),
+            "{}",
+            reply.body
+        );
+        assert_eq!(retry_after.as_deref(), Some("2"), "{message}");
+        if message.starts_with(WAITING) {
+            // The document describes this 503, which carries no outcome.
+            let document = crate::openapi::document(&lab).await;
+            crate::openapi::conforms(&document, "POST", "/lab/coupons/{couponId}/issue", &reply);
+            break message;
+        }
+        assert!(message.starts_with("REDIS_LUA is on trial"), "{message}");
+        assert!(
+            started.elapsed() < bound,
+            "no canary of REDIS_LUA ended without a verdict within {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(told.contains("failing dependency"), "{told}");
+    let (nobody, retry_after) = issue_told_when(&lab, coupon, members[1], "NO_SUCH_METHOD").await;
+    assert!(
+        nobody.fails_with(400).starts_with("unknown method"),
+        "{}",
+        nobody.body
+    );
+    assert_eq!(retry_after, None);
+
     let waiting = listing(&lab).await;
     assert_eq!(waiting["rejected"], json!([]), "{waiting}");
     assert!(served(&waiting, "REDIS_LUA").is_none(), "{waiting}");
@@ -56,8 +122,6 @@ async fn with_redis_down_a_database_method_serves_and_a_redis_one_once_redis_ans
             .any(|file| file.as_str().unwrap().ends_with("redis_lua.wasm")),
         "{waiting}"
     );
-    let members = lab.members(2).await;
-    let coupon = lab.coupon(1).await;
     let reply = lab.issue(coupon, members[0], "PESSIMISTIC").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
 
@@ -127,6 +191,18 @@ async fn a_component_whose_confirmations_never_come_is_refused_within_the_bound(
     let reason = strategies["rejected"][0]["reason"].as_str().unwrap();
     assert!(reason.contains("every 202 is confirmed"), "{strategies}");
     eprintln!("refused {:?} after the start: {reason}", started.elapsed());
+    // A request for it is told so and why, with no time to ask again:
+    // nothing changes until its file does.
+    let (members, coupon) = lab.members_and_coupon(1, 1).await;
+    let (reply, retry_after) =
+        issue_told_when(&lab, coupon, members[0], "REDIS_STREAM_ATOMIC").await;
+    let message = reply.fails_with(503);
+    assert!(
+        message.starts_with("REDIS_STREAM_ATOMIC was refused by its canary"),
+        "{message}"
+    );
+    assert!(message.contains(reason), "{message}");
+    assert_eq!(retry_after, None, "{message}");
     lab.finish().await;
 }
 

@@ -514,7 +514,7 @@ async fn every_method_answers_the_same_member_twice_and_unknown_ids_per_contract
             "DUPLICATE"
         );
         let unknown_member = lab.issue(coupon, 999_999_999, method).await;
-        unknown_member.fails_as(404, "UNKNOWN_MEMBER");
+        unknown_member.fails_as(422, "UNKNOWN_MEMBER");
         let unknown_coupon = lab.issue(coupon + 999_999, members[0], method).await;
         unknown_coupon.fails_as(404, "UNKNOWN_COUPON");
         assert_eq!(lab.issued_members(coupon).await, members, "{method}");

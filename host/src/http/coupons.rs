@@ -32,13 +32,13 @@ pub fn router() -> Router<Lab> {
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct CreateCoupon {
-    /// 1 to 100 characters as sent, not all whitespace; kept trimmed. The
-    /// pattern names the whitespace (Unicode's White_Space, what the
-    /// server trims) one by one: regex dialects disagree on `\s`.
+    /// 1 to 100 characters as sent, not all whitespace, no NUL; kept
+    /// trimmed. The pattern names the whitespace (Unicode's White_Space,
+    /// what the server trims) one by one: regex dialects disagree on `\s`.
     #[schema(
         min_length = 1,
         max_length = 100,
-        pattern = r"[^\t\n\x0B\f\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]"
+        pattern = r"^[^\u0000]*[^\t\n\x0B\f\r \x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\u0000][^\u0000]*$"
     )]
     name: String,
     /// How many coupons there are, 1 to 100,000,000.
@@ -74,7 +74,7 @@ struct Created {
     request_body = CreateCoupon,
     responses(
         (status = 201, description = "The coupon was created", body = Success<Created>),
-        (status = 400, description = "A malformed body, an empty or long name, or a count out of range", body = ApiError),
+        (status = 400, description = "A malformed body, an empty or long name, one with a NUL character, or a count out of range", body = ApiError),
         DatabaseFailed,
     )
 )]

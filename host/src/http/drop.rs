@@ -11,7 +11,9 @@ use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::envelope::{Answer, ApiError, AppJson, idempotency_key, positive, positive_up_to};
+use super::envelope::{
+    Answer, ApiError, AppJson, component_refused, idempotency_key, positive, positive_up_to,
+};
 use super::integer::{integer, optional_integer};
 use super::schema::{ComponentFailed, CouponPath, Success, UnknownCoupon};
 use super::serving_coupon;
@@ -81,7 +83,7 @@ async fn seed(
         .seed(&strategy, coupon_id, quantity as u32, ttl as u32)
         .await
         .result?
-        .map_err(|err| ApiError::unavailable(format!("seeding failed: {err}")))?;
+        .map_err(|err| component_refused("seeding", err))?;
     Ok(Answer(
         StatusCode::OK,
         Seeded {
@@ -99,8 +101,9 @@ struct CancelBody {
     #[schema(minimum = 1)]
     #[serde(deserialize_with = "integer")]
     member_id: i64,
-    /// The key the reservation was issued with, 1 to 128 characters.
-    #[schema(min_length = 1, max_length = 128)]
+    /// The key the reservation was issued with, 1 to 128 characters, no
+    /// NUL.
+    #[schema(min_length = 1, max_length = 128, pattern = r"^[^\u0000]*$")]
     idempotency_key: String,
 }
 
@@ -124,7 +127,7 @@ struct Cancelled {
     request_body = CancelBody,
     responses(
         (status = 200, description = "Cancelled, or nothing was left to cancel (`cancelled` false)", body = Success<Cancelled>),
-        (status = 400, description = "A malformed body, a member id that is not positive, or a bad key", body = ApiError),
+        (status = 400, description = "A malformed body, a member id that is not positive, or a bad key (empty, long, or with a NUL character)", body = ApiError),
         UnknownCoupon,
         (status = 503, description = "Not cancelled: the database is unavailable, no gate-issuer component is loaded, the component reported a failure, or no instance was free", body = ApiError),
         ComponentFailed,
@@ -143,7 +146,7 @@ async fn cancel(
         .cancel(&strategy, coupon_id, member_id, &body.idempotency_key)
         .await
         .result?
-        .map_err(|err| ApiError::unavailable(format!("cancel failed: {err}")))?;
+        .map_err(|err| component_refused("cancelling", err))?;
     Ok(Answer(
         StatusCode::OK,
         Cancelled {

@@ -8,7 +8,8 @@
 use axum::extract::FromRequest;
 use axum::extract::FromRequestParts;
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::http::StatusCode;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
@@ -58,6 +59,9 @@ pub struct ApiError {
     pub message: String,
     /// What an issue request was refused as; `error.outcome` of the answer.
     pub outcome: Option<Outcome>,
+    /// Seconds after which asking again may be answered otherwise: the
+    /// answer's `Retry-After` header.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -66,6 +70,15 @@ impl ApiError {
             status,
             message: message.into(),
             outcome: None,
+            retry_after: None,
+        }
+    }
+
+    /// This error, telling the client to ask again after `seconds`.
+    pub fn retry_after(self, seconds: u64) -> Self {
+        Self {
+            retry_after: Some(seconds),
+            ..self
         }
     }
 
@@ -109,16 +122,55 @@ impl IntoResponse for ApiError {
                 outcome: self.outcome,
             }),
         };
-        (self.status, axum::Json(envelope)).into_response()
+        let mut response = (self.status, axum::Json(envelope)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
 /// A dependency failing is the dependency's fault, not the client's: 503.
+/// The answer says what kind of failure it was and no more: the database's
+/// own words can hold a statement, the database's name or a constraint's,
+/// which are the server's business; the log has them.
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
         tracing::warn!(error = %err, "database call failed");
-        Self::unavailable(format!("the database is unavailable: {err}"))
+        Self::unavailable(format!(
+            "the database is unavailable: {}",
+            failure_kind(&err)
+        ))
     }
+}
+
+/// What kind of failure `err` is, in words that name nothing of the
+/// database's.
+fn failure_kind(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Io(io) => format!("the connection failed ({})", io.kind()),
+        sqlx::Error::Tls(_) => "the connection's TLS failed".into(),
+        sqlx::Error::PoolTimedOut => "no connection was free in time".into(),
+        sqlx::Error::PoolClosed => "its pool is closed (the server is stopping)".into(),
+        sqlx::Error::Protocol(_) => "its answer broke the protocol".into(),
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => format!("it answered an error (SQLSTATE {code})"),
+            None => "it answered an error".into(),
+        },
+        _ => "a database call failed".into(),
+    }
+}
+
+/// A component's call that answered an error of its own (`err`, its
+/// words): 503, saying that `what` failed. The words go to the log and
+/// not to the client: a component's error can carry the database's text.
+pub fn component_refused(what: &str, err: impl std::fmt::Display) -> ApiError {
+    tracing::warn!(error = %err, "{what} failed");
+    ApiError::unavailable(format!(
+        "{what} failed: the component reported an error (the server's log has its words)"
+    ))
 }
 
 impl From<redis::RedisError> for ApiError {
@@ -199,8 +251,10 @@ pub fn idempotency_key(key: &str) -> Result<(), ApiError> {
     )
 }
 
-/// Checks that a text input has 1 to `max` of `unit` (`len` counts them).
+/// Checks that a text input has 1 to `max` of `unit` (`len` counts them),
+/// and is [`storable`].
 pub fn sized(name: &str, text: &str, len: usize, max: usize, unit: &str) -> Result<(), ApiError> {
+    storable(name, text)?;
     if text.is_empty() || len > max {
         return Err(ApiError::bad_request(format!(
             "{name} must be 1 to {max} {unit}"
@@ -209,9 +263,53 @@ pub fn sized(name: &str, text: &str, len: usize, max: usize, unit: &str) -> Resu
     Ok(())
 }
 
+/// Checks that a text input holds no NUL character, which PostgreSQL
+/// cannot store in a text column (it refuses the statement) and MariaDB
+/// stores where most tools cut the text short. Every route that takes text
+/// checks it before the text goes anywhere, and the document's pattern of
+/// each text (`^[^\u0000]*$`, or one that rules NUL out with more) says so.
+pub fn storable(name: &str, text: &str) -> Result<(), ApiError> {
+    if text.contains('\0') {
+        return Err(ApiError::bad_request(format!(
+            "{name} must not hold a NUL character (U+0000): the database cannot store it"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nul_character_is_refused_by_name() {
+        let refused = storable("name", "a\0b").unwrap_err();
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+        assert!(refused.message.starts_with("name must not hold a NUL"));
+        assert!(storable("name", "a b").is_ok());
+        assert!(idempotency_key("k\0").is_err());
+    }
+
+    #[test]
+    fn a_database_error_is_answered_without_its_text() {
+        let err = sqlx::Error::Protocol("SELECT secret FROM `lab`.`coupons`".into());
+        let answered = ApiError::from(err);
+        assert_eq!(answered.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            answered.message,
+            "the database is unavailable: its answer broke the protocol"
+        );
+    }
+
+    #[test]
+    fn retry_after_is_a_header_of_the_answer() {
+        let answer = ApiError::unavailable("later")
+            .retry_after(2)
+            .into_response();
+        assert_eq!(answer.headers()[RETRY_AFTER], "2");
+        let answer = ApiError::unavailable("now").into_response();
+        assert!(answer.headers().get(RETRY_AFTER).is_none());
+    }
 
     #[test]
     fn an_idempotency_key_is_measured_in_characters() {

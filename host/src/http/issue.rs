@@ -9,17 +9,22 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
 use utoipa::openapi::{ContentBuilder, RefOr, Response, ResponseBuilder};
 use utoipa::{IntoResponses, ToSchema};
 
-use super::envelope::{Answer, ApiError, AppJson, idempotency_key, positive, positive_up_to};
+use super::envelope::{
+    Answer, ApiError, AppJson, idempotency_key, positive, positive_up_to, storable,
+};
 use super::integer::{integer, optional_integer};
-use super::schema::{ComponentFailed, CouponPath, Success, refusal};
+use super::schema::{ComponentFailed, CouponPath, Success, no_refusal, refusal};
 use crate::budget::{self, Stage};
 use crate::issuing::{self, Asker};
 use crate::lab::Lab;
 use crate::outcome::Outcome;
 use crate::runtime::bindings::types::IssueRequest;
+use crate::runtime::registry::Unready;
 
 /// Most coupons one request may ask for.
 const MAX_QUANTITY: u64 = 100;
@@ -37,13 +42,13 @@ struct IssueBody {
     member_id: i64,
     /// A loaded method (`GET /lab/strategies`; the document lists those
     /// loaded when it was read), case-insensitive.
-    #[schema(example = "REDIS_LUA")]
+    #[schema(example = "REDIS_LUA", pattern = r"^[^\u0000]*$")]
     method: String,
     /// Isolation-level methods: false skips the member check.
     duplicate_check: Option<bool>,
     /// Passed to the component (the limited drop's request key), 1 to 128
-    /// characters.
-    #[schema(min_length = 1, max_length = 128)]
+    /// characters, no NUL.
+    #[schema(min_length = 1, max_length = 128, pattern = r"^[^\u0000]*$")]
     idempotency_key: Option<String>,
     /// How many coupons, 1 to 100 (default 1).
     #[schema(minimum = 1, maximum = 100)]
@@ -72,12 +77,16 @@ struct Issued {
 
 /// The refusals of an issue request: by status, what it means and the
 /// outcomes `error.outcome` names under it.
-const REFUSALS: [(StatusCode, &str, &[Outcome]); 3] = [
+const REFUSALS: [(StatusCode, &str, &[Outcome]); 4] = [
     (
         StatusCode::NOT_FOUND,
-        "`error.outcome` says which is unknown: UNKNOWN_MEMBER (no such member; the coupon exists) \
-         or UNKNOWN_COUPON (no such coupon)",
-        &[Outcome::UnknownMember, Outcome::UnknownCoupon],
+        "UNKNOWN_COUPON (`error.outcome`): no such coupon",
+        &[Outcome::UnknownCoupon],
+    ),
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "UNKNOWN_MEMBER (`error.outcome`): the body's member does not exist (the coupon does)",
+        &[Outcome::UnknownMember],
     ),
     (
         StatusCode::CONFLICT,
@@ -101,8 +110,17 @@ const REFUSALS: [(StatusCode, &str, &[Outcome]); 3] = [
     ),
 ];
 
+/// What else a 503 of an issue request can be: a method known but not
+/// served ([`not_served`]), with no `error.outcome`.
+const NOT_SERVED: &str = "Or, without `error.outcome`: the method is known but not served yet. \
+     Its component is on trial (its canary runs), waits for a canary that reached no verdict \
+     (the message says why, e.g. `REDIS_LUA is waiting for its canary: Redis is unavailable`), \
+     both with `Retry-After` (seconds); or its canary refused it (the message says why; no \
+     `Retry-After`: nothing changes until its file does)";
+
 /// [`REFUSALS`] in the document: each status's error envelope requires
-/// `error.outcome`, one of that status's outcomes.
+/// `error.outcome`, one of that status's outcomes; the 503 may also be a
+/// method not served ([`NOT_SERVED`]), with its `Retry-After`.
 struct Refused;
 
 impl IntoResponses for Refused {
@@ -110,10 +128,30 @@ impl IntoResponses for Refused {
         REFUSALS
             .iter()
             .map(|(status, description, outcomes)| {
-                let content = ContentBuilder::new().schema(Some(refusal(outcomes)));
-                let response = ResponseBuilder::new()
-                    .description(*description)
-                    .content("application/json", content.build());
+                let response = if *status == StatusCode::SERVICE_UNAVAILABLE {
+                    let either = OneOfBuilder::new()
+                        .item(refusal(outcomes))
+                        .item(no_refusal());
+                    let retry_after = HeaderBuilder::new()
+                        .schema(
+                            ObjectBuilder::new()
+                                .schema_type(Type::Integer)
+                                .minimum(Some(1)),
+                        )
+                        .description(Some("Seconds after which the method may serve"));
+                    ResponseBuilder::new()
+                        .description(format!("{description}. {NOT_SERVED}"))
+                        .header("Retry-After", retry_after.build())
+                        .content(
+                            "application/json",
+                            ContentBuilder::new().schema(Some(either)).build(),
+                        )
+                } else {
+                    let content = ContentBuilder::new().schema(Some(refusal(outcomes)));
+                    ResponseBuilder::new()
+                        .description(*description)
+                        .content("application/json", content.build())
+                };
                 (status.as_str().to_string(), response.build().into())
             })
             .collect()
@@ -131,7 +169,7 @@ impl IntoResponses for Refused {
     responses(
         (status = 200, description = "ISSUED: the coupon was issued", body = Success<Issued>),
         (status = 202, description = "ACCEPTED: reserved, to be confirmed asynchronously", body = Success<Issued>),
-        (status = 400, description = "A malformed body, a number out of range, or an unknown method", body = ApiError),
+        (status = 400, description = "A malformed body, a number out of range, a text with a NUL character, or a method no component names", body = ApiError),
         Refused,
         ComponentFailed,
     )
@@ -147,18 +185,10 @@ async fn issue(
     if let Some(key) = &body.idempotency_key {
         idempotency_key(key)?;
     }
+    storable("method", &body.method)?;
     let method = body.method.trim().to_ascii_uppercase();
     let Some(strategy) = lab.registry.get(&method) else {
-        let loaded: Vec<String> = lab.registry.strategies().keys().cloned().collect();
-        return Err(ApiError::bad_request(format!(
-            "unknown method {:?}; loaded methods: {}",
-            body.method,
-            if loaded.is_empty() {
-                "none (run `cargo xtask strategies`)".to_string()
-            } else {
-                loaded.join(", ")
-            }
-        )));
+        return Err(not_served(&lab, &method, &body.method));
     };
 
     let request = IssueRequest {
@@ -186,11 +216,56 @@ async fn issue(
             },
         ))
     } else {
-        let detail = answered
-            .detail
-            .unwrap_or_else(|| outcome.default_message(coupon_id, member_id));
-        Err(ApiError::refused(outcome, detail))
+        Err(refused(outcome, answered.detail, coupon_id, member_id))
     }
+}
+
+/// Why `method` (`sent` as the client spelled it) has no component serving
+/// it: 503 for a method a file names whose component is on trial, awaits a
+/// canary that reached no verdict (with when to ask again) or was refused;
+/// 400 for one no file names.
+fn not_served(lab: &Lab, method: &str, sent: &str) -> ApiError {
+    if let Some(unserved) = lab.registry.unserved(method) {
+        let file = unserved.file.display();
+        let message = match &unserved.why {
+            Unready::OnTrial => {
+                format!("{method} is on trial: its canary proves {file} before it serves")
+            }
+            Unready::NoVerdict(reason) => {
+                format!("{method} is waiting for its canary: {reason}")
+            }
+            Unready::Refused(reason) => format!(
+                "{method} was refused by its canary ({file}): {reason}; it serves once its \
+                 file changes and the canary passes"
+            ),
+        };
+        let unavailable = ApiError::unavailable(message);
+        return match unserved.retry_after {
+            // Whole seconds, at least one: the header has no fractions.
+            Some(after) => unavailable.retry_after(after.as_secs().max(1)),
+            None => unavailable,
+        };
+    }
+    let loaded: Vec<String> = lab.registry.strategies().keys().cloned().collect();
+    ApiError::bad_request(format!(
+        "unknown method {sent:?}; loaded methods: {}",
+        if loaded.is_empty() {
+            "none (run `cargo xtask strategies`)".to_string()
+        } else {
+            loaded.join(", ")
+        }
+    ))
+}
+
+/// The answer to a request refused as `outcome`: in the component's words
+/// when it gave some, but in the host's for a refusal of the client's input
+/// (which names the member or coupon, and never the database).
+fn refused(outcome: Outcome, detail: Option<String>, coupon_id: u64, member_id: u64) -> ApiError {
+    let detail = match detail {
+        Some(detail) if !outcome.names_its_own_message() => detail,
+        _ => outcome.default_message(coupon_id, member_id),
+    };
+    ApiError::refused(outcome, detail)
 }
 
 #[cfg(test)]
@@ -204,5 +279,23 @@ mod tests {
                 assert_eq!(outcome.status(), status, "{}", outcome.name());
             }
         }
+    }
+
+    #[test]
+    fn an_unknown_member_is_told_by_its_id_not_by_the_database() {
+        let leaked = "foreign key: error returned from database: 1452 (23000): Cannot add or \
+                      update a child row: a foreign key constraint fails (`lab`.`coupon_issues`, \
+                      CONSTRAINT `fk_coupon_issues_member` ...)";
+        let answer = refused(Outcome::UnknownMember, Some(leaked.into()), 7, 42);
+        assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(answer.message, "UNKNOWN_MEMBER: member 42 does not exist");
+        let answer = refused(Outcome::Duplicate, Some(leaked.into()), 7, 42);
+        assert_eq!(answer.message, "DUPLICATE: member 42 already has coupon 7");
+        let answer = refused(Outcome::UnknownCoupon, None, 7, 42);
+        assert_eq!(answer.status, StatusCode::NOT_FOUND);
+        assert_eq!(answer.message, "UNKNOWN_COUPON: coupon 7 does not exist");
+        // Other refusals keep what the component said of them.
+        let answer = refused(Outcome::SoldOut, Some("stock 0".into()), 7, 42);
+        assert_eq!(answer.message, "SOLD_OUT: stock 0");
     }
 }

@@ -80,6 +80,17 @@ pub fn refusal(outcomes: &[Outcome]) -> RefOr<Schema> {
     failure(error).into()
 }
 
+/// The envelope of an error that is no refusal of an issue request:
+/// `error.outcome` is absent.
+pub fn no_refusal() -> RefOr<Schema> {
+    let absent = ObjectBuilder::new().schema_type(Type::Null);
+    let unnamed = ObjectBuilder::new().property("outcome", absent);
+    let error = AllOfBuilder::new()
+        .item(Ref::from_schema_name(ErrorBody::name()))
+        .item(unnamed);
+    failure(error).into()
+}
+
 /// The error variant of the envelope with `error` as its error.
 fn failure(error: impl Into<RefOr<Schema>>) -> ObjectBuilder {
     ObjectBuilder::new()

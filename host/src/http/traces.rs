@@ -13,7 +13,7 @@ use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::envelope::{Answer, ApiError};
+use super::envelope::{Answer, ApiError, storable};
 use super::schema::{CouponPath, DatabaseFailed, Success, UnknownCoupon};
 use crate::lab::Lab;
 use crate::results;
@@ -33,9 +33,12 @@ pub fn router() -> Router<Lab> {
 #[into_params(parameter_in = Query)]
 pub struct TraceFilter {
     /// An outcome name (`ISSUED`, `SOLD_OUT`, ...), case-insensitive; any
-    /// other text matches no trace.
+    /// other text (but one with a NUL) matches no trace.
+    #[param(pattern = r"^[^\u0000]*$")]
     outcome: Option<String>,
-    /// A method name, case-insensitive; any other text matches no trace.
+    /// A method name, case-insensitive; any other text (but one with a
+    /// NUL) matches no trace.
+    #[param(pattern = r"^[^\u0000]*$")]
     method: Option<String>,
     /// An anomaly kind: only the traces that witness one of that kind.
     #[param(value_type = Option<String>, pattern = "^(lost-update|check-then-act|out-of-turn|stranded-stock|acked-lost|refused-but-issued)$")]
@@ -52,6 +55,11 @@ impl<S: Send + Sync> FromRequestParts<S> for TraceFilter {
         let Query(filter) = Query::<TraceFilter>::from_request_parts(parts, state)
             .await
             .map_err(|err| ApiError::bad_request(err.body_text()))?;
+        for (name, text) in [("outcome", &filter.outcome), ("method", &filter.method)] {
+            if let Some(text) = text {
+                storable(name, text)?;
+            }
+        }
         if let Some(limit) = filter.limit
             && !(1..=MAX_LIMIT as i64).contains(&limit)
         {
@@ -104,7 +112,7 @@ struct TraceView {
     params(CouponPath, TraceFilter),
     responses(
         (status = 200, description = "The coupon's traces on this host", body = Success<TraceList>),
-        (status = 400, description = "A coupon id that is not a positive integer, a limit out of range or an unknown anomaly kind", body = ApiError),
+        (status = 400, description = "A coupon id that is not a positive integer, a limit out of range, an unknown anomaly kind or a filter with a NUL character", body = ApiError),
         UnknownCoupon,
         DatabaseFailed,
     )

@@ -10,7 +10,7 @@ use axum::routing::post;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::envelope::{Answer, ApiError};
+use super::envelope::{Answer, ApiError, component_refused};
 use super::schema::{ComponentFailed, CouponId, CouponPath, Success};
 use super::serving_coupon;
 use crate::lab::Lab;
@@ -68,7 +68,7 @@ async fn reconcile(
         .reconcile(&strategy, coupon_id)
         .await
         .result?
-        .map_err(|err| ApiError::unavailable(format!("reconcile failed: {err}")))?;
+        .map_err(|err| component_refused("reconciling", err))?;
     Ok(Answer(
         StatusCode::OK,
         Reconciled {

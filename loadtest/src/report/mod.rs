@@ -31,7 +31,7 @@ pub struct Row {
     pub accepted: u64,
     pub conflicts: u64,
     pub unavailable: u64,
-    /// 404, 500, 504 and no answer.
+    /// 400, 404, 422, 500, 504 and no answer.
     pub errors: u64,
     /// k6 could not start these on time (the server or k6 fell behind).
     pub dropped: u64,
