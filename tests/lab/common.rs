@@ -430,53 +430,21 @@ async fn drop_stale_databases() {
                 .await;
         }
     }
-    // Every test server makes its lab's components' user and grants it the
-    // lab's tables; users and grants outlive the databases they name. A
-    // user none of whose grants names a database left is a finished lab's.
-    let stale_users: Vec<(String, String)> = sqlx::query_as(
-        "SELECT DISTINCT User, Host FROM mysql.tables_priv t \
-         WHERE User LIKE 'couponlab\\_strategy%' AND NOT EXISTS ( \
-             SELECT 1 FROM mysql.tables_priv live \
-             JOIN information_schema.SCHEMATA s ON s.SCHEMA_NAME = live.Db \
-             WHERE live.User = t.User AND live.Host = t.Host)",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap_or_default();
-    for (user, host) in stale_users {
+    // Every test server grants the components' user its tables; the grants
+    // outlive the databases they name.
+    for privileges in ["tables_priv", "columns_priv"] {
         let _ = pool
-            .execute(format!("DROP USER IF EXISTS '{user}'@'{host}'").as_str())
+            .execute(
+                format!(
+                    "DELETE FROM mysql.{privileges} WHERE User = 'couponlab_strategy' \
+                     AND Db LIKE 'couponlab\\_test\\_%' \
+                     AND Db NOT IN (SELECT SCHEMA_NAME FROM information_schema.SCHEMATA)"
+                )
+                .as_str(),
+            )
             .await;
     }
-    pool.close().await;
-    drop_finished_labs_roles().await;
-}
-
-/// Drops the PostgreSQL roles of labs whose databases are gone: a role is
-/// the server's and outlives them. A role with no privilege left in any
-/// database depends on nothing; a lab's role gets its privileges in the
-/// transaction that makes it, so a lab starting now keeps its role.
-async fn drop_finished_labs_roles() {
-    let Ok(pool) = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&format!("{POSTGRES}/postgres"))
-        .await
-    else {
-        return;
-    };
-    let roles: Vec<String> = sqlx::query_scalar(
-        "SELECT rolname::text FROM pg_roles r WHERE rolname LIKE 'couponlab\\_strategy%' \
-         AND NOT EXISTS (SELECT 1 FROM pg_shdepend d \
-                         WHERE d.refclassid = 'pg_authid'::regclass AND d.refobjid = r.oid)",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap_or_default();
-    for role in roles {
-        let _ = pool
-            .execute(format!("DROP ROLE IF EXISTS \"{role}\"").as_str())
-            .await;
-    }
+    let _ = pool.execute("FLUSH PRIVILEGES").await;
     pool.close().await;
 }
 
