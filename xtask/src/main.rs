@@ -16,7 +16,8 @@
 //!   load runner (`loadtest/`, `loadtest/README.md`), run once what it needs
 //!   is built and installed.
 //!
-//! Modules: `strategies` builds and installs the components, `polyglot`
+//! Modules: `cargo` runs cargo as a person's shell would (so xtask's builds
+//! and those typed by hand are one), `strategies` builds and installs the components, `polyglot`
 //! the Python and JavaScript ones, `installed` keeps the record of what was
 //! installed; `new` writes a strategy; `services`
 //! makes sure Redis and MySQL answer and installs Debian's tools; `cluster`
@@ -24,6 +25,7 @@
 //! runs the load runner after what its task needs, `tools` installs the
 //! Python tools it calls.
 
+mod cargo;
 mod cluster;
 mod galera;
 mod installed;
@@ -68,7 +70,8 @@ fn main() -> anyhow::Result<()> {
             build_all(&strategy_dir(), prepare_for_tests)?;
             let mut test = vec!["test", "--release", "--workspace"];
             test.extend(rest.iter().map(String::as_str));
-            cargo(&test)?;
+            cargo::nothing_left_to_build(&RELEASE_BUILD)?;
+            run_cargo(&test)?;
             // The whole suite ends with the load runner's checked runs; a
             // filtered run is someone iterating on a few tests.
             if rest.is_empty() {
@@ -190,16 +193,15 @@ fn lower_this_threads_priority() {
 /// dependencies' features differently, and cargo would compile wasmtime
 /// and the rest a second time.
 pub fn build_release() -> anyhow::Result<()> {
-    cargo(&["test", "--release", "--workspace", "--no-run"])
+    run_cargo(&RELEASE_BUILD)
 }
 
-/// Runs cargo from the repository root.
-fn cargo(args: &[&str]) -> anyhow::Result<()> {
-    run(
-        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(args)
-            .current_dir(root()),
-    )
+/// The one release build of the workspace, its tests included.
+const RELEASE_BUILD: [&str; 4] = ["test", "--release", "--workspace", "--no-run"];
+
+/// Runs cargo from the repository root, as a person's shell would.
+fn run_cargo(args: &[&str]) -> anyhow::Result<()> {
+    run(cargo::command().args(args).current_dir(root()))
 }
 
 /// Runs a command, failing with its name when it fails.

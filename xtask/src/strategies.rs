@@ -68,7 +68,7 @@ pub fn build_and_install(dir: &Path) -> anyhow::Result<()> {
     // build goes there even when CARGO_TARGET_DIR names the host's target.
     let target_dir = workspace.join("target");
     println!("building strategy components ({TARGET}, release)");
-    run(Command::new(cargo())
+    run(crate::cargo::command()
         .args(["build", "--release", "--workspace", "--target", TARGET])
         .arg("--target-dir")
         .arg(&target_dir)
@@ -113,7 +113,7 @@ struct Component {
 }
 
 fn metadata(workspace: &Path) -> anyhow::Result<Value> {
-    let output = Command::new(cargo())
+    let output = crate::cargo::command()
         .args(["metadata", "--no-deps", "--format-version", "1"])
         .current_dir(workspace)
         .output()
@@ -194,10 +194,6 @@ fn ensure_target() -> anyhow::Result<()> {
         // No rustup: the toolchain may still have the target; the build will tell.
         Err(_) => Ok(()),
     }
-}
-
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 
 #[cfg(test)]
