@@ -10,7 +10,7 @@ use serde_json::json;
 use tokio::process::Child;
 
 use crate::common::{
-    DRAIN, PUBSUB, Setup, TestLab, assert_accepts_exactly, hold_coupon_row, statuses,
+    DRAIN, Setup, TestLab, assert_accepts_exactly, hold_coupon_row, pubsub_turn, statuses,
     stops_cleanly_on_sigterm, until,
 };
 
@@ -23,7 +23,7 @@ const ASYNC_COMPONENTS: [&str; 4] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_async_method_accepts_exactly_the_total_and_confirms_it() {
-    let _turn = PUBSUB.lock().await;
+    let _turn = pubsub_turn().await;
     let lab = Setup::with(&ASYNC_COMPONENTS).own_redis_db().start().await;
     for method in [
         "REDIS_ASYNC",
@@ -93,7 +93,7 @@ async fn a_full_job_queue_answers_503_and_leaves_no_reservation_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pubsub_without_a_subscriber_loses_the_messages_and_the_result_shows_it() {
-    let _turn = PUBSUB.lock().await;
+    let _turn = pubsub_turn().await;
     let lab = Setup::with(&["redis_pubsub"])
         .tune(|c| c.consumers.in_process = false)
         .own_redis_db()

@@ -11,7 +11,8 @@ use futures::future::join_all;
 use serde_json::json;
 
 use crate::common::{
-    PUBSUB, Setup, TestLab, hold_coupon_row, outcome, subscriber_listening, with_call_deadline_ms,
+    Setup, TestLab, hold_coupon_row, outcome, pubsub_turn, subscriber_listening,
+    with_call_deadline_ms,
 };
 
 const STALL: &str = "TEST_STALL";
@@ -124,7 +125,7 @@ async fn a_component_stuck_in_describe_is_rejected_and_the_server_starts() {
 /// of the server: confirmations meet BUSY again and again, and wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn confirmations_that_meet_a_busy_instance_pool_are_confirmed_later() {
-    let _turn = PUBSUB.lock().await;
+    let _turn = pubsub_turn().await;
     let lab = Setup::with(&["redis_async", "redis_pubsub", "redis_stream_atomic"])
         .own_redis_db()
         .tune(|c| c.max_instances = 1)

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use couponlab::config::CanaryMode;
 use serde_json::{Value, json};
 
-use crate::common::{PUBSUB, Setup, TestLab, component, until};
+use crate::common::{Setup, TestLab, component, pubsub_turn, until};
 
 /// The components `cargo xtask strategies` installs, by file name.
 fn installed() -> Vec<&'static str> {
@@ -123,7 +123,7 @@ async fn leftovers(lab: &TestLab) -> (i64, i64, Vec<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_installed_method_passes_its_canary_once() {
     // REDIS_PUBSUB's channel is one for the whole Redis server.
-    let _turn = PUBSUB.lock().await;
+    let _turn = pubsub_turn().await;
     let components = installed();
     let mut lab = with_canary(&components).own_redis_db().start().await;
     let strategies = lab.proved().await;

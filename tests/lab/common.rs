@@ -3,8 +3,7 @@
 //! components it asks for.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use couponlab::Lab;
@@ -18,6 +17,8 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+
+use crate::turns::{self, Turn};
 
 pub const MYSQL: &str = "mysql://root@127.0.0.1:3306";
 pub const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432";
@@ -84,8 +85,8 @@ pub fn compile_cache() -> PathBuf {
 /// Redis shared with the other tests, as a test server holds it: a test
 /// that talks to Redis without a server holds this, so that it never runs
 /// under a test that floods Redis for everyone.
-pub async fn sharing_redis() -> tokio::sync::RwLockReadGuard<'static, ()> {
-    REDIS_LOAD.read().await
+pub async fn sharing_redis() -> Turn {
+    turns::shared(REDIS_LOAD).await
 }
 
 pub struct TestLab {
@@ -102,7 +103,7 @@ pub struct TestLab {
     server: Option<ServerTask>,
     _redis_db: Option<RedisDb>,
     /// The test's hold on [`REDIS_LOAD`], released with the test.
-    _load: Box<dyn Send + Sync>,
+    _load: Turn,
 }
 
 /// A pool on a test's database, of the engine its server runs on.
@@ -173,49 +174,39 @@ pub struct Setup {
     database_name: Option<String>,
 }
 
-/// Every test server holds this shared; a test that floods Redis for
-/// everyone (MONITOR, a command storm) holds it exclusively, so other tests'
+/// Every test server holds this turn shared; a test that floods Redis for
+/// everyone (MONITOR, a command storm) holds it alone, so other tests'
 /// timings never run under its load.
-static REDIS_LOAD: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+const REDIS_LOAD: &str = "redis-load";
 
 /// Redis logical databases tests may take for themselves (0 is shared, 15
 /// belongs to the DELETE /lab/data test).
-static FREE_REDIS_DBS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-static REDIS_DB_RETURNED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+const OWN_REDIS_DBS: std::ops::RangeInclusive<u8> = 1..=14;
 
-/// A Redis logical database held by one test; returned when dropped.
-pub struct RedisDb(u8);
+/// How long a test waits for a Redis database of its own.
+const OWN_REDIS_DB_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A Redis logical database held by one test (its turn at it); free again
+/// when dropped.
+pub struct RedisDb {
+    number: u8,
+    _turn: Turn,
+}
 
 impl RedisDb {
     /// Waits for a free database and empties it.
     async fn take() -> RedisDb {
-        loop {
-            let taken = {
-                let mut free = FREE_REDIS_DBS.lock().unwrap();
-                if free.is_empty() && !TAKEN_ANY.swap(true, Ordering::SeqCst) {
-                    free.extend(1..=14);
-                }
-                free.pop()
-            };
-            if let Some(db) = taken {
-                let mut redis = connect_redis(&format!("{REDIS}/{db}"), false)
-                    .await
-                    .expect("Redis answers");
-                let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
-                return RedisDb(db);
-            }
-            REDIS_DB_RETURNED.notified().await;
+        let names: Vec<String> = OWN_REDIS_DBS.map(|db| format!("redis-db-{db}")).collect();
+        let (index, turn) = turns::first_free(&names, OWN_REDIS_DB_WAIT).await;
+        let db = *OWN_REDIS_DBS.start() + index as u8;
+        let mut redis = connect_redis(&format!("{REDIS}/{db}"), false)
+            .await
+            .expect("Redis answers");
+        let _: () = redis::cmd("FLUSHDB").query_async(&mut redis).await.unwrap();
+        RedisDb {
+            number: db,
+            _turn: turn,
         }
-    }
-}
-
-/// Whether the pool of free databases was filled yet.
-static TAKEN_ANY: AtomicBool = AtomicBool::new(false);
-
-impl Drop for RedisDb {
-    fn drop(&mut self) {
-        FREE_REDIS_DBS.lock().unwrap().push(self.0);
-        REDIS_DB_RETURNED.notify_waiters();
     }
 }
 
@@ -278,15 +269,15 @@ impl Setup {
     pub async fn start(mut self) -> TestLab {
         let redis_db = if self.own_redis_db {
             let db = RedisDb::take().await;
-            self.redis_url = format!("{REDIS}/{}", db.0);
+            self.redis_url = format!("{REDIS}/{}", db.number);
             Some(db)
         } else {
             None
         };
-        let load: Box<dyn Send + Sync> = if self.alone {
-            Box::new(REDIS_LOAD.write().await)
+        let load = if self.alone {
+            turns::alone(REDIS_LOAD).await
         } else {
-            Box::new(REDIS_LOAD.read().await)
+            turns::shared(REDIS_LOAD).await
         };
         STALE_DATABASES_DROPPED
             .get_or_init(drop_stale_databases)
@@ -405,6 +396,12 @@ static STALE_DATABASES_DROPPED: tokio::sync::OnceCell<()> = tokio::sync::OnceCel
 /// cleaning up (a test that panics never reaches `finish`). Test database
 /// names carry their creation time, so runs going on now are left alone.
 async fn drop_stale_databases() {
+    // Once in a while for the whole machine, not once per test process
+    // (`cargo nextest` runs a process for each test).
+    let _turn = turns::alone("stale-sweep").await;
+    if !turns::mark_unless_marked_within("stale-swept", std::time::Duration::from_secs(600)) {
+        return;
+    }
     let Ok(pool) = MySqlPoolOptions::new()
         .max_connections(1)
         .connect(MYSQL)
@@ -430,21 +427,53 @@ async fn drop_stale_databases() {
                 .await;
         }
     }
-    // Every test server grants the components' user its tables; the grants
-    // outlive the databases they name.
-    for privileges in ["tables_priv", "columns_priv"] {
+    // Every test server makes its lab's components' user and grants it the
+    // lab's tables; users and grants outlive the databases they name. A
+    // user none of whose grants names a database left is a finished lab's.
+    let stale_users: Vec<(String, String)> = sqlx::query_as(
+        "SELECT DISTINCT User, Host FROM mysql.tables_priv t \
+         WHERE User LIKE 'couponlab\\_strategy%' AND NOT EXISTS ( \
+             SELECT 1 FROM mysql.tables_priv live \
+             JOIN information_schema.SCHEMATA s ON s.SCHEMA_NAME = live.Db \
+             WHERE live.User = t.User AND live.Host = t.Host)",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap_or_default();
+    for (user, host) in stale_users {
         let _ = pool
-            .execute(
-                format!(
-                    "DELETE FROM mysql.{privileges} WHERE User = 'couponlab_strategy' \
-                     AND Db LIKE 'couponlab\\_test\\_%' \
-                     AND Db NOT IN (SELECT SCHEMA_NAME FROM information_schema.SCHEMATA)"
-                )
-                .as_str(),
-            )
+            .execute(format!("DROP USER IF EXISTS '{user}'@'{host}'").as_str())
             .await;
     }
-    let _ = pool.execute("FLUSH PRIVILEGES").await;
+    pool.close().await;
+    drop_finished_labs_roles().await;
+}
+
+/// Drops the PostgreSQL roles of labs whose databases are gone: a role is
+/// the server's and outlives them. A role with no privilege left in any
+/// database depends on nothing; a lab's role gets its privileges in the
+/// transaction that makes it, so a lab starting now keeps its role.
+async fn drop_finished_labs_roles() {
+    let Ok(pool) = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!("{POSTGRES}/postgres"))
+        .await
+    else {
+        return;
+    };
+    let roles: Vec<String> = sqlx::query_scalar(
+        "SELECT rolname::text FROM pg_roles r WHERE rolname LIKE 'couponlab\\_strategy%' \
+         AND NOT EXISTS (SELECT 1 FROM pg_shdepend d \
+                         WHERE d.refclassid = 'pg_authid'::regclass AND d.refobjid = r.oid)",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap_or_default();
+    for role in roles {
+        let _ = pool
+            .execute(format!("DROP ROLE IF EXISTS \"{role}\"").as_str())
+            .await;
+    }
     pool.close().await;
 }
 
@@ -932,7 +961,9 @@ pub async fn stops_cleanly_on_sigterm(mut consumer: tokio::process::Child) {
 }
 
 /// Pub/sub channels span every Redis database: tests that publish take turns.
-pub static PUBSUB: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub async fn pubsub_turn() -> Turn {
+    turns::alone("pubsub").await
+}
 
 /// The outcome name of an answer: the success's `outcome`, or the failure
 /// message's prefix (`SOLD_OUT: ...`).

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::common::{PUBSUB, Reply, Setup, TestLab, outcome, subscriber_listening};
+use crate::common::{Reply, Setup, TestLab, outcome, pubsub_turn, subscriber_listening};
 
 /// Every method, with the component that serves it.
 pub const SYNC_METHODS: [(&str, &str); 22] = [
@@ -383,7 +383,7 @@ async fn hang_ups_change_nothing_for_the_synchronous_methods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hang_ups_change_nothing_for_the_methods_that_answer_202() {
-    let _turn = PUBSUB.lock().await;
+    let _turn = pubsub_turn().await;
     let lab = lab_for(&ASYNC_METHODS).await;
     subscriber_listening(&lab).await;
     for (method, _) in ASYNC_METHODS {
@@ -404,7 +404,7 @@ async fn hang_up_report() {
         ordinary: 600,
         total: 100,
     });
-    let _turn = PUBSUB.lock().await;
+    let _turn = pubsub_turn().await;
     let mut table = String::from(
         "| method | rows / total | ordinary answers | one by one | set (only in set / only in DB) | recorded / sent | compensations |\n|---|---|---|---|---|---|---|\n",
     );

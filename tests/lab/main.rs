@@ -40,5 +40,6 @@ mod several_hosts;
 mod sharded;
 mod snapshot_isolation;
 mod traces;
+mod turns;
 mod wit_roundtrip;
 mod write_behind;

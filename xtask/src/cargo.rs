@@ -37,15 +37,11 @@ pub fn command() -> Command {
         }
     }
     let toolchains = rustup_home().join("toolchains");
-    match std::env::var_os(LIBRARY_PATH) {
-        Some(paths) => {
-            let kept = own_library_paths(&paths, &[&crate::target_dir(), &toolchains]);
-            match kept {
-                Some(kept) => command.env(LIBRARY_PATH, kept),
-                None => command.env_remove(LIBRARY_PATH),
-            };
-        }
-        None => {}
+    if let Some(paths) = std::env::var_os(LIBRARY_PATH) {
+        match own_library_paths(&paths, &[&crate::target_dir(), &toolchains]) {
+            Some(kept) => command.env(LIBRARY_PATH, kept),
+            None => command.env_remove(LIBRARY_PATH),
+        };
     }
     command
 }

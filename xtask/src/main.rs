@@ -21,7 +21,8 @@
 //! the Python and JavaScript ones, `installed` keeps the record of what was
 //! installed; `new` writes a strategy; `services`
 //! makes sure Redis and MySQL answer and installs Debian's tools; `cluster`
-//! starts and stops the Redis Cluster, `galera` the Galera cluster; `runner`
+//! starts and stops the Redis Cluster, `galera` the Galera cluster; `suite`
+//! runs the whole test suite and times its phases; `runner`
 //! runs the load runner after what its task needs, `tools` installs the
 //! Python tools it calls.
 
@@ -34,6 +35,7 @@ mod polyglot;
 mod runner;
 mod services;
 mod strategies;
+mod suite;
 mod tools;
 
 use std::path::{Path, PathBuf};
@@ -65,21 +67,7 @@ fn main() -> anyhow::Result<()> {
                 .args(&rest)
                 .current_dir(root()))
         }
-        "test" => {
-            services::ensure()?;
-            build_all(&strategy_dir(), prepare_for_tests)?;
-            let mut test = vec!["test", "--release", "--workspace"];
-            test.extend(rest.iter().map(String::as_str));
-            cargo::nothing_left_to_build(&RELEASE_BUILD)?;
-            run_cargo(&test)?;
-            // The whole suite ends with the load runner's checked runs; a
-            // filtered run is someone iterating on a few tests.
-            if rest.is_empty() {
-                runner::smoke()
-            } else {
-                Ok(())
-            }
-        }
+        "test" => suite::main(&rest),
         task if runner::TASKS.contains(&task) => runner::main(task, &rest),
         "cluster" => cluster::main(&rest),
         "galera" => galera::main(&rest),
