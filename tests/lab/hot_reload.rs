@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Setup, TestLab, component, until};
+use crate::common::{Setup, TestLab, component, pubsub_turn, until};
 
 /// How long a test waits for a reload.
 const WAIT: Duration = Duration::from_secs(5);
@@ -414,4 +414,47 @@ async fn in_a_relative_strategy_directory_a_changed_component_serves() {
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Subscribers of the lab's pub/sub requests channel now.
+async fn pubsub_subscribers(lab: &TestLab) -> u64 {
+    let channel =
+        couponlab::redis_target::RedisTarget::open(&lab.config.redis_url, lab.config.redis_cluster)
+            .unwrap()
+            .requests_channel();
+    let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut lab.redis.clone())
+        .await
+        .unwrap();
+    counts.first().map_or(0, |(_, n)| *n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pubsub_component_loaded_while_serving_serves_only_once_its_subscriber_listens() {
+    let _turn = pubsub_turn().await;
+    // The canary off (the tests' default): the component serves as soon as
+    // it is loaded, and its subscriber must already listen by then.
+    let lab = Setup::with(&[]).start().await;
+    let (members, coupon) = lab.members_and_coupon(20, 20).await;
+    let bytes = std::fs::read(component("redis_pubsub")).unwrap();
+    install(&lab.strategy_dir, "redis_pubsub.wasm", &bytes);
+    // Asked again and again until served: the first 202 is answered the
+    // moment the method serves.
+    until("REDIS_PUBSUB accepts", WAIT, || async {
+        lab.issue(coupon, members[0], "REDIS_PUBSUB").await.status == 202
+    })
+    .await;
+    let listening = pubsub_subscribers(&lab).await;
+    assert!(
+        listening > 0,
+        "REDIS_PUBSUB served before its subscriber listened"
+    );
+    for &member in &members[1..] {
+        assert_eq!(lab.issue(coupon, member, "REDIS_PUBSUB").await.status, 202);
+    }
+    let result = lab.drained(coupon, 20).await;
+    assert_eq!(result["asyncResults"], json!({ "ISSUED": 20 }), "{result}");
+    lab.finish().await;
 }

@@ -247,3 +247,29 @@ async fn subscribed(lab: &Lab) -> anyhow::Result<()> {
         tokio::time::sleep(DRAIN_LOOK).await;
     }
 }
+
+/// The coupon a component of the pub/sub role is put on trial on while it
+/// waits for the subscriber to listen, before it serves without a canary
+/// (off, or passed before): no coupon has it, so nothing reaches it there.
+const AWAITING_THE_SUBSCRIBER: u64 = 0;
+
+/// When `strategy` handles pub/sub messages, makes the subscriber listen
+/// for it (it listens while a component of the role is on trial) and
+/// waits until it does, at most [`SUBSCRIBER_WAIT`]; the caller then
+/// publishes it and calls [`no_longer_subscribed_for`].
+pub async fn until_subscribed_for(lab: &Lab, strategy: &Arc<Strategy>) {
+    if strategy.world.message_handler().is_none() {
+        return;
+    }
+    lab.registry
+        .trials
+        .begin(&[AWAITING_THE_SUBSCRIBER], strategy);
+    if let Err(err) = subscribed(lab).await {
+        tracing::warn!(method = %strategy.method, error = %err, "serving a pub/sub component before its subscriber listens");
+    }
+}
+
+/// Ends the wait [`until_subscribed_for`] began, if any.
+pub fn no_longer_subscribed_for(lab: &Lab) {
+    lab.registry.trials.end(&[AWAITING_THE_SUBSCRIBER]);
+}
