@@ -189,22 +189,42 @@ async fn rows_and_duplicates(lab: &TestLab, coupon: u64) -> (i64, i64) {
     (rows, rows - distinct)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_hosts_report_and_drain_as_one_lab() {
-    // The test's own server only prepares the data: no consumers, no requests.
-    let lab = Setup::with(&COMPONENTS)
+/// The test's own server, which only prepares the data (no consumers,
+/// no requests), and two hosts of its lab.
+async fn two_hosts(setup: Setup) -> (TestLab, [Host; 2]) {
+    let lab = setup
         .tune(|c| c.consumers.in_process = false)
         .own_redis_db()
         .start()
         .await;
     let hosts = [Host::start(&lab).await, Host::start(&lab).await];
+    (lab, hosts)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hosts_report_and_drain_as_one_lab() {
+    let (lab, hosts) = two_hosts(Setup::with(&COMPONENTS)).await;
+    report_and_drain_as_one_lab(&lab, &hosts).await;
+    killed_host_entries_are_claimed_by_the_other(&lab, hosts).await;
+    lab.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hosts_on_postgres_report_and_drain_as_one_lab() {
+    let (lab, hosts) = two_hosts(Setup::with(&COMPONENTS).on_postgres()).await;
+    report_and_drain_as_one_lab(&lab, &hosts).await;
+    lab.finish().await;
+}
+
+/// Each host's result covers both hosts' requests, and the consumers and
+/// loaders of both drain everything once, each under its own name.
+async fn report_and_drain_as_one_lab(lab: &TestLab, hosts: &[Host; 2]) {
     // A synchronous method: 200 requests for 50 coupons.
     let (members, coupon) = lab.members_and_coupon(200, 50).await;
-    let told = split(&lab, &hosts, coupon, &members, "REDIS_LUA").await;
+    let told = split(lab, hosts, coupon, &members, "REDIS_LUA").await;
     assert_eq!(told["ISSUED"], 50, "{told:?}");
-    for host in &hosts {
-        let result = settled(&lab, host, coupon, 200).await;
+    for host in hosts {
+        let result = settled(lab, host, coupon, 200).await;
         reports_every_request(&result, &told, "REDIS_LUA");
         assert_eq!(result["issueRows"], json!(50));
     }
@@ -216,36 +236,33 @@ async fn two_hosts_report_and_drain_as_one_lab() {
         ("REDIS_WRITE_BEHIND", WRITE_BEHIND_STREAM),
     ] {
         let (members, coupon) = lab.members_and_coupon(300, 200).await;
-        let told = split(&lab, &hosts, coupon, &members, method).await;
+        let told = split(lab, hosts, coupon, &members, method).await;
         assert_eq!(told["ACCEPTED"], 200, "{method}: {told:?}");
-        for host in &hosts {
-            let result = settled(&lab, host, coupon, 300).await;
+        for host in hosts {
+            let result = settled(lab, host, coupon, 300).await;
             reports_every_request(&result, &told, method);
             assert_eq!(result["accepted"], json!(200), "{result}");
         }
         until("every entry is loaded and acked", WAIT, || async {
-            pending_by_consumer(&lab, stream, coupon).await.is_empty()
+            pending_by_consumer(lab, stream, coupon).await.is_empty()
                 && lab.issue_rows(coupon).await == 200
         })
         .await;
         assert_eq!(
-            rows_and_duplicates(&lab, coupon).await,
+            rows_and_duplicates(lab, coupon).await,
             (200, 0),
             "{method}"
         );
         // Whoever read the coupon's stream did so under a name of its own
         // process. (Redis names a consumer in the group only once it was
         // handed an entry: a host that got none is not listed.)
-        let names = consumers(&lab, stream, coupon).await;
+        let names = consumers(lab, stream, coupon).await;
         assert!(!names.is_empty(), "{method}");
         for name in &names {
             let owners = hosts.iter().filter(|host| host.owns(name)).count();
             assert_eq!(owners, 1, "{method}: {name} of {names:?}");
         }
     }
-
-    killed_host_entries_are_claimed_by_the_other(&lab, hosts).await;
-    lab.finish().await;
 }
 
 /// One host is killed while its stream consumers and its loader hold
