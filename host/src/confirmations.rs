@@ -113,16 +113,18 @@ pub struct BrokerEvents {
 
 impl BrokerEvents {
     /// Counts one `event` (`redelivered`, `deadLettered`) of a broker's
-    /// message for `coupon_id`, with every count still waiting.
+    /// message for its coupon, if given, with every count still waiting
+    /// (none given: only those).
     pub async fn record(
         &self,
         redis: &RedisConn,
-        coupon_id: u64,
-        event: &'static str,
+        counted: Option<(u64, &'static str)>,
     ) -> Result<(), RedisError> {
         let waiting = {
             let mut unrecorded = self.unrecorded.lock();
-            *unrecorded.entry((coupon_id, event)).or_default() += 1;
+            if let Some(key) = counted {
+                *unrecorded.entry(key).or_default() += 1;
+            }
             std::mem::take(&mut *unrecorded)
         };
         let mut left = waiting.into_iter();

@@ -176,10 +176,7 @@ async fn a_202_links_its_confirmation(lab: &TestLab, coupon: u64) {
 
 /// Messages of `broker` this lab's own server acked.
 async fn acked_here(lab: &TestLab, broker: &str) -> u64 {
-    let metrics = lab.get_text("/metrics").await;
-    let name = format!("couponlab_broker_messages_total{{broker=\"{broker}\",event=\"acked\"}} ");
-    let line = metrics.lines().find_map(|line| line.strip_prefix(&name));
-    line.map_or(0, |count| count.parse().unwrap())
+    counted_here(lab, broker, "acked").await
 }
 
 /// Consumers on the lab's RabbitMQ queue now.
@@ -501,8 +498,30 @@ async fn a_redis_link_cut_mid_burst_leaves_every_202_with_its_outcome() {
         eprintln!("{method}: answers across the Redis cut: {counts:?}");
         assert!(counts.get(&503).is_some_and(|n| *n > 0), "{counts:?}");
         nothing_lost_once_settled(&lab, coupon, &members, &replies).await;
+        // What the consumers sent back while Redis was away is counted in
+        // the coupon's result once it is back, as in /metrics.
+        let broker = if method == METHODS[0] {
+            "rabbitmq"
+        } else {
+            "jetstream"
+        };
+        let redelivered = counted_here(&lab, broker, "redelivered").await;
+        until("every redelivery is in the result", DRAIN, || async {
+            let result = lab.result(coupon).await;
+            result["brokerEvents"]["redelivered"].as_u64().unwrap_or(0) == redelivered
+        })
+        .await;
+        eprintln!("{method}: {redelivered} redelivered across the Redis cut");
     }
     finish(lab, NATS).await;
+}
+
+/// Messages of `broker` this lab's own server counted as `event`.
+async fn counted_here(lab: &TestLab, broker: &str, event: &str) -> u64 {
+    let metrics = lab.get_text("/metrics").await;
+    let name = format!("couponlab_broker_messages_total{{broker=\"{broker}\",event=\"{event}\"}} ");
+    let line = metrics.lines().find_map(|line| line.strip_prefix(&name));
+    line.map_or(0, |count| count.parse().unwrap())
 }
 
 /// Whether `method` serves on `lab`, proved by its canary.
@@ -514,14 +533,6 @@ fn proved_by_its_canary(strategies: &Value, method: &str) -> bool {
     served
         .iter()
         .any(|s| s["method"] == method && s["canary"]["passed"] == json!(true))
-}
-
-/// Messages of another lab `lab`'s consumers dropped unread.
-async fn foreign_here(lab: &TestLab, broker: &str) -> u64 {
-    let metrics = lab.get_text("/metrics").await;
-    let name = format!("couponlab_broker_messages_total{{broker=\"{broker}\",event=\"foreign\"}} ");
-    let line = metrics.lines().find_map(|line| line.strip_prefix(&name));
-    line.map_or(0, |count| count.parse().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -589,7 +600,7 @@ async fn two_labs_whose_databases_share_a_name_on_one_broker_each_confirm_only_t
         .await
         .unwrap();
     until("the other lab's message is dropped", DRAIN, || async {
-        foreign_here(&mariadb, "rabbitmq").await == 1
+        counted_here(&mariadb, "rabbitmq", "foreign").await == 1
     })
     .await;
     assert_eq!(mariadb.issue_rows(coupon).await, 0);

@@ -238,11 +238,14 @@ pub async fn count(lab: &Lab, broker: &str, event: Event, entry: Option<&StreamE
             .find(|(key, _)| key == fields::COUPON_ID);
         found.and_then(|(_, id)| id.parse::<u64>().ok())
     });
-    if let (Some(name), Some(coupon)) = (event.result_name(), coupon)
-        && let Err(err) = lab.broker_events.record(lab.redis(), coupon, name).await
-    {
+    let counted = coupon.zip(event.result_name());
+    // Any delivery also brings in the counts Redis could not take before.
+    if counted.is_none() && lab.broker_events.waiting() == 0 {
+        return;
+    }
+    if let Err(err) = lab.broker_events.record(lab.redis(), counted).await {
         let waiting = lab.broker_events.waiting();
-        tracing::warn!(coupon, event = name, waiting, error = %err, "could not count a broker event in Redis; counted with the next one that reaches it");
+        tracing::warn!(waiting, error = %err, "could not count broker events in Redis; counted with a later delivery");
     }
 }
 
