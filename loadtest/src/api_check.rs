@@ -8,16 +8,20 @@
 //! an answer the document does not describe, a request the document allows
 //! and the server refuses (or the reverse) fails the run.
 //!
-//! Its seed is the day's unless `--seed` names one: each day's run explores
-//! inputs the days before did not, and a failure is replayed with the seed
-//! the run printed.
+//! Its seed is a fresh one each run unless `--seed` names one: each run
+//! explores inputs the runs before did not, and a failure is replayed with
+//! the seed the run printed.
+//!
+//! `--engine` says which database the served lab runs on: MariaDB (the
+//! default) or PostgreSQL, each on a database and a Redis database of its
+//! own; `cargo xtask test` checks both, with half the examples each.
 //!
 //! The lab it checks has members, a coupon and a report run, so that every
 //! operation can be reached with data that exists, a report file
 //! included; half the ids Schemathesis makes up are those of the members
 //! and the coupon, so requests reach the components and not only their
 //! 404s. The reports (JUnit, and every request as a HAR cassette) go under
-//! `--out` (default `target/artifacts/schemathesis`).
+//! `--out` (default `target/artifacts/schemathesis/<engine>`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,11 +32,13 @@ use clap::Args;
 use serde_json::json;
 
 use crate::api::Api;
+use crate::engines::{Engine, engine_list};
 use crate::paths::{root, target_dir};
-use crate::server::{Serve, Server};
+use crate::server::{REDIS_SERVER, Serve, Server};
 
-/// Examples of `POST /lab/members` (see [`config_text`]).
-const MEMBERS_EXAMPLES: u32 = 20;
+/// Examples of `POST /lab/members` for each example of the other
+/// operations (see [`config_text`]): one in five.
+const MEMBERS_EXAMPLES_PER: u32 = 5;
 /// The report run the check's lab holds, and its file: JSON, which the
 /// route serves as it is (not as text).
 const REPORT_RUN: &str = "2026-01-01T00-00-00Z-compare";
@@ -44,12 +50,32 @@ pub struct Options {
     /// stateful one: at 100, about 2,000 requests in some 30 s (at 30, 16 s)
     #[arg(long, default_value_t = 100)]
     max_examples: u32,
-    /// The seed to replay [default: the day's]
+    /// The seed to replay [default: a fresh one, printed]
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
-    /// Where the reports go [default: target/artifacts/schemathesis]
+    /// The database the served lab runs on: mariadb, mariadb-si or postgres
+    #[arg(long, value_name = "ENGINE", default_value = "mariadb", value_parser = one_engine)]
+    engine: Engine,
+    /// Where the reports go [default: target/artifacts/schemathesis/<engine>]
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+}
+
+/// `--engine`: one of the engines `--engines` names.
+fn one_engine(text: &str) -> Result<Engine, String> {
+    match engine_list(text)?.0.as_slice() {
+        [engine] => Ok(*engine),
+        _ => Err("name one engine".into()),
+    }
+}
+
+/// The Redis database of the check's lab on `engine`: the served labs'
+/// own (10) on MariaDB, another on the others, whose labs are others (a
+/// Redis database is one lab's, and a stopped lab's claim outlives it by
+/// seconds).
+fn redis_url(engine: Engine) -> String {
+    let database = if engine == Engine::MariaDb { 10 } else { 11 };
+    format!("{REDIS_SERVER}/{database}")
 }
 
 /// Serves a lab with data to find and runs Schemathesis against it; fails
@@ -66,9 +92,13 @@ pub fn check(options: &Options) -> anyhow::Result<()> {
         "{\"title\": \"a report for the API check\", \"methods\": {}}\n",
     )?;
     let reports_env = reports.to_string_lossy().into_owned();
-    let env = [("COUPONLAB_REPORTS_DIR", reports_env.as_str())];
+    let mut env = vec![("COUPONLAB_REPORTS_DIR", reports_env.as_str())];
+    env.extend(options.engine.env().iter().copied());
+    let (database_url, redis_url) = (options.engine.database_url()?, redis_url(options.engine));
     let server = Server::start_with(Serve {
         env: &env,
+        database_url: Some(&database_url),
+        redis_url: Some(&redis_url),
         ..Serve::default()
     })?;
     let api = Api::new(&server.base_url())?;
@@ -87,22 +117,26 @@ pub fn check(options: &Options) -> anyhow::Result<()> {
         coupon: id(&coupon, "id")?,
     };
 
-    let out = options
-        .out
-        .clone()
-        .unwrap_or_else(|| target_dir().join("artifacts").join("schemathesis"));
+    let engine = options.engine.name();
+    let out = options.out.clone().unwrap_or_else(|| {
+        let all = target_dir().join("artifacts").join("schemathesis");
+        all.join(engine)
+    });
     std::fs::remove_dir_all(&out).ok();
     std::fs::create_dir_all(&out)?;
     let out = out.canonicalize()?;
     let config = out.join("schemathesis.toml");
-    std::fs::write(&config, config_text(&lab))?;
-    let seed = options.seed.unwrap_or_else(seed_of_the_day);
-    let replay = format!("`cargo xtask api-check --seed {seed}` replays it");
+    std::fs::write(&config, config_text(&lab, options.max_examples))?;
+    let seed = options.seed.unwrap_or_else(fresh_seed);
+    let replay = format!(
+        "`cargo xtask api-check --engine {engine} --max-examples {} --seed {seed}` replays it",
+        options.max_examples
+    );
     println!(
-        "Schemathesis {version} against {}/lab/openapi.json (seed {seed}{}; {} examples an operation)",
+        "Schemathesis {version} against {}/lab/openapi.json on {engine} (seed {seed}{}; {} examples an operation)",
         server.base_url(),
         if options.seed.is_none() {
-            format!(", the day's: {replay}")
+            format!(", a fresh one: {replay}")
         } else {
             String::new()
         },
@@ -114,7 +148,9 @@ pub fn check(options: &Options) -> anyhow::Result<()> {
         .arg("run")
         .arg(format!("{}/lab/openapi.json", server.base_url()))
         // Every check runs (Schemathesis's default); the configuration
-        // leaves one out for one operation, which `--checks` would undo.
+        // widens one for one operation, which `--checks` would undo. An
+        // unknown member is a 422, so the 404 of an issue is the coupon's
+        // alone, as `ensure_resource_availability` reads it.
         .args(["--workers", "2", "--no-color"])
         // A thousand members' worth of INSERTs, or a million, take seconds
         // on a shared machine; a slow answer is not a wrong one.
@@ -129,11 +165,14 @@ pub fn check(options: &Options) -> anyhow::Result<()> {
         .env("PYTHONPATH", root().join("loadtest").join("api-check")))
     .with_context(|| {
         format!(
-            "Schemathesis found the API and its document apart (seed {seed}: {replay}); its report is in {}",
+            "Schemathesis found the API and its document apart on {engine} (seed {seed}: {replay}); its report is in {}",
             out.display()
         )
     })?;
-    println!("API check: no failure; report in {}", out.display());
+    println!(
+        "API check on {engine}: no failure (seed {seed}); report in {}",
+        out.display()
+    );
     Ok(())
 }
 
@@ -143,11 +182,11 @@ struct Known {
     coupon: u64,
 }
 
-/// The seed of a run that names none: the UTC day's number since 1970, so
-/// each day's run draws other inputs, and every run of one day the same.
-fn seed_of_the_day() -> u64 {
+/// The seed of a run that names none: the clock's nanoseconds, so each run
+/// draws other inputs; nine digits, short enough to type again.
+fn fresh_seed() -> u64 {
     let now = SystemTime::now().duration_since(UNIX_EPOCH);
-    now.map_or(0, |since| since.as_secs() / 86_400)
+    now.map_or(0, |since| since.as_nanos() as u64 % 1_000_000_000)
 }
 
 /// The configuration:
@@ -162,17 +201,15 @@ fn seed_of_the_day() -> u64 {
 ///   rest made up), so requests get past the 404s to the components.
 /// - The stateful phase on (it is by default; said here so that a change
 ///   of default does not turn it off unseen).
-/// - Fewer examples for `POST /lab/members`: each may insert up to a
-///   million rows (seconds), and at 100 examples they were 95 of the run's
-///   120 seconds.
-/// - One check left out for one operation: after `POST /lab/coupons`,
-///   Schemathesis follows the coupon's id to `POST
-///   /lab/coupons/{couponId}/issue` with a member of its own making, and
-///   reads the 404 of UNKNOWN_MEMBER as the new coupon gone missing. The
-///   document tells the two 404s apart (`error.outcome`), but the check
-///   reads the status alone, and no link can supply a member, whose ids
-///   come from another operation.
-fn config_text(lab: &Known) -> String {
+/// - 422 among the answers an issue that the document allows may get
+///   (Schemathesis's default list has 404 and 409, not 422): a member
+///   the lab does not hold is a well-formed body the lab cannot serve,
+///   UNKNOWN_MEMBER, as an unknown coupon is a 404 and a duplicate a 409.
+/// - Fewer examples for `POST /lab/members`, a fifth of the others': each
+///   may insert up to a million rows (seconds), and at 100 examples they
+///   were 95 of the run's 120 seconds.
+fn config_text(lab: &Known, max_examples: u32) -> String {
+    let members_examples = (max_examples / MEMBERS_EXAMPLES_PER).max(1);
     let members: Vec<String> = lab.members.clone().map(|id| id.to_string()).collect();
     format!(
         "[dictionaries.members]\n\
@@ -194,11 +231,12 @@ fn config_text(lab: &Known) -> String {
          \n\
          [[operations]]\n\
          include-operation-id = \"issue\"\n\
-         checks.ensure_resource_availability.enabled = false\n\
+         checks.positive_data_acceptance.expected-statuses = \
+         [\"2xx\", \"3xx\", \"401\", \"403\", \"404\", \"409\", \"422\", \"429\", \"5xx\"]\n\
          \n\
          [[operations]]\n\
          include-operation-id = \"createMembers\"\n\
-         generation.max-examples = {MEMBERS_EXAMPLES}\n",
+         generation.max-examples = {members_examples}\n",
         members = members.join(", "),
         coupon = lab.coupon,
     )
