@@ -119,12 +119,12 @@ fn measure(
         binary: server,
         ..Serve::default()
     })?;
-    let (runtime, db) = scratch_database()?;
+    let db = ScratchDatabase::connect(&database_url()?)?;
     let mut stats = redis::Client::open(redis_url.as_str())?.get_connection()?;
     let mut created = 0;
     let mut figures = Vec::new();
     for &wanted in coupons {
-        runtime.block_on(create_coupons(&db, wanted - created))?;
+        db.create_coupons(wanted - created)?;
         created = wanted;
         std::thread::sleep(SETTLE);
         let (commands, cpu) = (redis_commands(&mut stats)?, server.cpu_seconds()?);
@@ -146,35 +146,105 @@ fn measure(
     Ok(figures)
 }
 
-/// A runtime to block on and one connection to the served lab's database,
-/// to create coupons behind its back and count what it holds.
-pub fn scratch_database() -> anyhow::Result<(tokio::runtime::Runtime, sqlx::MySqlPool)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let db = runtime.block_on(
-        sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(1)
-            .connect(&database_url()?),
-    )?;
-    Ok((runtime, db))
+/// The served lab's database reached behind its back, on either engine:
+/// coupons created straight into it, as load runs leave them, and what it
+/// holds counted without asking the lab being measured.
+pub struct ScratchDatabase {
+    /// Idle and the soak run on threads, not in async code: each query is
+    /// blocked on.
+    runtime: tokio::runtime::Runtime,
+    pool: Pool,
 }
 
-/// `count` more coupons, in batches of a thousand rows.
-pub async fn create_coupons(db: &sqlx::MySqlPool, count: u64) -> anyhow::Result<()> {
-    let mut left = count;
-    while left > 0 {
-        let batch = left.min(1_000);
-        let rows = vec!["('idle', 100, 0, 1)"; batch as usize].join(", ");
-        sqlx::query(&format!(
-            "INSERT INTO coupons (name, total_count, issued_count, per_member_limit) VALUES {rows}"
-        ))
-        .execute(db)
-        .await
-        .context("cannot create coupons")?;
-        left -= batch;
+/// One connection, on the engine the URL names.
+enum Pool {
+    MySql(sqlx::MySqlPool),
+    Postgres(sqlx::PgPool),
+}
+
+impl ScratchDatabase {
+    /// Connects to `database_url` (`mysql://…` or `postgres://…`).
+    pub fn connect(database_url: &str) -> anyhow::Result<ScratchDatabase> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let pool = runtime
+            .block_on(async {
+                Ok::<_, sqlx::Error>(if database_url.starts_with("postgres") {
+                    Pool::Postgres(
+                        sqlx::postgres::PgPoolOptions::new()
+                            .max_connections(1)
+                            .connect(database_url)
+                            .await?,
+                    )
+                } else {
+                    Pool::MySql(
+                        sqlx::mysql::MySqlPoolOptions::new()
+                            .max_connections(1)
+                            .connect(database_url)
+                            .await?,
+                    )
+                })
+            })
+            .with_context(|| format!("cannot reach the database at {database_url}"))?;
+        Ok(ScratchDatabase { runtime, pool })
     }
-    Ok(())
+
+    /// `count` more coupons, in batches of a thousand rows.
+    pub fn create_coupons(&self, count: u64) -> anyhow::Result<()> {
+        let mut left = count;
+        while left > 0 {
+            let batch = left.min(1_000);
+            let rows = vec!["('idle', 100, 0, 1)"; batch as usize].join(", ");
+            let insert = format!(
+                "INSERT INTO coupons (name, total_count, issued_count, per_member_limit) VALUES {rows}"
+            );
+            self.runtime
+                .block_on(async {
+                    match &self.pool {
+                        Pool::MySql(db) => sqlx::query(&insert).execute(db).await.map(drop),
+                        Pool::Postgres(db) => sqlx::query(&insert).execute(db).await.map(drop),
+                    }
+                })
+                .context("cannot create coupons")?;
+            left -= batch;
+        }
+        Ok(())
+    }
+
+    /// The coupons the lab holds.
+    pub fn coupons(&self) -> anyhow::Result<u64> {
+        self.count("SELECT COUNT(*) FROM coupons")
+    }
+
+    /// The client connections to the lab's database, this one included:
+    /// every pool of the server's (its own and its components' users'),
+    /// as each engine lists its sessions.
+    pub fn connections(&self) -> anyhow::Result<u64> {
+        self.count(match self.pool {
+            Pool::MySql(_) => {
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"
+            }
+            // Client backends only: PostgreSQL lists its autovacuum
+            // workers on a database too, which MariaDB's PROCESSLIST
+            // does not hold.
+            Pool::Postgres(_) => {
+                "SELECT COUNT(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND backend_type = 'client backend'"
+            }
+        })
+    }
+
+    /// The one figure `sql` reads.
+    fn count(&self, sql: &str) -> anyhow::Result<u64> {
+        let count: i64 = self.runtime.block_on(async {
+            match &self.pool {
+                Pool::MySql(db) => sqlx::query_scalar(sql).fetch_one(db).await,
+                Pool::Postgres(db) => sqlx::query_scalar(sql).fetch_one(db).await,
+            }
+        })?;
+        Ok(count.max(0) as u64)
+    }
 }
 
 /// Commands Redis has run since it started, less the `INFO` this reads

@@ -7,20 +7,25 @@
 //! from its own worker thread; every [`COUPON_EVERY`] each method gets a new
 //! coupon (half as many as the members asking it, so half the answers are
 //! sold out), as a lab used for a long time piles coupons up. Every
-//! `--every` the sampler reads: the server's RSS and open files, the MySQL
+//! `--every` the sampler reads: the server's RSS and open files, the
 //! connections to its database, Redis's memory and keys, the soak's
 //! streams' lengths and pending entries, the recorder's live records, how
 //! long a result read takes, and the issue requests' p99 since the last
 //! sample.
 //!
-//! What must be flat (fails the run when it grows): RSS, open files, MySQL
-//! connections, stream entries pending, the recorder's live records, the
-//! result read, the p99 — and with `--trim` (`COUPONLAB_STREAM_TRIM`) the
+//! What must be flat (fails the run when it grows): RSS, open files,
+//! database connections, stream entries pending, the recorder's live
+//! records, the result read, the p99 — and with `--trim` (`COUPONLAB_STREAM_TRIM`) the
 //! streams' entries. What grows by design is reported per accepted request
 //! or per coupon: Redis's memory and keys (reservations, request snapshots;
 //! stream entries unless trimmed). The report, in the load runner's form
 //! (`report.rs`, the verdict in `verdict.rs`), goes under `--out` (default
 //! `loadtest/reports/<UTC time>-soak/`, where the console lists it).
+//!
+//! `--engine` says which database the lab runs on, as `--engines` names
+//! them: MariaDB (the default, or with snapshot isolation) or PostgreSQL,
+//! on the load runner's database of that engine; the soak's own reads of it (the coupons it
+//! piles up, the connections it counts) are in that engine's words.
 
 mod report;
 mod sample;
@@ -38,7 +43,8 @@ use serde_json::json;
 use self::report::Soak;
 use crate::api::Api;
 use crate::durations::seconds;
-use crate::idle::{create_coupons, scratch_database};
+use crate::engines::{Engine, engine_list};
+use crate::idle::ScratchDatabase;
 use crate::own_redis::OwnRedis;
 use crate::paths::{self, target_dir};
 use crate::server::{Serve, Server};
@@ -55,6 +61,10 @@ const METHODS: [&str; 5] = [
 const COUPON_EVERY: Duration = Duration::from_secs(20);
 /// Requests in flight at most: each worker sends one at a time.
 const WORKERS: usize = 16;
+/// A smoke samples every twelfth of its length, however long it lasts: a
+/// shorter smoke samples more often, so that its verdict weighs as many
+/// samples as the minute's (eleven, the last falling on the end).
+const SMOKE_SAMPLES: u32 = 12;
 
 /// `cargo xtask soak [flags]`, or `cargo xtask soak smoke`.
 #[derive(Args)]
@@ -68,13 +78,28 @@ pub struct Command {
 
 #[derive(Subcommand)]
 enum Smoke {
-    /// The minute's soak `cargo xtask test` ends with: 300 coupons already
-    /// there, the streams trimmed, its report in target/artifacts/soak
-    Smoke,
+    /// The short soak `cargo xtask test` ends with: 300 coupons already
+    /// there, the streams trimmed, its report in
+    /// target/artifacts/soak/<engine>
+    Smoke(SmokeFlags),
+}
+
+#[derive(Args)]
+struct SmokeFlags {
+    /// The database the served lab runs on: mariadb, mariadb-si or postgres
+    #[arg(long, value_name = "ENGINE", default_value = "mariadb", value_parser = one_engine)]
+    engine: Engine,
+    /// How long the load lasts, sampled every twelfth of it; at least the
+    /// 20 s after which each method gets a new coupon
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    duration: Duration,
 }
 
 #[derive(Args)]
 struct Flags {
+    /// The database the served lab runs on: mariadb, mariadb-si or postgres
+    #[arg(long, value_name = "ENGINE", default_value = "mariadb", value_parser = one_engine)]
+    engine: Engine,
     /// How long the load lasts: 90s, 30m, 2h
     #[arg(long, default_value = "30m", value_parser = duration)]
     duration: Duration,
@@ -99,6 +124,7 @@ struct Flags {
 
 /// How a soak runs.
 struct Options {
+    engine: Engine,
     duration: Duration,
     rate: u32,
     every: Duration,
@@ -110,14 +136,22 @@ struct Options {
     out: PathBuf,
 }
 
+/// `--engine`: one of the engines `--engines` names.
+fn one_engine(text: &str) -> Result<Engine, String> {
+    match engine_list(text)?.0.as_slice() {
+        [engine] => Ok(*engine),
+        _ => Err("name one engine".into()),
+    }
+}
+
 /// `30m`, `90s`, `2h`: the load runner's durations.
 fn duration(text: &str) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(seconds(text)?).with_context(|| format!("not a duration: {text:?}"))
 }
 
 pub fn main(command: Command) -> anyhow::Result<()> {
-    if command.smoke.is_some() {
-        return smoke();
+    if let Some(Smoke::Smoke(flags)) = command.smoke {
+        return smoke(flags.engine, flags.duration);
     }
     let flags = command.flags;
     anyhow::ensure!(
@@ -125,6 +159,7 @@ pub fn main(command: Command) -> anyhow::Result<()> {
         "--duration must hold at least four samples of --every"
     );
     let options = Options {
+        engine: flags.engine,
         duration: flags.duration,
         rate: flags.rate,
         every: flags.every,
@@ -138,19 +173,30 @@ pub fn main(command: Command) -> anyhow::Result<()> {
     soak.verdict()
 }
 
-/// The short soak `cargo xtask test` ends with: a minute, 300 coupons
-/// already there, the streams trimmed, and a coupon's record put to sleep
-/// after 10 s idle instead of a minute, so that the recorder's live records
-/// can level off within the run (a method's coupon changes every 20 s).
-fn smoke() -> anyhow::Result<()> {
+/// The short soak `cargo xtask test` ends with, on `engine`: a minute
+/// unless told otherwise (half a minute on each engine, in the suite),
+/// sampled every twelfth of it, 300 coupons already there, the streams
+/// trimmed, and a coupon's record put to sleep after 10 s idle instead of
+/// a minute, so that the recorder's live records can level off within the
+/// run (a method's coupon changes every 20 s).
+fn smoke(engine: Engine, duration: Duration) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        duration >= COUPON_EVERY,
+        "soak smoke --duration must see the methods' coupons change once: {} s at least",
+        COUPON_EVERY.as_secs()
+    );
     let options = Options {
-        duration: Duration::from_secs(60),
+        engine,
+        duration,
         rate: 50,
-        every: Duration::from_secs(5),
+        every: duration / SMOKE_SAMPLES,
         trim: true,
         coupons: 300,
         record_dormant_after_s: 10,
-        out: target_dir().join("artifacts").join("soak"),
+        out: target_dir()
+            .join("artifacts")
+            .join("soak")
+            .join(engine.name()),
     };
     run(&options)?.verdict()
 }
@@ -172,16 +218,25 @@ fn run(options: &Options) -> anyhow::Result<Soak> {
     let redis_url = redis.url(0);
     let trim = if options.trim { "true" } else { "false" };
     let dormant_after = options.record_dormant_after_s.to_string();
-    let env = [
+    let mut env = vec![
         ("COUPONLAB_STREAM_TRIM", trim),
         ("COUPONLAB_RECORD_DORMANT_AFTER_S", dormant_after.as_str()),
     ];
+    env.extend_from_slice(options.engine.env());
+    let database_url = options.engine.database_url()?;
     let server = Server::start_with(Serve {
+        database_url: Some(&database_url),
         redis_url: Some(&redis_url),
         env: &env,
         ..Serve::default()
     })?;
     let api = Api::new(&server.base_url())?;
+    let engine = &api.get("/lab/strategies")?["engine"];
+    let database = format!(
+        "{} {}",
+        engine["name"].as_str().unwrap_or("?"),
+        engine["version"].as_str().unwrap_or("?")
+    );
     let members_per_coupon =
         (u64::from(options.rate) * COUPON_EVERY.as_secs()).div_ceil(METHODS.len() as u64);
     let members = api.post("/lab/members", &json!({ "count": members_per_coupon }))?;
@@ -189,8 +244,8 @@ fn run(options: &Options) -> anyhow::Result<Soak> {
     let load = Arc::new(Load::default());
     new_coupons(&api, &load, members_per_coupon / 2)?;
 
-    let (runtime, db) = scratch_database()?;
-    runtime.block_on(create_coupons(&db, options.coupons))?;
+    let db = ScratchDatabase::connect(&database_url)?;
+    db.create_coupons(options.coupons)?;
     let mut redis_conn = redis::Client::open(redis_url.as_str())?.get_connection()?;
 
     let started = Instant::now();
@@ -223,15 +278,7 @@ fn run(options: &Options) -> anyhow::Result<Soak> {
         }
         if now >= next_sample {
             next_sample += options.every;
-            let sample = sample::take(
-                &server,
-                &api,
-                &runtime,
-                &db,
-                &mut redis_conn,
-                &load,
-                started,
-            )?;
+            let sample = sample::take(&server, &api, &db, &mut redis_conn, &load, started)?;
             println!("{}", sample::progress(&sample, options.duration));
             samples.push(sample);
         }
@@ -242,7 +289,8 @@ fn run(options: &Options) -> anyhow::Result<Soak> {
         let _ = worker.join();
     }
     let title = format!(
-        "Soak: {} s at {} requests/s, streams {}",
+        "Soak on {}: {} s at {} requests/s, streams {}",
+        options.engine.name(),
         options.duration.as_secs(),
         options.rate,
         if options.trim {
@@ -253,6 +301,8 @@ fn run(options: &Options) -> anyhow::Result<Soak> {
     );
     let soak = Soak {
         title,
+        engine: options.engine.name(),
+        database,
         trim: options.trim,
         samples,
         provenance: crate::provenance::basic(),

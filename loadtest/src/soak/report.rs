@@ -25,7 +25,7 @@ pub struct Sample {
 pub const FIGURES: [(&str, &str, bool); 10] = [
     ("server RSS", "MiB", true),
     ("open files", "", true),
-    ("MySQL connections", "", true),
+    ("database connections", "", true),
     ("Redis memory", "MiB", false),
     ("Redis keys", "", false),
     ("stream entries", "", false),
@@ -36,6 +36,11 @@ pub const FIGURES: [(&str, &str, bool); 10] = [
 ];
 pub struct Soak {
     pub title: String,
+    /// The engine the lab ran on, as `--engine` names it.
+    pub engine: &'static str,
+    /// Its server, as the lab names it (`GET /lab/strategies`): product
+    /// and version.
+    pub database: String,
     pub trim: bool,
     pub samples: Vec<Sample>,
     pub provenance: Value,
@@ -59,11 +64,13 @@ impl Soak {
         let last = self.samples.last().cloned().unwrap_or_default();
         format!(
             "{} samples over {:.0} s, {} requests accepted, {} coupons in the lab at the end; \
-             streams {}; judged from {judged_from:.0} s (the first quarter is the warm-up).",
+             the lab's database: {}; streams {}; judged from {judged_from:.0} s \
+             (the first quarter is the warm-up).",
             self.samples.len(),
             last.at_s,
             last.accepted,
             last.coupons,
+            self.database,
             if self.trim {
                 "trimmed (COUPONLAB_STREAM_TRIM)"
             } else {
@@ -96,7 +103,8 @@ impl Soak {
             .map(|(name, unit, flat)| json!({ "name": name, "unit": unit, "mustBeFlat": flat }))
             .collect();
         let results = json!({
-            "title": self.title, "trim": self.trim, "provenance": self.provenance,
+            "title": self.title, "engine": self.engine, "database": self.database,
+            "trim": self.trim, "provenance": self.provenance,
             "figures": figures, "samples": samples,
         });
         std::fs::write(

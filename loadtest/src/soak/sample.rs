@@ -1,5 +1,5 @@
-//! One sample of a running soak: what the server, MySQL, Redis, the
-//! recorder and the issue requests say at that moment.
+//! One sample of a running soak: what the server, its database, Redis,
+//! the recorder and the issue requests say at that moment.
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -10,6 +10,7 @@ use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 use super::Load;
 use super::report::{FIGURES, Sample};
 use crate::api::Api;
+use crate::idle::ScratchDatabase;
 use crate::proc_stats;
 use crate::server::Server;
 
@@ -17,8 +18,7 @@ use crate::server::Server;
 pub(super) fn take(
     server: &Server,
     api: &Api,
-    runtime: &tokio::runtime::Runtime,
-    db: &sqlx::MySqlPool,
+    db: &ScratchDatabase,
     redis: &mut redis::Connection,
     load: &Load,
     started: Instant,
@@ -33,12 +33,7 @@ pub(super) fn take(
     let p99_ms = latencies
         .get(latencies.len() * 99 / 100)
         .map_or(0.0, |&us| us as f64 / 1e3);
-    let mysql: i64 = runtime.block_on(
-        sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE()",
-        )
-        .fetch_one(db),
-    )?;
+    let connections = db.connections()?;
     let info: String = redis::cmd("INFO").arg("memory").query(redis)?;
     let used_memory: f64 = info
         .lines()
@@ -56,7 +51,7 @@ pub(super) fn take(
     let values = vec![
         proc_stats::rss_kib(pid).unwrap_or(0) as f64 / 1024.0,
         proc_stats::open_fds(pid).unwrap_or(0) as f64,
-        mysql as f64,
+        connections as f64,
         used_memory / (1024.0 * 1024.0),
         keys as f64,
         entries as f64,
@@ -65,12 +60,10 @@ pub(super) fn take(
         result_ms,
         p99_ms,
     ];
-    let created: i64 =
-        runtime.block_on(sqlx::query_scalar("SELECT COUNT(*) FROM coupons").fetch_one(db))?;
     Ok(Sample {
         at_s: started.elapsed().as_secs_f64(),
         accepted: load.accepted.load(Ordering::Relaxed),
-        coupons: created as u64,
+        coupons: db.coupons()?,
         values,
     })
 }
