@@ -15,17 +15,18 @@
 //!
 //! What must be flat (fails the run when it grows): RSS, open files,
 //! database connections, stream entries pending, the recorder's live
-//! records, the result read, the p99 — and with `--trim` (`COUPONLAB_STREAM_TRIM`) the
-//! streams' entries. What grows by design is reported per accepted request
-//! or per coupon: Redis's memory and keys (reservations, request snapshots;
-//! stream entries unless trimmed). The report, in the load runner's form
+//! records, the result read, the p99 — and with `--trim`
+//! (`COUPONLAB_STREAM_TRIM`) the streams' entries. What grows by design is
+//! reported per accepted request or per coupon: Redis's memory and keys
+//! (reservations, request snapshots; stream entries unless trimmed). The report, in the load runner's form
 //! (`report.rs`, the verdict in `verdict.rs`), goes under `--out` (default
 //! `loadtest/reports/<UTC time>-soak/`, where the console lists it).
 //!
 //! `--engine` says which database the lab runs on, as `--engines` names
 //! them: MariaDB (the default, or with snapshot isolation) or PostgreSQL,
-//! on the load runner's database of that engine; the soak's own reads of it (the coupons it
-//! piles up, the connections it counts) are in that engine's words.
+//! on the load runner's database of that engine; the soak's own reads of
+//! it (the coupons it piles up, the connections it counts) are in that
+//! engine's words.
 
 mod report;
 mod sample;
