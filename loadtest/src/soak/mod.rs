@@ -18,8 +18,9 @@
 //! records, the result read, the p99 — and with `--trim`
 //! (`COUPONLAB_STREAM_TRIM`) the streams' entries. What grows by design is
 //! reported per accepted request or per coupon: Redis's memory and keys
-//! (reservations, request snapshots; stream entries unless trimmed). The report, in the load runner's form
-//! (`report.rs`, the verdict in `verdict.rs`), goes under `--out` (default
+//! (reservations, request snapshots; stream entries unless trimmed). The
+//! report, in the load runner's form (`report.rs`, the verdict in
+//! `verdict.rs`), goes under `--out` (default
 //! `loadtest/reports/<UTC time>-soak/`, where the console lists it).
 //!
 //! `--engine` says which database the lab runs on, as `--engines` names
