@@ -8,6 +8,7 @@
 
 use std::ffi::OsStr;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
@@ -34,19 +35,32 @@ pub fn main(task: &str, args: &[String]) -> anyhow::Result<()> {
 }
 
 /// The checked runs `cargo xtask test` ends with, on what it built: the
-/// load runner end to end (under faults too), a minute's soak, the API
-/// check on each engine, with half its examples each: the two take about
-/// the time one took.
-pub fn smoke() -> anyhow::Result<()> {
-    run("loadtest", &["smoke"])?;
-    run("soak", &["smoke"])?;
+/// load runner end to end (under faults too, and on each engine), the soak
+/// and the API check on each engine (half a minute's soak and half the
+/// check's examples each: the pair takes about the time one took). Answers
+/// how long each took.
+pub fn smoke() -> anyhow::Result<Vec<(String, Duration)>> {
+    let mut took = Vec::new();
+    let mut timed = |name: String, task: &str, args: &[&str]| -> anyhow::Result<()> {
+        let started = Instant::now();
+        run(task, args)?;
+        took.push((name, started.elapsed()));
+        Ok(())
+    };
+    timed(
+        "load test smoke (engines, faults)".into(),
+        "loadtest",
+        &["smoke"],
+    )?;
     for engine in ["mariadb", "postgres"] {
-        run(
-            "api-check",
-            &["--engine", engine, "--max-examples", API_CHECK_EXAMPLES],
-        )?;
+        let args = ["smoke", "--engine", engine, "--duration", "30s"];
+        timed(format!("soak on {engine}"), "soak", &args)?;
     }
-    Ok(())
+    for engine in ["mariadb", "postgres"] {
+        let args = ["--engine", engine, "--max-examples", API_CHECK_EXAMPLES];
+        timed(format!("api-check on {engine}"), "api-check", &args)?;
+    }
+    Ok(took)
 }
 
 /// Examples an operation of each engine's API check in `cargo xtask test`:
