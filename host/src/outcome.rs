@@ -114,6 +114,10 @@ impl From<&CallError> for Outcome {
     }
 }
 
+/// How sqlx opens every error a database returned, which the `sql`
+/// capability hands a component as it is.
+const DATABASE_ERROR: &str = "error returned from database";
+
 impl Outcome {
     /// The HTTP status an answer with this outcome has (the table in the
     /// README's *Using the API*): 2xx for a coupon issued or accepted, 409
@@ -172,15 +176,21 @@ impl Outcome {
     }
 
     /// Whether a refusal with this outcome is told in the host's words
-    /// alone: an unknown member or coupon, or a duplicate, is the client's
-    /// input, and its message names the member or coupon; what the
-    /// component said of it (a foreign key's SQL text, the database's and
-    /// constraint's names) goes to the traces and the log, not the client.
+    /// alone: an unknown member or coupon is the client's input, and its
+    /// message names the member or coupon; what the component said of it
+    /// (a foreign key's SQL text, the database's and constraint's names)
+    /// goes to the traces and the log, not the client.
     pub fn names_its_own_message(self) -> bool {
-        matches!(
-            self,
-            Outcome::UnknownMember | Outcome::UnknownCoupon | Outcome::Duplicate
-        )
+        matches!(self, Outcome::UnknownMember | Outcome::UnknownCoupon)
+    }
+
+    /// Whether a component's `detail` of a refusal with this outcome is
+    /// the database's own text of a constraint the request broke (a
+    /// duplicate key names the key and its table), told in the host's
+    /// words instead. A duplicate the component decided itself (a
+    /// per-member limit, a reservation) keeps its words.
+    pub fn hides_the_databases_words(self, detail: &str) -> bool {
+        self == Outcome::Duplicate && detail.contains(DATABASE_ERROR)
     }
 
     /// The name used in responses and results.

@@ -262,7 +262,11 @@ fn not_served(lab: &Lab, method: &str, sent: &str) -> ApiError {
 /// (which names the member or coupon, and never the database).
 fn refused(outcome: Outcome, detail: Option<String>, coupon_id: u64, member_id: u64) -> ApiError {
     let detail = match detail {
-        Some(detail) if !outcome.names_its_own_message() => detail,
+        Some(detail)
+            if !outcome.names_its_own_message() && !outcome.hides_the_databases_words(&detail) =>
+        {
+            detail
+        }
         _ => outcome.default_message(coupon_id, member_id),
     };
     ApiError::refused(outcome, detail)
@@ -289,8 +293,14 @@ mod tests {
         let answer = refused(Outcome::UnknownMember, Some(leaked.into()), 7, 42);
         assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(answer.message, "UNKNOWN_MEMBER: member 42 does not exist");
-        let answer = refused(Outcome::Duplicate, Some(leaked.into()), 7, 42);
+        let duplicate = "duplicate key: error returned from database: 1062 (23000): Duplicate \
+                         entry '7-42' for key 'uq_coupon_member'";
+        let answer = refused(Outcome::Duplicate, Some(duplicate.into()), 7, 42);
         assert_eq!(answer.message, "DUPLICATE: member 42 already has coupon 7");
+        // A duplicate the component decided keeps its words.
+        let limit = "PER_USER_LIMIT_EXCEEDED: member 42 holds 1 of 1";
+        let answer = refused(Outcome::Duplicate, Some(limit.into()), 7, 42);
+        assert_eq!(answer.message, format!("DUPLICATE: {limit}"));
         let answer = refused(Outcome::UnknownCoupon, None, 7, 42);
         assert_eq!(answer.status, StatusCode::NOT_FOUND);
         assert_eq!(answer.message, "UNKNOWN_COUPON: coupon 7 does not exist");
