@@ -96,6 +96,7 @@ impl Server {
             pool: &self.pool,
             target: &self.target,
             url,
+            lab_id: &self.lab_id,
             engine: self.engine.clone(),
         }
     }

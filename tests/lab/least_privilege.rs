@@ -1,13 +1,15 @@
 //! Least privilege, enforced by the servers: a component reaches Redis as an
 //! ACL user limited to `coupon:*` and the commands issuance needs, and MySQL
-//! as a user with only issuance's grants. A hostile component tries what it
-//! must not do; each attempt is refused with a clear error, and afterwards
-//! the lab is exactly as it was.
+//! as its lab's own user with only issuance's grants. A hostile component
+//! tries what it must not do; each attempt is refused with a clear error,
+//! and afterwards the lab is exactly as it was.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use sqlx::Executor;
+
+use couponlab::runtime::sql::user::strategy_user;
 
 use crate::common::{MYSQL, REDIS, Reply, Setup, TestLab, compile_cache, sharing_redis};
 
@@ -128,6 +130,41 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
     lab.issue(coupon, members[1], "PESSIMISTIC").await.ok();
     lab.issue(coupon, members[2], "REDIS_LUA").await.ok();
     lab.finish().await;
+}
+
+/// Users are the MySQL server's, not a database's: two labs on one server
+/// each have a user of their own, named after the lab, granted only that
+/// lab's tables. A user shared by every lab held each lab's grants, so one
+/// lab's components reached the other's tables, and its password was set
+/// by whichever lab started last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_labs_on_one_server_have_users_of_their_own() {
+    let labs = [
+        Setup::with(&["pessimistic"]).start().await,
+        Setup::with(&["pessimistic"]).start().await,
+    ];
+    let mut users = Vec::new();
+    for lab in &labs {
+        let granted: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT CAST(User AS CHAR) FROM mysql.tables_priv \
+             WHERE Db = ? AND User LIKE 'couponlab\\_strategy%'",
+        )
+        .bind(&lab.db_name)
+        .fetch_all(lab.db.mysql())
+        .await
+        .unwrap();
+        let user = strategy_user(&lab.lab_id().await);
+        assert_eq!(granted, std::slice::from_ref(&user), "{}", lab.db_name);
+        users.push(user);
+    }
+    assert_ne!(users[0], users[1]);
+    for lab in &labs {
+        let (members, coupon) = lab.members_and_coupon(1, 1).await;
+        lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
+    }
+    for lab in labs {
+        lab.finish().await;
+    }
 }
 
 /// Starts a server on these URLs, which must refuse to start with a message

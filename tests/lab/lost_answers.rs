@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use couponlab::runtime::sql::user::strategy_user;
 use couponlab_contract::keys;
 use couponlab_links::{Link, Links, REDIS_UPSTREAM};
 use futures::future::join_all;
@@ -156,11 +157,12 @@ async fn settled(lab: &TestLab) {
 /// began over a second ago: a confirm takes milliseconds, so these hold
 /// their locks for a connection nobody has any more.
 async fn stale_transactions(lab: &TestLab) -> i64 {
-    lab.number(
+    let user = strategy_user(&lab.lab_id().await);
+    lab.number(&format!(
         "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
          JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-         WHERE p.USER = 'couponlab_strategy' AND t.trx_started < NOW() - INTERVAL 1 SECOND",
-    )
+         WHERE p.USER = '{user}' AND t.trx_started < NOW() - INTERVAL 1 SECOND"
+    ))
     .await
 }
 

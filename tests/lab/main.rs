@@ -31,6 +31,7 @@ mod mysql_methods;
 mod named_and_pubsub_locks;
 mod openapi;
 mod postgres;
+mod postgres_roles;
 mod redis_faults;
 mod redis_methods;
 mod redis_server;

@@ -97,7 +97,9 @@ impl Capabilities {
 /// on one server, and a server reached through a proxy or another address,
 /// derive the same one. Every process sharing a server sets the same
 /// password for the user and none locks another out; anyone who can derive
-/// it already holds the administrative credentials.
+/// it already holds the administrative credentials. A user of one lab's own
+/// (the components' SQL user) has the lab's id in `user`, so labs whose
+/// administrative credentials agree still derive passwords of their own.
 pub fn derived_password(user: &str, admin_url: &str) -> String {
     let server = match url::Url::parse(admin_url) {
         Ok(url) => format!(

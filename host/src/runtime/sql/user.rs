@@ -1,6 +1,10 @@
 //! The database user components' SQL runs as, and their pool.
 //!
-//! The user `couponlab_strategy` may, in the lab's database:
+//! The user is the lab's own, `couponlab_strategy_` and the first twelve
+//! characters of the lab's id ([`strategy_user`]): users and roles are the
+//! database server's, not a database's, and a user shared by the labs of
+//! one server would carry every lab's grants, its password set by whichever
+//! lab started last. It may, in the lab's database:
 //!
 //! - read `members`;
 //! - read `coupons`, and update its `issued_count` and `version` columns;
@@ -31,9 +35,10 @@ use crate::runtime::capabilities::derived_password;
 /// The `sql` capability's settings.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SqlArgs {
-    /// MySQL/MariaDB URL of the restricted user components' SQL runs as.
-    /// Unset: the server creates (or updates) the user `couponlab_strategy`
-    /// with only the grants issuance needs, through DATABASE_URL.
+    /// URL of the restricted user (PostgreSQL: role) components' SQL runs
+    /// as, on the engine of DATABASE_URL. Unset: the server creates (or
+    /// updates) the lab's own user `couponlab_strategy_<lab id>` with only
+    /// the grants issuance needs, through DATABASE_URL.
     #[arg(long, env = "COUPONLAB_STRATEGY_DATABASE_URL")]
     pub strategy_database_url: Option<String>,
 
@@ -84,8 +89,25 @@ pub enum Switch {
     Off,
 }
 
-/// The user components' SQL runs as, unless the operator names another.
-pub const STRATEGY_USER: &str = "couponlab_strategy";
+/// How the user components' SQL runs as begins, unless the operator names
+/// another: the lab's id follows.
+const STRATEGY_USER_PREFIX: &str = "couponlab_strategy_";
+
+/// Characters of the lab's id in its user's name: 48 bits tell labs apart,
+/// and the name stays within MySQL's 32 characters.
+const LAB_ID_IN_NAME: usize = 12;
+
+/// The user (PostgreSQL: role) of the lab `lab_id`'s components. Only
+/// letters and digits of the id are kept, so the name needs no quoting in
+/// either engine's statements.
+pub fn strategy_user(lab_id: &str) -> String {
+    let id: String = lab_id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(LAB_ID_IN_NAME)
+        .collect();
+    format!("{STRATEGY_USER_PREFIX}{}", id.to_ascii_lowercase())
+}
 
 /// What issuance needs, table by table (see the module's documentation).
 const GRANTS: [&str; 3] = [
@@ -98,8 +120,11 @@ const GRANTS: [&str; 3] = [
 pub struct Admin<'a> {
     pub pool: &'a Pool,
     pub target: &'a Target,
-    /// DATABASE_URL, from which the user's password is derived.
+    /// DATABASE_URL, from whose credentials the user's password is derived.
     pub url: &'a str,
+    /// The lab's id ([`crate::db::Server::lab_id`]), which names its user
+    /// and sets its password apart from every other lab's.
+    pub lab_id: &'a str,
     /// The server, as the server's own pool read it.
     pub engine: Engine,
 }
@@ -124,15 +149,20 @@ pub async fn connect(
             target
         }
         None => {
-            let password = derived_password(STRATEGY_USER, admin.url);
+            anyhow::ensure!(
+                !admin.lab_id.is_empty(),
+                "the lab's id is empty: its user would be every lab's"
+            );
+            let user = strategy_user(admin.lab_id);
+            let password = derived_password(&format!("{user}\0{}", admin.lab_id), admin.url);
             let db = admin.target.database().unwrap_or_default();
             answered(
                 "setting up the components' user",
                 STEP_LIMIT,
-                ensure_user(admin.pool, db, &password),
+                ensure_user(admin.pool, db, &user, &password),
             )
             .await?;
-            admin.target.as_user(STRATEGY_USER, &password)
+            admin.target.as_user(&user, &password)
         }
     };
     let mut engine = admin.engine;
@@ -188,40 +218,46 @@ pub async fn connect(
 /// role may do by default and components may not: create in `public`, make
 /// temporary tables (a `SELECT ... INTO TEMP` is a SELECT), store large
 /// objects, end or cancel another session of their role. A role is the
-/// server's, not the database's: every lab on one server shares it.
+/// server's, not the database's: each lab has its own ([`strategy_user`]).
 const POSTGRES_ROLE: [&str; 14] = [
     "LOCK TABLE pg_catalog.pg_authid IN SHARE UPDATE EXCLUSIVE MODE",
     "DO $$ BEGIN \
-         IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'couponlab_strategy') THEN \
-             CREATE ROLE couponlab_strategy; \
+         IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{role}') THEN \
+             CREATE ROLE {role}; \
          END IF; \
      EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; \
      END $$",
-    "ALTER ROLE couponlab_strategy WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE \
+    "ALTER ROLE {role} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE \
      NOREPLICATION NOBYPASSRLS PASSWORD '{password}'",
-    "REVOKE ALL ON DATABASE \"{db}\" FROM couponlab_strategy",
+    "REVOKE ALL ON DATABASE \"{db}\" FROM {role}",
     "REVOKE TEMPORARY ON DATABASE \"{db}\" FROM PUBLIC",
-    "GRANT CONNECT ON DATABASE \"{db}\" TO couponlab_strategy",
-    "REVOKE CREATE ON SCHEMA public FROM PUBLIC, couponlab_strategy",
-    "GRANT USAGE ON SCHEMA public TO couponlab_strategy",
-    "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM couponlab_strategy",
-    "GRANT SELECT ON TABLE public.members TO couponlab_strategy",
-    "GRANT SELECT, UPDATE (issued_count, version) ON TABLE public.coupons TO couponlab_strategy",
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE public.coupon_issues TO couponlab_strategy",
+    "GRANT CONNECT ON DATABASE \"{db}\" TO {role}",
+    "REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}",
+    "GRANT USAGE ON SCHEMA public TO {role}",
+    "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}",
+    "GRANT SELECT ON TABLE public.members TO {role}",
+    "GRANT SELECT, UPDATE (issued_count, version) ON TABLE public.coupons TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE public.coupon_issues TO {role}",
     "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_terminate_backend(integer, bigint), \
      pg_catalog.pg_cancel_backend(integer) FROM PUBLIC",
     "REVOKE EXECUTE ON FUNCTION pg_catalog.lo_creat(integer), pg_catalog.lo_create(oid), \
      pg_catalog.lo_from_bytea(oid, bytea) FROM PUBLIC",
 ];
 
-/// [`ensure_user`] on PostgreSQL: the role [`STRATEGY_USER`], set up by
+/// [`ensure_user`] on PostgreSQL: the role `role`, set up by
 /// [`POSTGRES_ROLE`].
-async fn ensure_role(admin: &sqlx::PgPool, db: &str, password: &str) -> anyhow::Result<()> {
+async fn ensure_role(
+    admin: &sqlx::PgPool,
+    db: &str,
+    role: &str,
+    password: &str,
+) -> anyhow::Result<()> {
     let password = password.replace('\'', "''");
     let set_up = async {
         let mut tx = admin.begin().await?;
         for statement in POSTGRES_ROLE {
             let statement = statement
+                .replace("{role}", role)
                 .replace("{db}", db)
                 .replace("{password}", &password);
             tx.execute(statement.as_str()).await?;
@@ -230,7 +266,7 @@ async fn ensure_role(admin: &sqlx::PgPool, db: &str, password: &str) -> anyhow::
     };
     set_up.await.map_err(|err: sqlx::Error| {
         anyhow::anyhow!(
-            "cannot set up the database role {STRATEGY_USER} that components' SQL runs as \
+            "cannot set up the database role {role} that components' SQL runs as \
              ({err}). Connect DATABASE_URL as a superuser, or create a role yourself with the \
              grants in docs/architecture.md (the trust model) and give it as \
              COUPONLAB_STRATEGY_DATABASE_URL=postgres://user:password@host:port/{db}"
@@ -238,14 +274,14 @@ async fn ensure_role(admin: &sqlx::PgPool, db: &str, password: &str) -> anyhow::
     })
 }
 
-/// Creates [`STRATEGY_USER`] for the host this server connects from, or
-/// brings its password and grants up to date. Every process sharing the
-/// database derives the same password from DATABASE_URL, so none locks
-/// another out.
-async fn ensure_user(admin: &Pool, db: &str, password: &str) -> anyhow::Result<()> {
+/// Creates the lab's `user` for the host this server connects from, or
+/// brings its password and grants up to date. Every process of the lab
+/// derives the same password from the lab's id and DATABASE_URL's
+/// credentials, so none locks another out.
+async fn ensure_user(admin: &Pool, db: &str, user: &str, password: &str) -> anyhow::Result<()> {
     let admin = match admin {
         Pool::MySql(admin) => admin,
-        Pool::Postgres(admin) => return ensure_role(admin, db, password).await,
+        Pool::Postgres(admin) => return ensure_role(admin, db, user, password).await,
     };
     let mut conn = admin.acquire().await?;
     // The host part the server gives this connection: the user is created
@@ -253,7 +289,7 @@ async fn ensure_user(admin: &Pool, db: &str, password: &str) -> anyhow::Result<(
     let host: String = sqlx::query_scalar("SELECT SUBSTRING_INDEX(USER(), '@', -1)")
         .fetch_one(&mut *conn)
         .await?;
-    let account = format!("'{STRATEGY_USER}'@'{}'", host.replace('\'', "''"));
+    let account = format!("'{user}'@'{}'", host.replace('\'', "''"));
     let password = password.replace('\'', "''");
     let mut statements = vec![
         format!("CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{password}'"),
@@ -267,7 +303,7 @@ async fn ensure_user(admin: &Pool, db: &str, password: &str) -> anyhow::Result<(
     for statement in statements {
         conn.execute(statement.as_str()).await.map_err(|err| {
             anyhow::anyhow!(
-                "cannot set up the database user {STRATEGY_USER} that components' SQL runs as \
+                "cannot set up the database user {user} that components' SQL runs as \
                  ({err}). Connect DATABASE_URL as a user that may CREATE USER and GRANT on the \
                  lab's tables, or create a user yourself with the grants in docs/architecture.md \
                  (the trust model) and give it as \
@@ -276,4 +312,25 @@ async fn ensure_user(admin: &Pool, db: &str, password: &str) -> anyhow::Result<(
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strategy_user;
+
+    #[test]
+    fn each_lab_has_a_user_of_its_own_that_mysql_can_name() {
+        let lab = strategy_user("5f0c1d2e3a4b5c6d7e8f90a1b2c3d4e5");
+        assert_eq!(lab, "couponlab_strategy_5f0c1d2e3a4b");
+        assert!(lab.len() <= 32, "MySQL names a user in 32 characters");
+        assert_ne!(lab, strategy_user("5f0c1d2e3a4c5c6d7e8f90a1b2c3d4e5"));
+    }
+
+    #[test]
+    fn only_letters_and_digits_of_the_id_reach_the_statements() {
+        assert_eq!(
+            strategy_user("AB'; DROP ROLE x; --0123456789"),
+            "couponlab_strategy_abdroprolex0"
+        );
+    }
 }
