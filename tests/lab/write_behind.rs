@@ -272,6 +272,56 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
     lab.finish().await;
 }
 
+/// PostgreSQL ends a transaction at its first refused statement ("current
+/// transaction is aborted"), where MariaDB rolls back the statement alone:
+/// a reconcile that let the foreign key refuse a member with no row wrote
+/// none of the members after it, and failed. Here the member with no row
+/// lies between members to write back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_on_postgres_writes_every_known_member_and_reports_the_unknown_one() {
+    let lab = Setup::with(&COMPONENTS)
+        .on_postgres()
+        .own_redis_db()
+        .start()
+        .await;
+    let (members, coupon) = lab.members_and_coupon(30, 30).await;
+    let replies = lab.issue_all(coupon, &members, "REDIS_WRITE_BEHIND").await;
+    assert_eq!(statuses(&replies), BTreeMap::from([(202, 30)]));
+    until("the loader has written the 30", DRAIN, || async {
+        lab.issue_rows(coupon).await == 30 && caught_up(&lab, coupon).await
+    })
+    .await;
+
+    // Rows lost in the database, and one member gone with its row: its
+    // reservation stays in Redis.
+    let restored = [members[3], members[10], members[20], members[27]];
+    let gone = members[15];
+    for &member in restored.iter().chain([&gone]) {
+        lab.execute(
+            "DELETE FROM coupon_issues WHERE coupon_id = ? AND member_id = ?",
+            &[coupon, member],
+        )
+        .await;
+    }
+    lab.execute("DELETE FROM members WHERE id = ?", &[gone])
+        .await;
+    for round in ["first", "again"] {
+        let report = reconcile(&lab, coupon).await.ok().clone();
+        let inserted = if round == "first" {
+            restored.to_vec()
+        } else {
+            vec![]
+        };
+        assert_eq!(ids(&report["inserted"]), inserted, "{round}: {report}");
+        assert_eq!(ids(&report["unknownMembers"]), [gone], "{round}: {report}");
+        assert_eq!(report["onlyInDb"], json!([]), "{round}: {report}");
+        assert_eq!(report["issuedCount"], json!(29), "{round}: {report}");
+    }
+    let written: Vec<u64> = members.iter().copied().filter(|&m| m != gone).collect();
+    assert_eq!(lab.issued_members(coupon).await, written);
+    lab.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poisoned_entry_is_dead_lettered_after_three_deliveries_and_its_batch_lands() {
     let lab = lab_with_loader_processes_only().await;

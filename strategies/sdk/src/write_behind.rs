@@ -25,7 +25,7 @@ use crate::bindings::couponlab::strategy::types::{
     Confirmation, IssueResult, Outcome, StreamEntry,
 };
 use crate::outcome::Step;
-use crate::sql::{self, IsolationLevel, SqlError, Transaction, Value};
+use crate::sql::{self, IsolationLevel, SqlError, ToSql, Transaction, Value};
 use crate::{args, keys, params, redis, reserve, stream};
 
 pub use crate::bindings::couponlab::strategy::types::ReconcileReport;
@@ -135,7 +135,7 @@ pub fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
     let mut inserted = Vec::new();
     let mut unknown_members = Vec::new();
     for chunk in only_in_redis.chunks(INSERT_CHUNK) {
-        let (written, refused) = insert_known(&tx, coupon_id, chunk).map_err(|e| e.message())?;
+        let (written, refused) = insert_known(&tx, coupon_id, chunk)?;
         inserted.extend(written);
         unknown_members.extend(refused);
     }
@@ -177,31 +177,48 @@ fn issue_of(entry: &StreamEntry) -> Result<(u64, u64), String> {
 }
 
 /// Writes the issues of `members` (ascending) but those with no member row,
-/// which the foreign key refuses (1452): a member deleted while Redis held
+/// which the foreign key would refuse: a member deleted while Redis held
 /// its reservation, or an id that never was one. Answers (written,
-/// refused). One statement for them all, and one a member only when that
-/// one is refused: a refused statement is rolled back alone, and the
-/// transaction goes on.
+/// refused). The members are looked up first, so no insert is refused:
+/// PostgreSQL ends the whole transaction at a refused statement ("current
+/// transaction is aborted"), where MySQL rolls back the statement alone.
+/// A member deleted between the look-up and the insert fails the
+/// reconcile, which writes nothing and can run again.
 fn insert_known(
     tx: &Transaction,
     coupon_id: u64,
     members: &[u64],
-) -> Result<(Vec<u64>, Vec<u64>), SqlError> {
-    let issues: Vec<(u64, u64)> = members.iter().map(|&m| (coupon_id, m)).collect();
-    match insert_issues(tx, &issues) {
-        Ok(()) => return Ok((members.to_vec(), Vec::new())),
-        Err(SqlError::ForeignKey(_)) => {}
-        Err(err) => return Err(err),
-    }
-    let (mut written, mut refused) = (Vec::new(), Vec::new());
-    for issue in issues {
-        match insert_issues(tx, &[issue]) {
-            Ok(()) => written.push(issue.1),
-            Err(SqlError::ForeignKey(_)) => refused.push(issue.1),
-            Err(err) => return Err(err),
-        }
-    }
+) -> Result<(Vec<u64>, Vec<u64>), String> {
+    let known = existing_members(tx, members).map_err(|e| e.message())?;
+    let (written, refused): (Vec<u64>, Vec<u64>) =
+        members.iter().partition(|member| known.contains(member));
+    let issues: Vec<(u64, u64)> = written.iter().map(|&m| (coupon_id, m)).collect();
+    insert_issues(tx, &issues).map_err(|err| match err {
+        SqlError::ForeignKey(_) => format!(
+            "a member was deleted while this reconcile ran, and nothing was written: reconcile again ({})",
+            err.message()
+        ),
+        err => err.message(),
+    })?;
     Ok((written, refused))
+}
+
+/// Which of `members` have a member row.
+fn existing_members(tx: &Transaction, members: &[u64]) -> Result<BTreeSet<u64>, SqlError> {
+    if members.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let marks = vec!["?"; members.len()].join(", ");
+    let params: Vec<Value> = members.iter().map(ToSql::to_sql).collect();
+    let rows = tx.query(
+        &format!("SELECT id FROM members WHERE id IN ({marks})"),
+        &params,
+    )?;
+    Ok(rows
+        .rows
+        .iter()
+        .filter_map(|row| sql::int(row.first()?).map(|id| id as u64))
+        .collect())
 }
 
 /// One multi-row upsert, in (coupon, member) order so two writers of the
