@@ -261,13 +261,14 @@ fn not_served(lab: &Lab, method: &str, sent: &str) -> ApiError {
 /// when it gave some, but in the host's for a refusal of the client's input
 /// (which names the member or coupon, and never the database).
 fn refused(outcome: Outcome, detail: Option<String>, coupon_id: u64, member_id: u64) -> ApiError {
+    let told = outcome.default_message(coupon_id, member_id);
     let detail = match detail {
-        Some(detail)
-            if !outcome.names_its_own_message() && !outcome.hides_the_databases_words(&detail) =>
-        {
-            detail
+        // Which guard refused it is the lesson; the key's text is not.
+        Some(detail) if outcome.hides_the_databases_words(&detail) => {
+            format!("{told} (the database's unique key refused it)")
         }
-        _ => outcome.default_message(coupon_id, member_id),
+        Some(detail) if !outcome.names_its_own_message() => detail,
+        _ => told,
     };
     ApiError::refused(outcome, detail)
 }
@@ -296,7 +297,10 @@ mod tests {
         let duplicate = "duplicate key: error returned from database: 1062 (23000): Duplicate \
                          entry '7-42' for key 'uq_coupon_member'";
         let answer = refused(Outcome::Duplicate, Some(duplicate.into()), 7, 42);
-        assert_eq!(answer.message, "DUPLICATE: member 42 already has coupon 7");
+        assert_eq!(
+            answer.message,
+            "DUPLICATE: member 42 already has coupon 7 (the database's unique key refused it)"
+        );
         // A duplicate the component decided keeps its words.
         let limit = "PER_USER_LIMIT_EXCEEDED: member 42 holds 1 of 1";
         let answer = refused(Outcome::Duplicate, Some(limit.into()), 7, 42);
