@@ -248,11 +248,7 @@ async fn report_and_drain_as_one_lab(lab: &TestLab, hosts: &[Host; 2]) {
                 && lab.issue_rows(coupon).await == 200
         })
         .await;
-        assert_eq!(
-            rows_and_duplicates(lab, coupon).await,
-            (200, 0),
-            "{method}"
-        );
+        assert_eq!(rows_and_duplicates(lab, coupon).await, (200, 0), "{method}");
         // Whoever read the coupon's stream did so under a name of its own
         // process. (Redis names a consumer in the group only once it was
         // handed an entry: a host that got none is not listed.)
