@@ -998,23 +998,24 @@ pub async fn subscriber_listening(lab: &TestLab) {
     until(
         "the pub/sub subscriber listens",
         std::time::Duration::from_secs(10),
-        || async {
-            let channel = couponlab::redis_target::RedisTarget::open(
-                &lab.config.redis_url,
-                lab.config.redis_cluster,
-            )
-            .unwrap()
-            .requests_channel();
-            let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(channel)
-                .query_async(&mut lab.redis.clone())
-                .await
-                .unwrap();
-            counts.first().is_some_and(|(_, n)| *n > 0)
-        },
+        || async { pubsub_subscribers(lab).await > 0 },
     )
     .await;
+}
+
+/// Subscribers of the lab's pub/sub requests channel now.
+pub async fn pubsub_subscribers(lab: &TestLab) -> u64 {
+    let channel =
+        couponlab::redis_target::RedisTarget::open(&lab.config.redis_url, lab.config.redis_cluster)
+            .unwrap()
+            .requests_channel();
+    let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut lab.redis.clone())
+        .await
+        .unwrap();
+    counts.first().map_or(0, |(_, n)| *n)
 }
 
 /// How many replies had each status.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Setup, TestLab, component, pubsub_turn, until};
+use crate::common::{Setup, TestLab, component, pubsub_subscribers, pubsub_turn, until};
 
 /// How long a test waits for a reload.
 const WAIT: Duration = Duration::from_secs(5);
@@ -414,21 +414,6 @@ async fn in_a_relative_strategy_directory_a_changed_component_serves() {
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
-}
-
-/// Subscribers of the lab's pub/sub requests channel now.
-async fn pubsub_subscribers(lab: &TestLab) -> u64 {
-    let channel =
-        couponlab::redis_target::RedisTarget::open(&lab.config.redis_url, lab.config.redis_cluster)
-            .unwrap()
-            .requests_channel();
-    let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query_async(&mut lab.redis.clone())
-        .await
-        .unwrap();
-    counts.first().map_or(0, |(_, n)| *n)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
