@@ -20,6 +20,7 @@ use crate::markers;
 use crate::own_redis::OwnRedis;
 use crate::paths::root;
 use crate::server::{Serve, Server, database_url};
+use crate::truth::Database;
 
 /// How long the lab is left alone after its coupons were created, before
 /// the measurement: its roles find the new coupons meanwhile.
@@ -153,13 +154,7 @@ pub struct ScratchDatabase {
     /// Idle and the soak run on threads, not in async code: each query is
     /// blocked on.
     runtime: tokio::runtime::Runtime,
-    pool: Pool,
-}
-
-/// One connection, on the engine the URL names.
-enum Pool {
-    MySql(sqlx::MySqlPool),
-    Postgres(sqlx::PgPool),
+    pool: Database,
 }
 
 impl ScratchDatabase {
@@ -168,25 +163,7 @@ impl ScratchDatabase {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let pool = runtime
-            .block_on(async {
-                Ok::<_, sqlx::Error>(if database_url.starts_with("postgres") {
-                    Pool::Postgres(
-                        sqlx::postgres::PgPoolOptions::new()
-                            .max_connections(1)
-                            .connect(database_url)
-                            .await?,
-                    )
-                } else {
-                    Pool::MySql(
-                        sqlx::mysql::MySqlPoolOptions::new()
-                            .max_connections(1)
-                            .connect(database_url)
-                            .await?,
-                    )
-                })
-            })
-            .with_context(|| format!("cannot reach the database at {database_url}"))?;
+        let pool = Database::connect(&runtime, database_url)?;
         Ok(ScratchDatabase { runtime, pool })
     }
 
@@ -202,8 +179,8 @@ impl ScratchDatabase {
             self.runtime
                 .block_on(async {
                     match &self.pool {
-                        Pool::MySql(db) => sqlx::query(&insert).execute(db).await.map(drop),
-                        Pool::Postgres(db) => sqlx::query(&insert).execute(db).await.map(drop),
+                        Database::MySql(db) => sqlx::query(&insert).execute(db).await.map(drop),
+                        Database::Postgres(db) => sqlx::query(&insert).execute(db).await.map(drop),
                     }
                 })
                 .context("cannot create coupons")?;
@@ -222,13 +199,13 @@ impl ScratchDatabase {
     /// as each engine lists its sessions.
     pub fn connections(&self) -> anyhow::Result<u64> {
         self.count(match self.pool {
-            Pool::MySql(_) => {
+            Database::MySql(_) => {
                 "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"
             }
             // Client backends only: PostgreSQL lists its autovacuum
             // workers on a database too, which MariaDB's PROCESSLIST
             // does not hold.
-            Pool::Postgres(_) => {
+            Database::Postgres(_) => {
                 "SELECT COUNT(*) FROM pg_stat_activity \
                  WHERE datname = current_database() AND backend_type = 'client backend'"
             }
@@ -239,8 +216,8 @@ impl ScratchDatabase {
     fn count(&self, sql: &str) -> anyhow::Result<u64> {
         let count: i64 = self.runtime.block_on(async {
             match &self.pool {
-                Pool::MySql(db) => sqlx::query_scalar(sql).fetch_one(db).await,
-                Pool::Postgres(db) => sqlx::query_scalar(sql).fetch_one(db).await,
+                Database::MySql(db) => sqlx::query_scalar(sql).fetch_one(db).await,
+                Database::Postgres(db) => sqlx::query_scalar(sql).fetch_one(db).await,
             }
         })?;
         Ok(count.max(0) as u64)

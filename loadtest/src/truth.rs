@@ -18,10 +18,36 @@ pub struct Sources {
     redis: RedisSource,
 }
 
-/// The served lab's database, either engine.
-enum Database {
+/// The served lab's database, either engine, on one connection.
+pub enum Database {
     MySql(MySqlPool),
     Postgres(PgPool),
+}
+
+impl Database {
+    /// Connects to `database_url` (`mysql://…` or `postgres://…`) on
+    /// `runtime`, blocking until it answers.
+    pub fn connect(runtime: &tokio::runtime::Runtime, database_url: &str) -> anyhow::Result<Self> {
+        runtime
+            .block_on(async {
+                Ok::<_, sqlx::Error>(if database_url.starts_with("postgres") {
+                    Database::Postgres(
+                        sqlx::postgres::PgPoolOptions::new()
+                            .max_connections(1)
+                            .connect(database_url)
+                            .await?,
+                    )
+                } else {
+                    Database::MySql(
+                        sqlx::mysql::MySqlPoolOptions::new()
+                            .max_connections(1)
+                            .connect(database_url)
+                            .await?,
+                    )
+                })
+            })
+            .with_context(|| format!("cannot reach the database at {database_url}"))
+    }
 }
 
 /// One Redis server, or a Redis Cluster (each key read on its node) with
@@ -46,25 +72,7 @@ impl Sources {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let db = runtime
-            .block_on(async {
-                Ok::<_, sqlx::Error>(if database_url.starts_with("postgres") {
-                    Database::Postgres(
-                        sqlx::postgres::PgPoolOptions::new()
-                            .max_connections(1)
-                            .connect(database_url)
-                            .await?,
-                    )
-                } else {
-                    Database::MySql(
-                        sqlx::mysql::MySqlPoolOptions::new()
-                            .max_connections(1)
-                            .connect(database_url)
-                            .await?,
-                    )
-                })
-            })
-            .with_context(|| format!("cannot reach the database at {database_url}"))?;
+        let db = Database::connect(&runtime, database_url)?;
         let not_redis = || format!("not a Redis URL: {redis_url}");
         let seeds: Vec<&str> = redis_url.split(',').map(str::trim).collect();
         let first = redis::Client::open(seeds[0]).with_context(not_redis)?;
