@@ -120,31 +120,29 @@ impl BrokerEvents {
         redis: &RedisConn,
         counted: Option<(u64, &'static str)>,
     ) -> Result<(), RedisError> {
-        let waiting = {
+        let taken = {
             let mut unrecorded = self.unrecorded.lock();
             if let Some(key) = counted {
                 *unrecorded.entry(key).or_default() += 1;
             }
             std::mem::take(&mut *unrecorded)
         };
-        let mut left = waiting.into_iter();
-        while let Some(((coupon, event), count)) = left.next() {
-            let counted: Result<(), RedisError> = redis::cmd("HINCRBY")
+        // What is not known to be counted goes back when this ends, by an
+        // error or dropped midway (its consumer stopping): an answer lost
+        // after Redis counted it counts it twice, so an outage's figures
+        // are at least what happened.
+        let mut unsent = Unsent {
+            events: self,
+            left: taken,
+        };
+        while let Some((&(coupon, event), &count)) = unsent.left.iter().next() {
+            redis::cmd("HINCRBY")
                 .arg(broker_events_key(coupon))
                 .arg(event)
                 .arg(count)
-                .query_async(&mut redis.clone())
-                .await;
-            if let Err(err) = counted {
-                // Kept for the next count, this one among them: an answer
-                // lost after Redis counted it counts it twice, so an
-                // outage's figures are at least what happened.
-                let mut unrecorded = self.unrecorded.lock();
-                for (key, count) in std::iter::once(((coupon, event), count)).chain(left) {
-                    *unrecorded.entry(key).or_default() += count;
-                }
-                return Err(err);
-            }
+                .query_async::<()>(&mut redis.clone())
+                .await?;
+            unsent.left.remove(&(coupon, event));
         }
         Ok(())
     }
@@ -152,6 +150,21 @@ impl BrokerEvents {
     /// Counts waiting for Redis.
     pub fn waiting(&self) -> u64 {
         self.unrecorded.lock().values().sum()
+    }
+}
+
+/// Counts taken out to be sent to Redis, put back unless sent.
+struct Unsent<'a> {
+    events: &'a BrokerEvents,
+    left: BTreeMap<(u64, &'static str), u64>,
+}
+
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        let mut unrecorded = self.events.unrecorded.lock();
+        for (key, count) in std::mem::take(&mut self.left) {
+            *unrecorded.entry(key).or_default() += count;
+        }
     }
 }
 
