@@ -143,10 +143,11 @@ async fn reload(lab: &Lab, file: &Path) -> Turn {
     if let Some(report) = known(lab, &candidate).await {
         // Served from its first request: a 202 answered before the
         // subscriber listens would publish into nothing.
-        requests::until_subscribed_for(lab, &candidate.0).await;
+        let strategy = candidate.0.clone();
+        requests::until_subscribed_for(lab, &strategy).await;
         let _one_at_a_time = lab.registry.one_at_a_time().await;
         lab.registry.publish(&lab.runtime, candidate, report);
-        requests::no_longer_subscribed_for(lab);
+        requests::no_longer_subscribed_for(lab, &strategy);
         return Turn::Settled;
     }
     let strategy = candidate.0.clone();

@@ -269,7 +269,9 @@ pub async fn until_subscribed_for(lab: &Lab, strategy: &Arc<Strategy>) {
     }
 }
 
-/// Ends the wait [`until_subscribed_for`] began, if any.
-pub fn no_longer_subscribed_for(lab: &Lab) {
-    lab.registry.trials.end(&[AWAITING_THE_SUBSCRIBER]);
+/// Ends the wait [`until_subscribed_for`] began for `strategy`, if any.
+pub fn no_longer_subscribed_for(lab: &Lab, strategy: &Arc<Strategy>) {
+    if strategy.world.message_handler().is_some() {
+        lab.registry.trials.end(&[AWAITING_THE_SUBSCRIBER]);
+    }
 }
