@@ -122,7 +122,7 @@ pub struct Admin<'a> {
     pub target: &'a Target,
     /// DATABASE_URL, from whose credentials the user's password is derived.
     pub url: &'a str,
-    /// The lab's id ([`crate::db::Server::lab_id`]), which names its user
+    /// The lab's id, as its database keeps it (`lab_identity`), which names its user
     /// and sets its password apart from every other lab's.
     pub lab_id: &'a str,
     /// The server, as the server's own pool read it.
