@@ -32,20 +32,19 @@ fn lock_file(name: &str) -> File {
 /// Waits for a turn at `name` shared with others that share it, none
 /// holding it alone.
 pub async fn shared(name: &'static str) -> Turn {
-    tokio::task::spawn_blocking(move || {
-        let file = lock_file(name);
-        file.lock_shared().expect("a shared lock is granted");
-        Turn { _locked: file }
-    })
-    .await
-    .expect("the lock's thread ends")
+    locked(name, File::lock_shared).await
 }
 
 /// Waits for a turn at `name` alone.
 pub async fn alone(name: &'static str) -> Turn {
+    locked(name, File::lock).await
+}
+
+/// Waits, on a thread of its own, until `lock` of `name`'s file is granted.
+async fn locked(name: &'static str, lock: fn(&File) -> std::io::Result<()>) -> Turn {
     tokio::task::spawn_blocking(move || {
         let file = lock_file(name);
-        file.lock().expect("an exclusive lock is granted");
+        lock(&file).expect("the lock is granted");
         Turn { _locked: file }
     })
     .await
