@@ -192,6 +192,7 @@ impl Tally {
     pub(super) fn summary(&self) -> RequestSummary {
         let mut summary = RequestSummary {
             latency_ms: (!self.latency_us.is_empty()).then(|| LatencySummary::of(&self.latency_us)),
+            latency_histogram_us: (!self.latency_us.is_empty()).then(|| v2::hex(&self.latency_us)),
             fairness: self.fairness.summary(),
             ..RequestSummary::default()
         };
@@ -236,15 +237,17 @@ mod v2 {
     use hdrhistogram::Histogram;
     use hdrhistogram::serialization::{Deserializer as V2Reader, Serializer as _, V2Serializer};
     use serde::de::Error as _;
-    use serde::ser::Error as _;
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(histogram: &Histogram<u64>, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(&hex(histogram))
+    }
+
+    pub fn hex(histogram: &Histogram<u64>) -> String {
         let mut bytes = Vec::new();
-        V2Serializer::new()
-            .serialize(histogram, &mut bytes)
-            .map_err(|err| S::Error::custom(format!("{err:?}")))?;
-        out.serialize_str(&hex::encode(bytes))
+        // Into a Vec the serialization cannot fail.
+        let _ = V2Serializer::new().serialize(histogram, &mut bytes);
+        hex::encode(bytes)
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Histogram<u64>, D::Error> {
@@ -262,6 +265,10 @@ pub struct RequestSummary {
     pub by_outcome: BTreeMap<&'static str, u64>,
     /// Every method's requests together, arrival to answer.
     pub latency_ms: Option<LatencySummary>,
+    /// The same latencies whole, microseconds: hdrhistogram's V2
+    /// serialization, hex-encoded, so a report redraws the distribution.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_histogram_us: Option<String>,
     pub fairness: FairnessSummary,
     pub by_method: BTreeMap<String, MethodSummary>,
     /// Whose requests these are: every host serving this lab.
