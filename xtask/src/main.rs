@@ -6,9 +6,12 @@
 //!   MySQL/MariaDB answer, build, and serve.
 //! - `cargo xtask test [-- <cargo test args>]`: the same preparation, then
 //!   the whole test suite.
-//! - `cargo xtask services [--galera]`: only make sure Redis and
-//!   MySQL/MariaDB answer (and, with `--galera`, the Galera cluster).
+//! - `cargo xtask services [--galera] [--sentinel]`: only make sure Redis and
+//!   MySQL/MariaDB answer (and, with `--galera`, the Galera cluster; with
+//!   `--sentinel`, the Redis primary, replicas and Sentinels).
 //! - `cargo xtask cluster up|down`: a local Redis Cluster of three masters.
+//! - `cargo xtask sentinel up|down|status`: a local Redis primary with two
+//!   replicas behind three Sentinels.
 //! - `cargo xtask galera up|down|status`: a local MariaDB Galera cluster of
 //!   three nodes on ports 3307-3309.
 //! - `cargo xtask new NAME --lang rust|python|js`: a strategy to start from.
@@ -21,7 +24,8 @@
 //! the Python and JavaScript ones, `installed` keeps the record of what was
 //! installed; `new` writes a strategy; `services`
 //! makes sure Redis and MySQL answer and installs Debian's tools; `cluster`
-//! starts and stops the Redis Cluster, `galera` the Galera cluster; `suite`
+//! starts and stops the Redis Cluster, `sentinel` the Redis Sentinels and
+//! their nodes, `galera` the Galera cluster; `suite`
 //! runs the whole test suite and times its phases; `runner`
 //! runs the load runner after what its task needs, `tools` installs the
 //! Python tools it calls.
@@ -33,6 +37,7 @@ mod installed;
 mod new;
 mod polyglot;
 mod runner;
+mod sentinel;
 mod services;
 mod strategies;
 mod suite;
@@ -71,9 +76,10 @@ fn main() -> anyhow::Result<()> {
         task if runner::TASKS.contains(&task) => runner::main(task, &rest),
         "cluster" => cluster::main(&rest),
         "galera" => galera::main(&rest),
+        "sentinel" => sentinel::main(&rest),
         "help" | "--help" | "-h" => {
             println!(
-                "usage: cargo xtask <strategies | new | run | test | services | loadtest | bench | idle | soak | cluster | galera | api-check> [-- args]"
+                "usage: cargo xtask <strategies | new | run | test | services | loadtest | bench | idle | soak | cluster | sentinel | galera | api-check> [-- args]"
             );
             Ok(())
         }

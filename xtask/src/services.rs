@@ -19,16 +19,26 @@ struct Service {
     optional: bool,
 }
 
-/// `cargo xtask services [--galera]`: the services, then with `--galera`
-/// the local Galera cluster.
+/// `cargo xtask services [--galera] [--sentinel]`: the services, then with
+/// `--galera` the local Galera cluster, with `--sentinel` the local Redis
+/// Sentinels and their primary and replicas.
 pub fn main(args: &[String]) -> anyhow::Result<()> {
-    let galera = match args {
-        [] => false,
-        [flag] if flag == "--galera" => true,
-        _ => bail!("usage: cargo xtask services [--galera]"),
-    };
+    let (mut galera, mut sentinel) = (false, false);
+    for arg in args {
+        match arg.as_str() {
+            "--galera" => galera = true,
+            "--sentinel" => sentinel = true,
+            _ => bail!("usage: cargo xtask services [--galera] [--sentinel]"),
+        }
+    }
     ensure()?;
-    if galera { crate::galera::up() } else { Ok(()) }
+    if galera {
+        crate::galera::up()?;
+    }
+    if sentinel {
+        crate::sentinel::up()?;
+    }
+    Ok(())
 }
 
 pub fn ensure() -> anyhow::Result<()> {
