@@ -63,7 +63,7 @@ async fn the_same_member_twice_gets_409_the_second_time() {
     let members = lab.members(1).await;
     for method in METHODS {
         let coupon = lab.coupon(10).await;
-        lab.issue(coupon, members[0], method).await.ok();
+        lab.issue(coupon, members[0], method).await.expect_ok();
         let again = lab.issue(coupon, members[0], method).await;
         again.fails_as(409, "DUPLICATE");
         assert_eq!(lab.issued_members(coupon).await, members, "{method}");
@@ -230,7 +230,7 @@ async fn unknown_paths_get_404_and_wrong_verbs_405_in_the_envelope() {
 async fn strategies_lists_each_component_with_its_hash() {
     let lab = Setup::with(&["pessimistic", "redis_lua"]).start().await;
     let reply = lab.get("/lab/strategies").await;
-    let listed = reply.ok()["strategies"].as_array().unwrap().clone();
+    let listed = reply.expect_ok()["strategies"].as_array().unwrap().clone();
     let methods: Vec<&str> = listed
         .iter()
         .map(|s| s["method"].as_str().unwrap())
@@ -247,7 +247,7 @@ async fn strategies_lists_each_component_with_its_hash() {
                 .ends_with(&format!("{file}.wasm"))
         );
     }
-    assert_eq!(reply.ok()["rejected"], json!([]));
+    assert_eq!(reply.expect_ok()["rejected"], json!([]));
     lab.finish().await;
 }
 
@@ -259,13 +259,18 @@ async fn delete_data_truncates_the_tables_and_the_coupon_keys() {
         .start()
         .await;
     let (members, coupon) = lab.members_and_coupon(3, 5).await;
-    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+    lab.issue(coupon, members[0], "REDIS_LUA").await.expect_ok();
     let _: () = lab
         .redis_query(redis::cmd("SET").arg("unrelated:key").arg(1))
         .await;
 
     let reply = lab.request(Method::DELETE, "/lab/data", None).await;
-    assert_eq!(reply.ok()["deletedRedisKeys"], json!(2), "{}", reply.body);
+    assert_eq!(
+        reply.expect_ok()["deletedRedisKeys"],
+        json!(2),
+        "{}",
+        reply.body
+    );
 
     for table in ["members", "coupons", "coupon_issues"] {
         let rows = lab.number(&format!("SELECT COUNT(*) FROM {table}")).await;
@@ -294,8 +299,8 @@ async fn redis_down_gets_503_and_the_server_keeps_answering() {
     let created = lab
         .post("/lab/coupons", json!({"name": "no redis", "totalCount": 5}))
         .await;
-    assert_eq!(created.ok()["warmed"], json!(false));
-    let coupon = created.ok()["id"].as_u64().unwrap();
+    assert_eq!(created.expect_ok()["warmed"], json!(false));
+    let coupon = created.expect_ok()["id"].as_u64().unwrap();
 
     let message = lab
         .issue(coupon, members[0], "REDIS_LUA")
@@ -303,7 +308,9 @@ async fn redis_down_gets_503_and_the_server_keeps_answering() {
         .fails_with(503)
         .to_string();
     assert!(message.contains("Redis"), "{message}");
-    lab.issue(coupon, members[1], "PESSIMISTIC").await.ok();
+    lab.issue(coupon, members[1], "PESSIMISTIC")
+        .await
+        .expect_ok();
     assert_eq!(lab.result(coupon).await["issueRows"], json!(1));
     lab.finish().await;
 }

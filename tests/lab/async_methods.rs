@@ -3,7 +3,6 @@
 //! where each can lose work.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use couponlab_contract::ISSUE_STREAM;
 use serde_json::json;
@@ -101,14 +100,16 @@ async fn pubsub_without_a_subscriber_loses_the_messages_and_the_result_shows_it(
         .await;
     let (members, coupon) = lab.members_and_coupon(20, 20).await;
     for &member in &members {
-        lab.issue(coupon, member, "REDIS_PUBSUB").await.ok();
+        lab.issue(coupon, member, "REDIS_PUBSUB").await.expect_ok();
     }
-    until("the acceptances are recorded", DRAIN, || async {
-        lab.result(coupon).await["accepted"] == json!(20)
+    // Each PUBLISH answered that nobody received it: the witness that no
+    // subscriber will confirm these, so nothing was issued and the
+    // reservations remain.
+    until("the 20 publishes reached nobody", DRAIN, || async {
+        let result = lab.result(coupon).await;
+        result["accepted"] == json!(20) && result["publishReceivers"] == json!({ "0": 20 })
     })
     .await;
-    // Nobody received anything; nothing was issued; the reservations remain.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let result = lab.result(coupon).await;
     assert_eq!(result["publishReceivers"], json!({ "0": 20 }), "{result}");
     assert_eq!(result["pending"], json!(20), "{result}");
@@ -192,7 +193,9 @@ async fn an_entry_that_always_fails_is_dead_lettered_after_three_deliveries() {
 
     // Hold the coupon row: every confirm waits out the lock and fails.
     let blocker = hold_coupon_row(&lab, coupon).await;
-    lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
+    lab.issue(coupon, members[0], "REDIS_STREAM")
+        .await
+        .expect_ok();
 
     until("the entry is dead-lettered", DRAIN, || async {
         lab.redis_query::<u64>(redis::cmd("XLEN").arg(ISSUE_STREAM.dead_letters(coupon)))
@@ -235,7 +238,9 @@ async fn an_entry_that_always_fails_is_dead_lettered_after_three_deliveries() {
 async fn a_duplicate_delivery_is_acked_without_a_second_row() {
     let lab = Setup::with(&["redis_stream"]).own_redis_db().start().await;
     let (members, coupon) = lab.members_and_coupon(1, 5).await;
-    lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
+    lab.issue(coupon, members[0], "REDIS_STREAM")
+        .await
+        .expect_ok();
     lab.drained(coupon, 1).await;
 
     // The same request delivered again, as after a crash between commit and

@@ -158,7 +158,7 @@ async fn a_202_links_its_confirmation(lab: &TestLab, coupon: u64) {
             "/lab/coupons/{coupon}/traces?outcome=ACCEPTED&limit=1"
         ))
         .await;
-    let accepted = &listed.ok()["traces"][0];
+    let accepted = &listed.expect_ok()["traces"][0];
     let ops = |trace: &Value| -> Vec<String> {
         let calls = trace["calls"].as_array().cloned().unwrap_or_default();
         let op = |call: &Value| call["op"].as_str().unwrap_or_default().to_string();
@@ -222,7 +222,7 @@ async fn a_message_whose_confirm_always_fails_is_dead_lettered_and_its_reservati
         let (members, coupon) = lab.members_and_coupon(1, 5).await;
         // Every confirm waits out the coupon row's lock and fails.
         let blocker = hold_coupon_row(&lab, coupon).await;
-        lab.issue(coupon, members[0], method).await.ok();
+        lab.issue(coupon, members[0], method).await.expect_ok();
         // Drained once the dead letter's reservation was given back.
         let result = lab.drained(coupon, 1).await;
         blocker.rollback().await.unwrap();
@@ -280,7 +280,7 @@ async fn without_a_broker_the_lab_serves_the_rest_and_these_answer_503_with_the_
         assert!(message.contains("the broker did not take"), "{message}");
     }
     assert!(lab.reserved_members(coupon).await.is_empty());
-    lab.issue(coupon, members[2], "REDIS_LUA").await.ok();
+    lab.issue(coupon, members[2], "REDIS_LUA").await.expect_ok();
     assert_eq!(lab.issued_members(coupon).await, vec![members[2]]);
     lab.finish().await;
 }
@@ -370,22 +370,8 @@ impl Drop for OwnNats {
     }
 }
 
-/// Ten of `members` ask at once every 50 ms, two seconds for 400: the
-/// replies in their order, and how long it took.
-async fn burst(
-    lab: &TestLab,
-    coupon: u64,
-    members: &[u64],
-    method: &str,
-) -> (Vec<Reply>, Duration) {
-    let started = std::time::Instant::now();
-    let mut replies = Vec::new();
-    for chunk in members.chunks(10) {
-        replies.extend(lab.issue_all(coupon, chunk, method).await);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    (replies, started.elapsed())
-}
+/// Ten of `members` ask at once every 50 ms, two seconds for 400.
+const TEN_EVERY_50_MS: (usize, Duration) = (10, Duration::from_millis(50));
 
 /// Once every 202 has its outcome and every unknown outcome is settled:
 /// nothing lost (see [`assert_nothing_lost`]), and never more than the
@@ -393,7 +379,7 @@ async fn burst(
 async fn nothing_lost_once_settled(lab: &TestLab, coupon: u64, members: &[u64], replies: &[Reply]) {
     let accepted = replies.iter().filter(|r| r.status == 202).count();
     every_202_has_its_outcome(lab, coupon, accepted as u64).await;
-    settled(lab).await;
+    lab.until_nothing_to_settle(DRAIN).await;
     assert_nothing_lost(lab, coupon, members, replies).await;
     let result = lab.result(coupon).await;
     assert!(lab.issued_members(coupon).await.len() <= 300, "{result}");
@@ -416,17 +402,6 @@ async fn every_202_has_its_outcome(lab: &TestLab, coupon: u64, accepted: u64) {
     .await;
 }
 
-/// Until every request the lab keeps to settle is settled.
-async fn settled(lab: &TestLab) {
-    until("every request is settled", DRAIN, || async {
-        let metrics = lab.get_text("/metrics").await;
-        metrics
-            .lines()
-            .any(|l| l == "couponlab_settlements_pending 0")
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_nats_server_killed_and_started_again_mid_burst_loses_nothing_acknowledged() {
     let mut nats = OwnNats::start();
@@ -443,7 +418,7 @@ async fn a_nats_server_killed_and_started_again_mid_burst_loses_nothing_acknowle
         nats.restart(Duration::from_millis(500)).await;
     };
     let ((replies, asked_for), ()) = tokio::join!(
-        burst(&lab, coupon, &members, "REDIS_LUA_JETSTREAM"),
+        lab.issue_paced(coupon, &members, "REDIS_LUA_JETSTREAM", TEN_EVERY_50_MS),
         restarting
     );
     eprintln!("answers across the NATS restart: {:?}", statuses(&replies));
@@ -455,7 +430,7 @@ async fn a_nats_server_killed_and_started_again_mid_burst_loses_nothing_acknowle
     finish(lab, &nats.url()).await;
 }
 
-/// Half a second into a [`burst`], `link` cut for a second.
+/// Half a second into a paced burst, `link` cut for a second.
 async fn cut_mid_burst(links: &Arc<Links>, link: Link) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     on_links(links, move |links| links.cut(link)).await;
@@ -470,7 +445,7 @@ async fn an_amqp_link_cut_for_a_second_mid_burst_loses_nothing_acknowledged() {
     // Stock for most of them: the fault meets requests still to be sold.
     let (members, coupon) = lab.members_and_coupon(400, 300).await;
     let ((replies, _), ()) = tokio::join!(
-        burst(&lab, coupon, &members, "REDIS_LUA_RABBITMQ"),
+        lab.issue_paced(coupon, &members, "REDIS_LUA_RABBITMQ", TEN_EVERY_50_MS),
         cut_mid_burst(&links, Link::Amqp)
     );
     let counts = statuses(&replies);
@@ -491,7 +466,7 @@ async fn a_redis_link_cut_mid_burst_leaves_every_202_with_its_outcome() {
         // (the drain below would wait for it for ever).
         let (members, coupon) = lab.members_and_coupon(400, 300).await;
         let ((replies, _), ()) = tokio::join!(
-            burst(&lab, coupon, &members, method),
+            lab.issue_paced(coupon, &members, method, TEN_EVERY_50_MS),
             cut_mid_burst(&links, Link::Redis)
         );
         let counts = statuses(&replies);

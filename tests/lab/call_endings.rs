@@ -48,7 +48,9 @@ async fn a_call_killed_inside_a_transaction_rolls_back_and_hands_on_a_clean_conn
         .await
         .unwrap();
     assert_eq!(visible, Some(created as i64));
-    lab.issue(coupon, members[1], "PESSIMISTIC").await.ok();
+    lab.issue(coupon, members[1], "PESSIMISTIC")
+        .await
+        .expect_ok();
     assert_eq!(lab.issued_members(coupon).await, vec![members[1]]);
     lab.finish().await;
 }
@@ -101,7 +103,7 @@ async fn the_database_cuts_a_statement_at_the_call_deadline() {
 async fn a_component_stuck_in_describe_is_rejected_and_the_server_starts() {
     let lab = with_call_deadline_ms(&["test_stuck_describe", "pessimistic"], 500).await;
     let listing = lab.get("/lab/strategies").await;
-    let listing = listing.ok();
+    let listing = listing.expect_ok();
     let rejected = &listing["rejected"][0];
     assert!(
         rejected["file"]
@@ -182,7 +184,9 @@ async fn an_entry_being_confirmed_is_not_claimed_away_from_its_consumer() {
     let (members, coupon) = lab.members_and_coupon(1, 5).await;
 
     let holder = hold_coupon_row(&lab, coupon).await;
-    lab.issue(coupon, members[0], "REDIS_STREAM").await.ok();
+    lab.issue(coupon, members[0], "REDIS_STREAM")
+        .await
+        .expect_ok();
     let mut redis = lab.redis.clone();
     // Held for eight claim intervals' worth of idle time.
     let watch_until = Instant::now() + Duration::from_millis(1_600);

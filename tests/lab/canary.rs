@@ -82,7 +82,7 @@ fn new_version(file: &PathBuf) -> Vec<u8> {
 /// Writes a new version of component `name` over the one that serves
 /// `method`, as a deploy would, and waits until the new one serves.
 pub(crate) async fn deploy_new_version(lab: &TestLab, name: &str, method: &str) {
-    let listed = lab.get("/lab/strategies").await.ok().clone();
+    let listed = lab.get("/lab/strategies").await.expect_ok().clone();
     let old_sha = served(&listed, method).unwrap()["sha256"].clone();
     drop_in(lab, &format!("{name}.wasm"), &new_version(&component(name)));
     until_listed(lab, "the new version serves", |now| {
@@ -94,7 +94,7 @@ pub(crate) async fn deploy_new_version(lab: &TestLab, name: &str, method: &str) 
 /// Waits until `GET /lab/strategies` answers what `holds` accepts.
 pub(crate) async fn until_listed(lab: &TestLab, what: &str, holds: impl Fn(&Value) -> bool) {
     until(what, Duration::from_secs(60), || async {
-        holds(lab.get("/lab/strategies").await.ok())
+        holds(lab.get("/lab/strategies").await.expect_ok())
     })
     .await;
 }
@@ -151,7 +151,7 @@ async fn every_installed_method_passes_its_canary_once() {
     readme_states_the_claims_of(loaded);
 
     lab.restart().await;
-    let at_once = lab.get("/lab/strategies").await.ok().clone();
+    let at_once = lab.get("/lab/strategies").await.expect_ok().clone();
     assert_eq!(at_once["awaiting"], json!([]), "{at_once}");
     for s in at_once["strategies"].as_array().unwrap() {
         assert_eq!(s["canary"]["remembered"], true, "{s}");
@@ -185,7 +185,7 @@ async fn a_pass_is_remembered_per_engine_settings() {
     assert_eq!(remembered(&under_snapshot_isolation), false, "proved again");
 
     lab.restart().await;
-    let at_once = lab.get("/lab/strategies").await.ok().clone();
+    let at_once = lab.get("/lab/strategies").await.expect_ok().clone();
     assert_eq!(at_once["awaiting"], json!([]), "{at_once}");
     assert_eq!(remembered(&at_once), true);
     lab.finish().await;
@@ -335,9 +335,12 @@ async fn under_load_a_good_version_replaces_the_old_and_a_broken_one_leaves_it_s
 
     let dropped = Instant::now();
     deploy_new_version(&lab, "redis_lua", "REDIS_LUA").await;
-    let good_sha =
-        served(&lab.get("/lab/strategies").await.ok().clone(), "REDIS_LUA").unwrap()["sha256"]
-            .clone();
+    let good_sha = served(
+        &lab.get("/lab/strategies").await.expect_ok().clone(),
+        "REDIS_LUA",
+    )
+    .unwrap()["sha256"]
+        .clone();
 
     drop_in(
         &lab,
@@ -349,7 +352,7 @@ async fn under_load_a_good_version_replaces_the_old_and_a_broken_one_leaves_it_s
     })
     .await;
     let refused = Instant::now();
-    let after = lab.get("/lab/strategies").await.ok().clone();
+    let after = lab.get("/lab/strategies").await.expect_ok().clone();
     let serving = served(&after, "REDIS_LUA").unwrap();
     assert_eq!(
         serving["sha256"], good_sha,
@@ -407,7 +410,7 @@ async fn no_trace_of_a_canary_reaches_what_users_read() {
     assert_eq!(replies.len(), 50);
     let result = lab.result(coupon).await;
     assert_eq!(result["requests"]["total"], 50, "{result}");
-    let listed = lab.get("/lab/coupons").await.ok().clone();
+    let listed = lab.get("/lab/coupons").await.expect_ok().clone();
     assert_eq!(listed["count"], 1, "{listed}");
     let metrics = lab.get_text("/metrics").await;
     let issue_requests: f64 = metrics
@@ -430,7 +433,7 @@ async fn no_trace_of_a_canary_reaches_what_users_read() {
     until_listed(&lab, "a second canary is running", on_trial).await;
     lab.request(reqwest::Method::DELETE, "/lab/data", None)
         .await
-        .ok();
+        .expect_ok();
     let strategies = lab.proved().await;
     assert_eq!(
         served(&strategies, "REDIS_LUA").unwrap()["canary"]["passed"],

@@ -23,7 +23,7 @@ fn with_canary(components: &[&'static str]) -> Setup {
 }
 
 async fn listing(lab: &TestLab) -> Value {
-    lab.get("/lab/strategies").await.ok().clone()
+    lab.get("/lab/strategies").await.expect_ok().clone()
 }
 
 /// An issue request's answer and its `Retry-After` header, which [`Reply`]
@@ -52,14 +52,6 @@ async fn issue_told_when(
     (Reply { status, body }, retry_after)
 }
 
-/// Waits until `method` serves; answers how long that took.
-async fn until_served(lab: &TestLab, method: &str, limit: Duration) -> Duration {
-    until(&format!("{method} serves"), limit, || async {
-        served(&listing(lab).await, method).is_some()
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_a_database_method_serves_and_a_redis_one_once_redis_answers() {
     let mut redis = RedisServer::start();
@@ -69,7 +61,9 @@ async fn with_redis_down_a_database_method_serves_and_a_redis_one_once_redis_ans
         .redis_url(redis.url(0))
         .start()
         .await;
-    let took = until_served(&lab, "PESSIMISTIC", Duration::from_secs(20)).await;
+    let took = lab
+        .until_listed_as_serving("PESSIMISTIC", Duration::from_secs(20))
+        .await;
     eprintln!("PESSIMISTIC proved and served {took:?} after a start with Redis down");
     let members = lab.members(2).await;
     let coupon = lab.coupon(1).await;
@@ -126,7 +120,9 @@ async fn with_redis_down_a_database_method_serves_and_a_redis_one_once_redis_ans
     assert_eq!(reply.status, 200, "{}", reply.body);
 
     redis.start_again();
-    let took = until_served(&lab, "REDIS_LUA", Duration::from_secs(20)).await;
+    let took = lab
+        .until_listed_as_serving("REDIS_LUA", Duration::from_secs(20))
+        .await;
     eprintln!("REDIS_LUA proved and served {took:?} after Redis answered again");
     assert_eq!(listing(&lab).await["rejected"], json!([]));
     lab.finish().await;
@@ -178,8 +174,8 @@ async fn a_component_whose_confirmations_never_come_is_refused_within_the_bound(
         .start()
         .await;
     let started = Instant::now();
-    until_served(&lab, "PESSIMISTIC", LIMIT).await;
-    until_served(&lab, "REDIS_LUA", LIMIT).await;
+    lab.until_listed_as_serving("PESSIMISTIC", LIMIT).await;
+    lab.until_listed_as_serving("REDIS_LUA", LIMIT).await;
     let bound = LIMIT + lab.config.request_timeout() + Duration::from_secs(5);
     until("REDIS_STREAM_ATOMIC is refused", bound, || async {
         listing(&lab).await["rejected"]

@@ -372,7 +372,7 @@ async fn every_method_keeps_its_promise_on_a_three_master_cluster() {
     let deleted = lab
         .request(reqwest::Method::DELETE, "/lab/data", None)
         .await;
-    assert!(deleted.ok()["deletedRedisKeys"].as_u64().unwrap() > 0);
+    assert!(deleted.expect_ok()["deletedRedisKeys"].as_u64().unwrap() > 0);
     for &port in &cluster.ports {
         assert_eq!(
             cli(port, &["--scan", "--pattern", "coupon:*"]).trim(),
@@ -398,6 +398,8 @@ async fn every_method_keeps_its_promise_on_a_three_master_cluster() {
     let refused = lab.issue(on_lost, members[0], "REDIS_LUA").await;
     let message = refused.fails_with(503);
     assert!(message.contains("Redis"), "{message}");
-    lab.issue(live_coupon, members[1], "REDIS_LUA").await.ok();
+    lab.issue(live_coupon, members[1], "REDIS_LUA")
+        .await
+        .expect_ok();
     lab.finish().await;
 }

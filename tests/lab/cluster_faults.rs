@@ -50,7 +50,7 @@ async fn a_runaway_script_takes_only_its_own_master_and_that_one_serves_again_af
         assert!(cli(busy_master, &["ping"]).contains("BUSY"));
         // The other masters never stop serving.
         for &member in &members[1..5] {
-            lab.issue(elsewhere, member, "REDIS_LUA").await.ok();
+            lab.issue(elsewhere, member, "REDIS_LUA").await.expect_ok();
         }
         loop {
             if cli(busy_master, &["ping"]).trim() == "PONG" {
@@ -67,7 +67,7 @@ async fn a_runaway_script_takes_only_its_own_master_and_that_one_serves_again_af
         "the master served again only {serving_again:?} after the call started"
     );
     println!("cluster: the looping master answered PONG {serving_again:?} after the call started");
-    lab.issue(looped, members[5], "REDIS_LUA").await.ok();
+    lab.issue(looped, members[5], "REDIS_LUA").await.expect_ok();
     lab.finish().await;
 }
 

@@ -485,8 +485,8 @@ pub struct Reply {
 }
 
 impl Reply {
-    /// Asserts the envelope's shape for this status and returns `response`.
-    pub fn ok(&self) -> &Value {
+    /// Asserts a success envelope and returns its `response`.
+    pub fn expect_ok(&self) -> &Value {
         assert!(
             self.status.is_success(),
             "expected success, got {} {}",
@@ -496,6 +496,11 @@ impl Reply {
         assert_eq!(self.body["success"], json!(true), "{}", self.body);
         assert_eq!(self.body["error"], Value::Null, "{}", self.body);
         &self.body["response"]
+    }
+
+    /// The former name of [`Reply::expect_ok`], kept while callers move.
+    pub fn ok(&self) -> &Value {
+        self.expect_ok()
     }
 
     /// Asserts a failure envelope with `status` and returns its message.
@@ -523,14 +528,41 @@ impl Reply {
     }
 }
 
-/// A port nobody listens on now, for a server process of a test's own.
+/// Where a test process takes the ports it hands to servers of its own:
+/// below the kernel's ephemeral range (32768 up), so no other test's
+/// `bind(":0")` or outgoing connection takes one between the check and the
+/// server's bind. Each test process takes ports from a block of its own.
+const OWN_PORTS: std::ops::Range<u16> = 20_000..30_000;
+const PORTS_PER_PROCESS: u16 = 50;
+
+static NEXT_PORT: AtomicU64 = AtomicU64::new(0);
+
+/// A port nobody listens on now, for a server of a test's own. The
+/// couponlab binary binds `COUPONLAB_BIND` itself and takes no inherited
+/// socket, so it is handed a number: [`TestLab::serve_process`] starts it
+/// again on another port when the port was taken after all.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let blocks = (OWN_PORTS.end - OWN_PORTS.start) / PORTS_PER_PROCESS;
+    let block_start =
+        OWN_PORTS.start + (std::process::id() % u32::from(blocks)) as u16 * PORTS_PER_PROCESS;
+    (0..u64::from(PORTS_PER_PROCESS) * 4)
+        .map(|_| {
+            let step = NEXT_PORT.fetch_add(1, Ordering::Relaxed) % u64::from(PORTS_PER_PROCESS);
+            block_start + step as u16
+        })
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .expect("a free port in this process's block")
 }
+
+/// A `couponlab serve` process of a test's own and where it answers.
+pub struct ServerProcess {
+    pub process: tokio::process::Child,
+    /// `http://127.0.0.1:<port>`
+    pub base: String,
+}
+
+/// How many ports a server process is tried on before the test gives up.
+const SERVE_ATTEMPTS: usize = 5;
 
 impl TestLab {
     pub async fn request(&self, method: reqwest::Method, path: &str, body: Option<&str>) -> Reply {
@@ -559,15 +591,56 @@ impl TestLab {
         Reply { status, body }
     }
 
-    /// Waits, at most `limit`, until the server at `base` (a process of the
-    /// test's own) answers.
-    pub async fn until_answering(&self, base: &str, limit: std::time::Duration) {
-        let what = format!("the server at {base} answers");
-        until(&what, limit, || async {
-            let url = format!("{base}/lab/strategies");
-            self.client.get(url).send().await.is_ok()
-        })
-        .await;
+    /// `couponlab serve` as a process of its own on this test's database,
+    /// Redis and components, with `env` on top, once it answers (at most
+    /// `limit`). A port taken between [`free_port`] and the process's bind
+    /// ends the process: it is started again on another port.
+    pub async fn serve_process(
+        &self,
+        env: &[(&str, &str)],
+        stdout: impl Fn() -> std::process::Stdio,
+        limit: std::time::Duration,
+    ) -> ServerProcess {
+        self.serve_command(|| self.command(&["serve"], env), stdout, limit)
+            .await
+    }
+
+    /// As [`TestLab::serve_process`], with `command` to be set further (its
+    /// working directory, say) and given `COUPONLAB_BIND` here.
+    pub async fn serve_command(
+        &self,
+        command: impl Fn() -> tokio::process::Command,
+        stdout: impl Fn() -> std::process::Stdio,
+        limit: std::time::Duration,
+    ) -> ServerProcess {
+        for _ in 0..SERVE_ATTEMPTS {
+            let bind = format!("127.0.0.1:{}", free_port());
+            let mut process = command()
+                .env("COUPONLAB_BIND", &bind)
+                .stdout(stdout())
+                .spawn()
+                .expect("the couponlab binary starts");
+            let base = format!("http://{bind}");
+            let started = std::time::Instant::now();
+            let answered = loop {
+                if process.try_wait().unwrap().is_some() {
+                    break false;
+                }
+                let url = format!("{base}/lab/strategies");
+                if self.client.get(url).send().await.is_ok() {
+                    break true;
+                }
+                assert!(
+                    started.elapsed() < limit,
+                    "the server at {base} did not answer within {limit:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            };
+            if answered {
+                return ServerProcess { process, base };
+            }
+        }
+        panic!("the server process exited on {SERVE_ATTEMPTS} ports in turn");
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Reply {
@@ -593,7 +666,7 @@ impl TestLab {
     /// Creates `count` members; returns their ids.
     pub async fn members(&self, count: u64) -> Vec<u64> {
         let reply = self.post("/lab/members", json!({ "count": count })).await;
-        let created = reply.ok();
+        let created = reply.expect_ok();
         let (first, last) = (
             created["firstId"].as_u64().unwrap(),
             created["lastId"].as_u64().unwrap(),
@@ -615,7 +688,7 @@ impl TestLab {
                 json!({ "name": "test coupon", "totalCount": total }),
             )
             .await;
-        reply.ok()["id"].as_u64().unwrap()
+        reply.expect_ok()["id"].as_u64().unwrap()
     }
 
     /// Seeds the limited drop of `coupon` with a stock of `quantity`.
@@ -643,7 +716,7 @@ impl TestLab {
     pub async fn coupon_for(&self, method: &str, total: u64) -> u64 {
         let coupon = self.coupon(total).await;
         if method == "REDIS_LUA_GATE" {
-            self.seed_drop(coupon, total).await.ok();
+            self.seed_drop(coupon, total).await.expect_ok();
         }
         coupon
     }
@@ -675,7 +748,7 @@ impl TestLab {
     pub async fn result(&self, coupon: u64) -> Value {
         self.get(&format!("/lab/coupons/{coupon}/result"))
             .await
-            .ok()
+            .expect_ok()
             .clone()
     }
 
@@ -857,7 +930,7 @@ impl TestLab {
     pub async fn proved(&self) -> Value {
         let started = std::time::Instant::now();
         loop {
-            let loaded = self.get("/lab/strategies").await.ok().clone();
+            let loaded = self.get("/lab/strategies").await.expect_ok().clone();
             if loaded["awaiting"].as_array().is_some_and(Vec::is_empty) {
                 return loaded;
             }
@@ -925,7 +998,7 @@ pub fn assert_accepts_exactly(replies: &[Reply], accepted: usize, method: &str) 
         "{method}"
     );
     for reply in replies.iter().filter(|r| r.status == 202) {
-        assert_eq!(reply.ok()["outcome"], json!("ACCEPTED"));
+        assert_eq!(reply.expect_ok()["outcome"], json!("ACCEPTED"));
     }
 }
 
@@ -969,7 +1042,7 @@ pub async fn pubsub_turn() -> Turn {
 /// message's prefix (`SOLD_OUT: ...`).
 pub fn outcome(reply: &Reply) -> String {
     if reply.status.is_success() {
-        return reply.ok()["outcome"]
+        return reply.expect_ok()["outcome"]
             .as_str()
             .unwrap_or_default()
             .to_string();
@@ -1070,4 +1143,122 @@ impl Setup {
 /// milliseconds: how the tests of what a deadline ends begin.
 pub async fn with_call_deadline_ms(components: &[&'static str], ms: u64) -> TestLab {
     Setup::with(components).call_deadline_ms(ms).start().await
+}
+
+/// Waiting on what the servers show, not on the clock: each helper names
+/// the observable it waits for, and every wait is bounded.
+impl TestLab {
+    /// Transactions of this test's database waiting for a row lock (MySQL).
+    pub async fn row_lock_waits(&self) -> i64 {
+        // InnoDB refreshes INNODB_TRX only after 100 ms without a reader: a
+        // faster poll would read the same stale table forever.
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
+             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
+        )
+        .fetch_one(self.db.mysql())
+        .await
+        .unwrap()
+    }
+
+    /// Waits, at most `limit`, until `waiting` transactions of this test's
+    /// database wait for a row lock.
+    pub async fn until_row_lock_waits(&self, waiting: i64, limit: std::time::Duration) {
+        let what = format!("{waiting} transaction(s) wait for a row lock");
+        until(&what, limit, || async {
+            self.row_lock_waits().await >= waiting
+        })
+        .await;
+    }
+
+    /// The value of the unlabelled gauge or counter `name` on `/metrics`.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = self.get_text("/metrics").await;
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name} on /metrics"))
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits, at most `limit`, until the server holds nothing left to
+    /// settle: no request whose outcome is to be settled later, no SQL
+    /// session it must end.
+    pub async fn until_nothing_to_settle(&self, limit: std::time::Duration) {
+        until("every request is settled", limit, || async {
+            self.metric("couponlab_settlements_pending").await == 0.0
+                && self.metric("couponlab_sql_sessions_to_end").await == 0.0
+        })
+        .await;
+    }
+
+    /// The result of `coupon` once every 202 among `replies` is confirmed
+    /// (at once when there is none).
+    pub async fn result_once_confirmed(&self, coupon: u64, replies: &[Reply]) -> Value {
+        let accepted = replies.iter().filter(|r| r.status == 202).count() as u64;
+        if accepted == 0 {
+            self.result(coupon).await
+        } else {
+            self.drained(coupon, accepted).await
+        }
+    }
+
+    /// Asks `method` for `coupon` with a new member each time until one is
+    /// served (200 or 202); how long that took, at most `limit`.
+    pub async fn until_an_issue_is_served(
+        &self,
+        coupon: u64,
+        method: &str,
+        limit: std::time::Duration,
+    ) -> std::time::Duration {
+        let started = std::time::Instant::now();
+        let mut last = None;
+        while started.elapsed() < limit {
+            let member = self.members(1).await[0];
+            let reply = self.issue(coupon, member, method).await;
+            if reply.status.is_success() {
+                return started.elapsed();
+            }
+            last = Some(reply);
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("{method} was not served within {limit:?}: {last:?}");
+    }
+
+    /// Waits until `GET /lab/strategies` lists `method` as serving; how
+    /// long that took, at most `limit`.
+    pub async fn until_listed_as_serving(
+        &self,
+        method: &str,
+        limit: std::time::Duration,
+    ) -> std::time::Duration {
+        until(&format!("{method} serves"), limit, || async {
+            let listing = self.get("/lab/strategies").await;
+            listing.expect_ok()["strategies"]
+                .as_array()
+                .is_some_and(|served| served.iter().any(|s| s["method"] == method))
+        })
+        .await
+    }
+
+    /// `members` ask for `coupon` `at_once` at a time, a group every
+    /// `every`: a paced burst, the replies in their order and how long it
+    /// took.
+    pub async fn issue_paced(
+        &self,
+        coupon: u64,
+        members: &[u64],
+        method: &str,
+        (at_once, every): (usize, std::time::Duration),
+    ) -> (Vec<Reply>, std::time::Duration) {
+        let started = std::time::Instant::now();
+        let mut replies = Vec::new();
+        for group in members.chunks(at_once) {
+            replies.extend(self.issue_all(coupon, group, method).await);
+            tokio::time::sleep(every).await;
+        }
+        (replies, started.elapsed())
+    }
 }

@@ -105,7 +105,7 @@ async fn stock_100_and_500_concurrent_reserves_admit_exactly_100_and_sell_out_40
     // Permits for everyone: this case is about the Lua's atomicity alone.
     let lab = Setup::with(&[COMPONENT]).permits(500, 10_000).start().await;
     let (members, coupon) = lab.members_and_coupon(500, 100).await;
-    lab.seed_drop(coupon, 100).await.ok();
+    lab.seed_drop(coupon, 100).await.expect_ok();
 
     let replies = join_all(members.iter().map(|&m| issue(&lab, coupon, m, None))).await;
     assert_eq!(
@@ -147,7 +147,7 @@ async fn the_same_idempotency_key_twice_is_already_reserved_and_takes_stock_once
     let lab = Setup::with(&[COMPONENT]).start().await;
     let member = lab.members(1).await[0];
     let coupon = lab.coupon(10).await;
-    lab.seed_drop(coupon, 10).await.ok();
+    lab.seed_drop(coupon, 10).await.expect_ok();
 
     // A client retrying one request twenty times at once.
     let replies = join_all((0..20).map(|_| issue(&lab, coupon, member, Some("order-1")))).await;
@@ -189,15 +189,15 @@ async fn a_member_past_the_per_member_limit_is_refused() {
     let created = lab
         .post("/lab/coupons", json!({ "name": "drop", "totalCount": 10 }))
         .await;
-    assert_eq!(created.ok()["perMemberLimit"], json!(1));
-    let coupon = created.ok()["id"].as_u64().unwrap();
-    lab.seed_drop(coupon, 10).await.ok();
+    assert_eq!(created.expect_ok()["perMemberLimit"], json!(1));
+    let coupon = created.expect_ok()["id"].as_u64().unwrap();
+    lab.seed_drop(coupon, 10).await.expect_ok();
     assert_eq!(
         get(&lab, &gate_key(coupon, "limit")).await.as_deref(),
         Some("1")
     );
 
-    issue(&lab, coupon, member, Some("a")).await.ok();
+    issue(&lab, coupon, member, Some("a")).await.expect_ok();
     let second = issue(&lab, coupon, member, Some("b")).await;
     assert!(
         second
@@ -227,8 +227,8 @@ async fn a_member_past_the_per_member_limit_is_refused() {
             json!({ "name": "generous", "totalCount": 10, "perMemberLimit": 2 }),
         )
         .await;
-    let generous = generous.ok()["id"].as_u64().unwrap();
-    issue(&lab, generous, member, Some("a")).await.ok();
+    let generous = generous.expect_ok()["id"].as_u64().unwrap();
+    issue(&lab, generous, member, Some("a")).await.expect_ok();
     for key in ["b", "c"] {
         let again = issue(&lab, generous, member, Some(key)).await;
         assert_eq!(
@@ -260,18 +260,18 @@ async fn a_member_past_the_per_member_limit_is_refused() {
 async fn a_cancel_restores_the_stock_exactly_once() {
     let lab = Setup::with(&[COMPONENT]).start().await;
     let (members, coupon) = lab.members_and_coupon(4, 10).await;
-    lab.seed_drop(coupon, 10).await.ok();
+    lab.seed_drop(coupon, 10).await.expect_ok();
     for (i, &member) in members[..3].iter().enumerate() {
         issue(&lab, coupon, member, Some(&format!("k{i}")))
             .await
-            .ok();
+            .expect_ok();
     }
     assert_eq!(remaining(&lab, coupon).await, Some(7));
     assert_eq!(issued_count(&lab, coupon).await, 3);
 
     let cancelled = lab.cancel_drop(coupon, members[0], "k0").await;
     assert_eq!(
-        cancelled.ok(),
+        cancelled.expect_ok(),
         &json!({ "couponId": coupon, "memberId": members[0], "cancelled": true })
     );
     assert_eq!(remaining(&lab, coupon).await, Some(8));
@@ -283,9 +283,9 @@ async fn a_cancel_restores_the_stock_exactly_once() {
 
     // A second cancel, and a key of another member, change nothing.
     let again = lab.cancel_drop(coupon, members[0], "k0").await;
-    assert_eq!(again.ok()["cancelled"], json!(false));
+    assert_eq!(again.expect_ok()["cancelled"], json!(false));
     let foreign = lab.cancel_drop(coupon, members[2], "k1").await;
-    assert_eq!(foreign.ok()["cancelled"], json!(false));
+    assert_eq!(foreign.expect_ok()["cancelled"], json!(false));
     assert_eq!(remaining(&lab, coupon).await, Some(8));
     assert_eq!(lab.issued_members(coupon).await, members[1..3].to_vec());
 
@@ -293,7 +293,7 @@ async fn a_cancel_restores_the_stock_exactly_once() {
     let racing = join_all((0..5).map(|_| lab.cancel_drop(coupon, members[1], "k1"))).await;
     let restored = racing
         .iter()
-        .filter(|r| r.ok()["cancelled"] == json!(true))
+        .filter(|r| r.expect_ok()["cancelled"] == json!(true))
         .count();
     assert_eq!(restored, 1);
     assert_eq!(remaining(&lab, coupon).await, Some(9));
@@ -301,7 +301,9 @@ async fn a_cancel_restores_the_stock_exactly_once() {
     assert_eq!(lab.issued_members(coupon).await, vec![members[2]]);
 
     // The member's count went back with the stock: it may reserve again.
-    issue(&lab, coupon, members[0], Some("k3")).await.ok();
+    issue(&lab, coupon, members[0], Some("k3"))
+        .await
+        .expect_ok();
     assert_eq!(remaining(&lab, coupon).await, Some(8));
     assert_eq!(issued_count(&lab, coupon).await, 2);
 
@@ -325,16 +327,20 @@ async fn seeding_twice_keeps_the_stock_at_the_limited_quantity() {
     let seeds = join_all((0..10).map(|_| lab.seed_drop(coupon, 50))).await;
     let fresh = seeds
         .iter()
-        .filter(|r| r.ok()["seeded"] == json!(true))
+        .filter(|r| r.expect_ok()["seeded"] == json!(true))
         .count();
     assert_eq!(fresh, 1);
-    assert!(seeds.iter().all(|r| r.ok()["remaining"] == json!(50)));
+    assert!(
+        seeds
+            .iter()
+            .all(|r| r.expect_ok()["remaining"] == json!(50))
+    );
     let remaining_key = keys::gate_remaining(coupon);
     let lives = ttl(&lab, &remaining_key).await;
     assert!((1..=86_400).contains(&lives), "TTL {lives}");
     assert!(ttl(&lab, &gate_key(coupon, "limit")).await > 0);
 
-    issue(&lab, coupon, member, None).await.ok();
+    issue(&lab, coupon, member, None).await.expect_ok();
     assert_eq!(remaining(&lab, coupon).await, Some(49));
     // The member's count and marker live as long as the stock.
     assert!(ttl(&lab, &gate_key(coupon, &format!("buyer:{member}"))).await > 0);
@@ -349,7 +355,7 @@ async fn seeding_twice_keeps_the_stock_at_the_limited_quantity() {
 
     let again = lab.seed_drop(coupon, 50).await;
     assert_eq!(
-        again.ok(),
+        again.expect_ok(),
         &json!({ "couponId": coupon, "seeded": false, "remaining": 49 })
     );
     assert_eq!(remaining(&lab, coupon).await, Some(49));
@@ -369,7 +375,7 @@ async fn seeding_twice_keeps_the_stock_at_the_limited_quantity() {
 async fn a_drop_seeded_above_the_coupon_drains_at_the_database_guard() {
     let lab = Setup::with(&[COMPONENT]).start().await;
     let (members, coupon) = lab.members_and_coupon(9, 5).await;
-    lab.seed_drop(coupon, 8).await.ok();
+    lab.seed_drop(coupon, 8).await.expect_ok();
 
     let replies = join_all(members[..8].iter().map(|&m| issue(&lab, coupon, m, None))).await;
     assert_eq!(
@@ -397,7 +403,7 @@ async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_r
     let members = lab.members(21).await;
     // Stock for everyone: only the permit can refuse them.
     let coupon = lab.coupon(100).await;
-    lab.seed_drop(coupon, 100).await.ok();
+    lab.seed_drop(coupon, 100).await.expect_ok();
 
     let holder = hold_coupon_row(&lab, coupon).await;
     let first = issue(&lab, coupon, members[0], None);
@@ -432,7 +438,7 @@ async fn with_the_permits_exhausted_an_admitted_request_is_throttled_and_redis_r
     assert_eq!(gate["labels"]["gate"], json!({ "ADMITTED": 21 }));
 
     // The permit is back: a throttled member is admitted on its retry.
-    issue(&lab, coupon, members[1], None).await.ok();
+    issue(&lab, coupon, members[1], None).await.expect_ok();
     assert_eq!(remaining(&lab, coupon).await, Some(98));
     lab.finish().await;
 }
@@ -445,7 +451,7 @@ async fn a_permit_whose_confirm_failed_comes_back_at_once() {
         .start()
         .await;
     let (members, coupon) = lab.members_and_coupon(2, 10).await;
-    lab.seed_drop(coupon, 10).await.ok();
+    lab.seed_drop(coupon, 10).await.expect_ok();
 
     // The first request takes the only permit and waits on the coupon row
     // in its confirm until the database cuts the statement at its deadline.
@@ -468,7 +474,9 @@ async fn a_permit_whose_confirm_failed_comes_back_at_once() {
 async fn a_drop_never_seeded_is_seeded_from_the_coupon_on_first_use() {
     let lab = Setup::with(&[COMPONENT, "pessimistic"]).start().await;
     let (members, coupon) = lab.members_and_coupon(6, 4).await;
-    lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
+    lab.issue(coupon, members[0], "PESSIMISTIC")
+        .await
+        .expect_ok();
     assert_eq!(remaining(&lab, coupon).await, None);
 
     // What the coupon has left (4 - 1) is the stock.

@@ -79,7 +79,7 @@ async fn a_drop_of_100_sells_exactly_100_across_a_redis_shutdown_and_an_empty_re
     // members who bought through the gate are refused by their rows.
     let during = lab.issue_all(coupon, &members[40..70], METHOD).await;
     assert_eq!(tally(&during), counts(&[("ISSUED", 30)]));
-    let detail = during[0].ok()["detail"].as_str().unwrap_or_default();
+    let detail = during[0].expect_ok()["detail"].as_str().unwrap_or_default();
     assert!(detail.contains("the gate could not answer"), "{detail}");
     let repeats = lab.issue_all(coupon, &members[..10], METHOD).await;
     for repeat in &repeats {
@@ -146,18 +146,18 @@ async fn with_the_switch_off_the_database_sells_exactly_the_drop_and_the_gate_co
     let lab = Setup::with(&[COMPONENT]).start().await;
     let (members, coupon) = lab.members_and_coupon(52, 20).await;
     // Seeded: Redis holds a stock of 20 the switch-off must not leave behind.
-    lab.seed_drop(coupon, 20).await.ok();
+    lab.seed_drop(coupon, 20).await.expect_ok();
     let path = format!("/lab/drop/coupons/{coupon}/gate");
     assert_eq!(
-        lab.get(&path).await.ok(),
+        lab.get(&path).await.expect_ok(),
         &json!({ "couponId": coupon, "enabled": true })
     );
 
     assert_eq!(
-        switch(&lab, coupon, false).await.ok(),
+        switch(&lab, coupon, false).await.expect_ok(),
         &json!({ "couponId": coupon, "enabled": false })
     );
-    assert_eq!(lab.get(&path).await.ok()["enabled"], json!(false));
+    assert_eq!(lab.get(&path).await.expect_ok()["enabled"], json!(false));
     assert_eq!(
         ask(&lab, coupon, &members[..50]).await,
         counts(&[("ISSUED", 20), ("SOLD_OUT", 30)])
@@ -170,7 +170,7 @@ async fn with_the_switch_off_the_database_sells_exactly_the_drop_and_the_gate_co
         "the first request past the gate dropped its stock"
     );
 
-    switch(&lab, coupon, true).await.ok();
+    switch(&lab, coupon, true).await.expect_ok();
     // The gate is set from the rows, not from the stock it had: sold out,
     // and a buyer of the database path is over its limit.
     let late = lab.issue(coupon, members[50], METHOD).await;
@@ -222,13 +222,13 @@ async fn behind_the_rows(lab: &TestLab, coupon: u64, by_gate: &[u64], by_databas
         let value: String = lab.redis_query(redis::cmd("GET").arg(&key)).await;
         kept.push((key, value));
     }
-    switch(lab, coupon, false).await.ok();
+    switch(lab, coupon, false).await.expect_ok();
     let issued = counts(&[("ISSUED", by_database.len())]);
     assert_eq!(ask(lab, coupon, by_database).await, issued);
     for (key, value) in &kept {
         let () = lab.redis_query(redis::cmd("SET").arg(key).arg(value)).await;
     }
-    switch(lab, coupon, true).await.ok();
+    switch(lab, coupon, true).await.expect_ok();
 }
 
 /// Asserts the end of a drop of 10 whose gate came back behind the rows:
@@ -304,7 +304,7 @@ async fn with_fail_open_off_redis_down_is_a_503_and_nothing_is_issued() {
         .start()
         .await;
     let (members, coupon) = lab.members_and_coupon(11, 10).await;
-    lab.issue(coupon, members[0], METHOD).await.ok();
+    lab.issue(coupon, members[0], METHOD).await.expect_ok();
 
     redis.shutdown_nosave();
     let replies = lab.issue_all(coupon, &members[1..], METHOD).await;

@@ -179,7 +179,7 @@ async fn try_result(lab: &TestLab, coupon: u64) -> Option<Value> {
 /// Waits until the coupon stops moving: no 202 left pending, and the rows
 /// (read on the test's own connection) and the recorded requests unchanged
 /// over a quiet spell. Returns the rows and the last result the server gave.
-async fn settled(lab: &TestLab, coupon: u64) -> (u64, Option<Value>) {
+async fn until_still(lab: &TestLab, coupon: u64) -> (u64, Option<Value>) {
     let mut last = (u64::MAX, u64::MAX);
     let mut quiet = 0;
     let started = std::time::Instant::now();
@@ -210,7 +210,11 @@ async fn settled(lab: &TestLab, coupon: u64) -> (u64, Option<Value>) {
 }
 
 /// The whole scenario for one method on `lab`.
-pub async fn burst(lab: &TestLab, method: &'static str, size: &Size) -> Burst {
+pub async fn hang_ups_then_ordinary_asks(
+    lab: &TestLab,
+    method: &'static str,
+    size: &Size,
+) -> Burst {
     let members = lab
         .members(size.hang_ups + size.ordinary + size.total)
         .await;
@@ -226,7 +230,7 @@ pub async fn burst(lab: &TestLab, method: &'static str, size: &Size) -> Burst {
     )
     .await;
     // Whatever the hang-ups started finishes (or is left behind) first.
-    settled(lab, coupon).await;
+    until_still(lab, coupon).await;
 
     let answers = join_all(
         ordinary
@@ -273,7 +277,7 @@ pub async fn burst(lab: &TestLab, method: &'static str, size: &Size) -> Burst {
         }
     }
 
-    let (rows, result) = settled(lab, coupon).await;
+    let (rows, result) = until_still(lab, coupon).await;
     let result = result.unwrap_or(Value::Null);
     let (set_size, set_mismatch) = if reserves_in_set(method) {
         let in_db = lab.issued_members(coupon).await;
@@ -376,7 +380,9 @@ const SUITE: Size = Size {
 async fn hang_ups_change_nothing_for_the_synchronous_methods() {
     let lab = lab_for(&SYNC_METHODS).await;
     for (method, _) in SYNC_METHODS {
-        burst(&lab, method, &SUITE).await.check();
+        hang_ups_then_ordinary_asks(&lab, method, &SUITE)
+            .await
+            .check();
     }
     lab.finish().await;
 }
@@ -387,7 +393,9 @@ async fn hang_ups_change_nothing_for_the_methods_that_answer_202() {
     let lab = lab_for(&ASYNC_METHODS).await;
     subscriber_listening(&lab).await;
     for (method, _) in ASYNC_METHODS {
-        burst(&lab, method, &SUITE).await.check();
+        hang_ups_then_ordinary_asks(&lab, method, &SUITE)
+            .await
+            .check();
     }
     lab.finish().await;
 }
@@ -419,7 +427,7 @@ async fn hang_up_report() {
         let lab = lab_for(&methods).await;
         subscriber_listening_if_any(&lab, &methods).await;
         {
-            let burst = burst(&lab, method, &size).await;
+            let burst = hang_ups_then_ordinary_asks(&lab, method, &size).await;
             let answers: Vec<String> = burst
                 .ordinary
                 .iter()

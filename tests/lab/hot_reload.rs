@@ -90,7 +90,7 @@ async fn finish_after_traffic(lab: Arc<TestLab>) {
 }
 
 async fn strategies(lab: &TestLab) -> Value {
-    lab.get("/lab/strategies").await.ok().clone()
+    lab.get("/lab/strategies").await.expect_ok().clone()
 }
 
 fn entry<'a>(listing: &'a Value, method: &str) -> Option<&'a Value> {
@@ -123,12 +123,16 @@ async fn replacing_a_component_under_traffic_fails_no_request() {
 
     let traffic = Traffic::start(&lab, 8, |answer| answer);
 
-    // Nineteen swaps, alternating b and a, each given time to serve...
+    // Nineteen swaps, alternating b and a, each serving before the next...
     let (a, b) = (build("a"), build("b"));
     for swap in 0..19 {
-        let which = if swap % 2 == 0 { &b } else { &a };
-        install(&lab.strategy_dir, SERVED, which);
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        let which = if swap % 2 == 0 { "b" } else { "a" };
+        install(
+            &lab.strategy_dir,
+            SERVED,
+            if which == "b" { &b } else { &a },
+        );
+        serving(&lab, which).await;
     }
     // ...and the twentieth, build a, must serve within a second of its write.
     install(&lab.strategy_dir, SERVED, &a);
@@ -358,24 +362,24 @@ async fn in_a_relative_strategy_directory_a_changed_component_serves() {
     std::fs::create_dir_all(&dist).unwrap();
     install(&dist, SERVED, &build("a"));
     std::fs::copy(component("pessimistic"), dist.join("pessimistic.wasm")).unwrap();
-    let bind = format!("127.0.0.1:{}", crate::common::free_port());
-    let base = format!("http://{bind}");
-    let server = lab
-        .command(
-            &["serve"],
-            &[
-                ("COUPONLAB_BIND", &bind),
-                ("COUPONLAB_STRATEGY_DIR", "dist"),
-            ],
+    let crate::common::ServerProcess {
+        process: server,
+        base,
+    } = lab
+        .serve_command(
+            || {
+                let mut command = lab.command(&["serve"], &[("COUPONLAB_STRATEGY_DIR", "dist")]);
+                command.current_dir(&work);
+                command
+            },
+            std::process::Stdio::null,
+            Duration::from_secs(60),
         )
-        .current_dir(&work)
-        .spawn()
-        .expect("the couponlab binary starts");
-    lab.until_answering(&base, Duration::from_secs(60)).await;
+        .await;
     let listed = || async {
         lab.request_at(&base, reqwest::Method::GET, "/lab/strategies", None)
             .await
-            .ok()
+            .expect_ok()
             .clone()
     };
     let build_served = |listing: &Value, which: &str| {
@@ -387,11 +391,10 @@ async fn in_a_relative_strategy_directory_a_changed_component_serves() {
         build_served(&listing, "a") && entry(&listing, "PESSIMISTIC").is_some()
     })
     .await;
-    // The first load read every file: a watcher woken by the reads would
-    // have examined them again by now.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(listed().await["rejected"], json!([]));
-
+    // The first load read every file. A watcher woken by those reads would
+    // have queued them before the write below, on the one channel it
+    // examines in order: once the write serves, the listing shows what any
+    // such examination made of them.
     install(&dist, SERVED, &build("b"));
     let took = until("the changed component serves", WAIT, || async {
         build_served(&listed().await, "b")

@@ -195,7 +195,7 @@ async fn after_the_data_is_deleted_the_next_coupons_stream_is_read_at_once() {
     for (_, method) in STREAM_METHODS {
         lab.request(reqwest::Method::DELETE, "/lab/data", None)
             .await
-            .ok();
+            .expect_ok();
         // Coupon 1 does not exist yet, nor member 1: refused as either.
         let old = 1;
         let refused = lab.issue(old, 1, method).await;
@@ -203,7 +203,7 @@ async fn after_the_data_is_deleted_the_next_coupons_stream_is_read_at_once() {
 
         lab.request(reqwest::Method::DELETE, "/lab/data", None)
             .await
-            .ok();
+            .expect_ok();
         let (members, next) = lab.members_and_coupon(1, 10).await;
         assert!(next > old, "coupon ids are not reused: {next} after {old}");
         let reply = lab.issue(next, members[0], method).await;
@@ -248,18 +248,17 @@ async fn a_server_with_every_component_spends_almost_no_cpu_at_rest() {
         })
         .count();
     let lab = Setup::with(&[]).start().await;
-    let bind = format!("127.0.0.1:{}", crate::common::free_port());
-    let base = format!("http://{bind}");
-    let server = lab.process(
-        &["serve"],
-        &[
-            ("COUPONLAB_BIND", &bind),
-            ("COUPONLAB_STRATEGY_DIR", dist.to_str().unwrap()),
-        ],
-        std::process::Stdio::null(),
-    );
+    let crate::common::ServerProcess {
+        process: server,
+        base,
+    } = lab
+        .serve_process(
+            &[("COUPONLAB_STRATEGY_DIR", dist.to_str().unwrap())],
+            std::process::Stdio::null,
+            Duration::from_secs(60),
+        )
+        .await;
     let pid = server.id().expect("the server runs");
-    lab.until_answering(&base, Duration::from_secs(60)).await;
     until(
         "every component serves",
         Duration::from_secs(300),
@@ -267,7 +266,7 @@ async fn a_server_with_every_component_spends_almost_no_cpu_at_rest() {
             let listing = lab
                 .request_at(&base, reqwest::Method::GET, "/lab/strategies", None)
                 .await;
-            listing.ok()["strategies"]
+            listing.expect_ok()["strategies"]
                 .as_array()
                 .is_some_and(|s| s.len() == installed)
         },

@@ -28,7 +28,7 @@ async fn exactly_the_total_is_issued(method: &str) {
         *statuses.entry(reply.status.as_u16()).or_insert(0) += 1;
         match reply.status.as_u16() {
             200 => {
-                assert_eq!(reply.ok()["outcome"], json!("ISSUED"));
+                assert_eq!(reply.expect_ok()["outcome"], json!("ISSUED"));
                 answered_issued.push(*member);
             }
             409 => {

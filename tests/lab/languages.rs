@@ -13,7 +13,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::canary::{deploy_new_version, keep_issuing};
-use crate::common::{Setup, free_port, outcome, with_call_deadline_ms};
+use crate::common::{ServerProcess, Setup, outcome, with_call_deadline_ms};
 
 /// Each method with its component.
 const METHODS: [(&str, &str); 6] = [
@@ -161,15 +161,17 @@ async fn a_call_ended_at_its_deadline_is_compensated_in_each_language() {
 async fn a_python_call_does_not_fault_its_interpreter_heap_in_again() {
     const CALLS: u64 = 100;
     let lab = Setup::with(&["py_redis_lua"]).start().await;
-    let bind = format!("127.0.0.1:{}", free_port());
-    let server = lab.process(
-        &["serve"],
-        &[("COUPONLAB_BIND", &bind), ("COUPONLAB_WATCH", "false")],
-        Stdio::null(),
-    );
+    let ServerProcess {
+        process: server,
+        base,
+    } = lab
+        .serve_process(
+            &[("COUPONLAB_WATCH", "false")],
+            Stdio::null,
+            Duration::from_secs(60),
+        )
+        .await;
     let pid = server.id().expect("the server runs");
-    let base = format!("http://{bind}");
-    lab.until_answering(&base, Duration::from_secs(60)).await;
     let members = lab.members(CALLS + 20).await;
     let coupon = lab.coupon(1).await;
     let path = format!("/lab/coupons/{coupon}/issue");

@@ -56,7 +56,7 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
         .start()
         .await;
     let (members, coupon) = lab.members_and_coupon(3, 10).await;
-    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+    lab.issue(coupon, members[0], "REDIS_LUA").await.expect_ok();
     let before = snapshot(&lab).await;
 
     // Each attack and a word its refusal must carry.
@@ -117,7 +117,9 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
 
     // A named lock is allowed, but it leaves with its call: the connection
     // that holds it is closed, not handed to the next borrower.
-    attack(&lab, coupon, members[1], "get-lock").await.ok();
+    attack(&lab, coupon, members[1], "get-lock")
+        .await
+        .expect_ok();
     let free = lab.number("SELECT IS_FREE_LOCK('couponlab-hostile')").await;
     assert_eq!(free, 1, "the component's named lock outlived its call");
 
@@ -127,8 +129,10 @@ async fn a_hostile_component_is_refused_everything_and_changes_nothing() {
         .await;
     assert_eq!(outside, None);
     // Every method still issues.
-    lab.issue(coupon, members[1], "PESSIMISTIC").await.ok();
-    lab.issue(coupon, members[2], "REDIS_LUA").await.ok();
+    lab.issue(coupon, members[1], "PESSIMISTIC")
+        .await
+        .expect_ok();
+    lab.issue(coupon, members[2], "REDIS_LUA").await.expect_ok();
     lab.finish().await;
 }
 
@@ -160,7 +164,9 @@ async fn two_labs_on_one_server_have_users_of_their_own() {
     assert_ne!(users[0], users[1]);
     for lab in &labs {
         let (members, coupon) = lab.members_and_coupon(1, 1).await;
-        lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
+        lab.issue(coupon, members[0], "PESSIMISTIC")
+            .await
+            .expect_ok();
     }
     for lab in labs {
         lab.finish().await;
@@ -198,6 +204,12 @@ async fn refused_start_names(database_url: &str, redis_url: &str, needs: &[&str]
 async fn start_up_without_permission_to_create_the_redis_user_says_what_it_needs() {
     let _redis = sharing_redis().await;
     let name = format!("couponlab-test-noacl-{}", std::process::id());
+    let _dropped_however_the_test_ends = (
+        MySqlLeftovers(vec![
+            "DROP DATABASE IF EXISTS couponlab_test_noacl".to_string(),
+        ]),
+        RedisUserLeftover(name.clone()),
+    );
     let mut admin = redis::Client::open(format!("{REDIS}/0"))
         .unwrap()
         .get_multiplexed_async_connection()
@@ -221,20 +233,28 @@ async fn start_up_without_permission_to_create_the_redis_user_says_what_it_needs
         &["ACL SETUSER", "COUPONLAB_STRATEGY_REDIS_URL"],
     )
     .await;
-    let _: () = redis::cmd("ACL")
-        .arg("DELUSER")
-        .arg(&name)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect(MYSQL)
-        .await
-        .unwrap()
-        .execute("DROP DATABASE IF EXISTS couponlab_test_noacl")
-        .await
-        .unwrap();
+}
+
+/// A Redis ACL user a test made, deleted when the test ends, a failed
+/// assertion included.
+struct RedisUserLeftover(String);
+
+impl Drop for RedisUserLeftover {
+    fn drop(&mut self) {
+        let deleted = redis::Client::open(format!("{REDIS}/0"))
+            .and_then(|client| client.get_connection())
+            .and_then(|mut admin| {
+                redis::cmd("ACL")
+                    .arg("DELUSER")
+                    .arg(&self.0)
+                    .query::<()>(&mut admin)
+            });
+        if let Err(error) = deleted
+            && !std::thread::panicking()
+        {
+            panic!("the Redis user {} was not deleted: {error}", self.0);
+        }
+    }
 }
 
 /// A database user with every privilege on the lab's database, but none to
@@ -251,6 +271,11 @@ async fn start_up_without_permission_to_create_the_database_user_says_what_it_ne
         .connect(MYSQL)
         .await
         .unwrap();
+    let _dropped_however_the_test_ends = MySqlLeftovers(vec![
+        format!("DROP USER IF EXISTS '{user}'@'localhost'"),
+        format!("DROP USER IF EXISTS '{user}'@'127.0.0.1'"),
+        format!("DROP DATABASE IF EXISTS `{db}`"),
+    ]);
     for statement in [
         format!("CREATE DATABASE IF NOT EXISTS `{db}`"),
         format!("CREATE USER IF NOT EXISTS '{user}'@'localhost' IDENTIFIED BY 'secret'"),
@@ -266,11 +291,40 @@ async fn start_up_without_permission_to_create_the_database_user_says_what_it_ne
         &["CREATE USER and GRANT", "COUPONLAB_STRATEGY_DATABASE_URL"],
     )
     .await;
-    for statement in [
-        format!("DROP USER IF EXISTS '{user}'@'localhost'"),
-        format!("DROP USER IF EXISTS '{user}'@'127.0.0.1'"),
-        format!("DROP DATABASE IF EXISTS `{db}`"),
-    ] {
-        root.execute(statement.as_str()).await.unwrap();
+    root.close().await;
+}
+
+/// MySQL statements that undo what a test made on the server (its users,
+/// its databases), run when the test ends, a failed assertion included.
+struct MySqlLeftovers(Vec<String>);
+
+impl Drop for MySqlLeftovers {
+    fn drop(&mut self) {
+        let statements = std::mem::take(&mut self.0);
+        // Drop cannot await: the statements run on a thread and a runtime
+        // of their own, which the test's runtime does not have to drive.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let root = sqlx::mysql::MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .connect(MYSQL)
+                    .await
+                    .expect("MySQL answers");
+                for statement in &statements {
+                    root.execute(statement.as_str()).await.unwrap();
+                }
+                root.close().await;
+            });
+        })
+        .join();
+        // A cleanup that fails while the test is unwinding would abort the
+        // process and hide the test's own failure.
+        if dropped.is_err() && !std::thread::panicking() {
+            panic!("the test's users and databases were not dropped");
+        }
     }
 }

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use reqwest::Method;
 
 use crate::common::{
-    Reply, Setup, TestLab, free_port, hold_coupon_row, outcome, with_call_deadline_ms,
+    Reply, Setup, TestLab, hold_coupon_row, outcome, until, with_call_deadline_ms,
 };
 
 /// What each method may answer a member besides 200: 409 for a second ask
@@ -81,10 +81,17 @@ async fn each_issues_exactly_the_total_to_members_asking_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spin_lock_whose_lease_runs_out_mid_work_has_two_holders_and_over_issues() {
     let lab = Setup::with(&["redis_spin_lock"]).start().await;
-    // The second asks while the first holds the lock, shortly before its
-    // lease ends; the row is let go once the second has taken the lock the
-    // lease gave up.
-    let race = race_past_the_lease(&lab, "REDIS_SPIN_LOCK", 2_500, 4_500).await;
+    // The second asks while the first holds the lock, half a second before
+    // its lease ends, so its 2 s of trying reach past the lease; the row is
+    // let go once the second, holding the lock the lease gave up, waits
+    // for the row too.
+    let race = race_past_the_lease(
+        &lab,
+        "REDIS_SPIN_LOCK",
+        Duration::from_millis(2_500),
+        SecondWaits::AtTheRow,
+    )
+    .await;
 
     for reply in [&race.first, &race.second] {
         assert_eq!(reply.status.as_u16(), 200, "{}", reply.body);
@@ -113,28 +120,50 @@ pub(crate) struct LeaseRace {
     pub second: Reply,
 }
 
+/// Where the second request of a [`race_past_the_lease`] is seen waiting
+/// before the coupon row is let go.
+pub(crate) enum SecondWaits {
+    /// At the coupon row, as the first: it holds the lock too.
+    AtTheRow,
+    /// Subscribed to the lock's channel (`coupon:lock:channel:{id}`), for
+    /// the unlock message.
+    OnTheLockChannel,
+}
+
+/// How long a race waits for a request to be seen where it should be.
+const SEEN_WITHIN: Duration = Duration::from_secs(10);
+
 /// Two members ask `method` for a coupon of 1 while another session holds
 /// the coupon row, so the first one's critical section (its unguarded
-/// `issued_count + 1`) outlasts a 3 s lock lease: the second asks
-/// `second_after_ms` in, and the row is let go `release_after_ms` in.
+/// `issued_count + 1`) outlasts a 3 s lock lease. The second asks once the
+/// first is seen waiting at the row (it holds the lock), and not before
+/// `second_at` from the start: where it lands in the lease is the lesson.
+/// The row is let go once the second is seen where `second_waits` says.
 pub(crate) async fn race_past_the_lease(
     lab: &TestLab,
     method: &str,
-    second_after_ms: u64,
-    release_after_ms: u64,
+    second_at: Duration,
+    second_waits: SecondWaits,
 ) -> LeaseRace {
     let (members, coupon) = lab.members_and_coupon(2, 1).await;
     let holding = hold_coupon_row(lab, coupon).await;
+    let started = tokio::time::Instant::now();
     let first = lab.issue(coupon, members[0], method);
-    let second = async {
-        tokio::time::sleep(Duration::from_millis(second_after_ms)).await;
-        lab.issue(coupon, members[1], method).await
+    let second_and_release = async {
+        lab.until_row_lock_waits(1, SEEN_WITHIN).await;
+        tokio::time::sleep_until(started + second_at).await;
+        let second = lab.issue(coupon, members[1], method);
+        let release = async {
+            match second_waits {
+                SecondWaits::AtTheRow => lab.until_row_lock_waits(2, SEEN_WITHIN).await,
+                SecondWaits::OnTheLockChannel => lock_channel_listened(lab, coupon).await,
+            }
+            holding.rollback().await.unwrap();
+        };
+        let (second, ()) = tokio::join!(second, release);
+        second
     };
-    let release = async {
-        tokio::time::sleep(Duration::from_millis(release_after_ms)).await;
-        holding.rollback().await.unwrap();
-    };
-    let (first, second, ()) = tokio::join!(first, second, release);
+    let (first, second) = tokio::join!(first, second_and_release);
     LeaseRace {
         coupon,
         members,
@@ -143,21 +172,36 @@ pub(crate) async fn race_past_the_lease(
     }
 }
 
+/// Waits until a waiter listens on `coupon`'s lock channel.
+async fn lock_channel_listened(lab: &TestLab, coupon: u64) {
+    let channel = format!("coupon:lock:channel:{{{coupon}}}");
+    until(
+        "a waiter listens on the lock channel",
+        SEEN_WITHIN,
+        || async {
+            let counts: Vec<(String, u64)> = lab
+                .redis_query(redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel))
+                .await;
+            counts.first().is_some_and(|(_, n)| *n > 0)
+        },
+    )
+    .await;
+}
+
 /// IN_PROCESS_LOCK on one host: the second request waits for the first,
 /// then finds the coupon sold out. On two hosts, each with its own lock,
 /// both run the check-and-insert at once and a coupon of 1 is issued twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_process_lock_holds_on_one_host_and_over_issues_on_two() {
     let lab = Setup::with(&["in_process_lock"]).start().await;
-    let bind = format!("127.0.0.1:{}", free_port());
-    let _other = lab.process(&["serve"], &[("COUPONLAB_BIND", &bind)], Stdio::null());
-    let other = format!("http://{bind}");
-    lab.until_answering(&other, Duration::from_secs(60)).await;
+    let other = lab
+        .serve_process(&[], Stdio::null, Duration::from_secs(60))
+        .await;
     let members = lab.members(4).await;
     let body =
         |member: u64| Some(json!({ "memberId": member, "method": "IN_PROCESS_LOCK" }).to_string());
 
-    for (hosts, issued) in [([&lab.base, &lab.base], 1), ([&lab.base, &other], 2)] {
+    for (hosts, issued) in [([&lab.base, &lab.base], 1), ([&lab.base, &other.base], 2)] {
         let coupon = lab.coupon(1).await;
         let path = format!("/lab/coupons/{coupon}/issue");
         let pair = if issued == 1 {
@@ -168,16 +212,29 @@ async fn an_in_process_lock_holds_on_one_host_and_over_issues_on_two() {
         let holding = hold_coupon_row(&lab, coupon).await;
         let first_body = body(pair[0]);
         let first = lab.request_at(hosts[0], Method::POST, &path, first_body.as_deref());
-        let second = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            lab.request_at(hosts[1], Method::POST, &path, body(pair[1]).as_deref())
-                .await
+        // The second asks once the first holds the lock (it waits at the
+        // row). The row is let go once the second is seen in its call: on
+        // one host waiting for the lock, two instances in use; on two, at
+        // the row as well, with a lock of its own.
+        let second_and_release = async {
+            lab.until_row_lock_waits(1, SEEN_WITHIN).await;
+            let second_body = body(pair[1]);
+            let second = lab.request_at(hosts[1], Method::POST, &path, second_body.as_deref());
+            let release = async {
+                if issued == 1 {
+                    until("the second waits for the lock", SEEN_WITHIN, || async {
+                        lab.metric("couponlab_instances_in_use").await >= 2.0
+                    })
+                    .await;
+                } else {
+                    lab.until_row_lock_waits(2, SEEN_WITHIN).await;
+                }
+                holding.rollback().await.unwrap();
+            };
+            let (second, ()) = tokio::join!(second, release);
+            second
         };
-        let release = async {
-            tokio::time::sleep(Duration::from_millis(1_000)).await;
-            holding.rollback().await.unwrap();
-        };
-        let (first, second, ()) = tokio::join!(first, second, release);
+        let (first, second) = tokio::join!(first, second_and_release);
         assert_eq!(first.status.as_u16(), 200, "{}", first.body);
         let rows = lab.issued_members(coupon).await;
         assert_eq!(
@@ -204,18 +261,23 @@ async fn a_lock_is_free_again_when_its_holders_call_ends_at_the_deadline() {
     for method in ["IN_PROCESS_LOCK", "MYSQL_NAMED_LOCK"] {
         let (members, coupon) = lab.members_and_coupon(2, 1).await;
         let holding = hold_coupon_row(&lab, coupon).await;
-        let started = std::time::Instant::now();
-        let first = lab.issue(coupon, members[0], method);
+        let started = tokio::time::Instant::now();
+        let first = async {
+            let reply = lab.issue(coupon, members[0], method).await;
+            // The first's call ended at its deadline: the row may go.
+            holding.rollback().await.unwrap();
+            reply
+        };
+        // The second asks once the first holds the lock (it waits at the
+        // row), a second in, so its 2 s wait for the lock reaches past the
+        // first's deadline.
         let second = async {
-            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            lab.until_row_lock_waits(1, SEEN_WITHIN).await;
+            tokio::time::sleep_until(started + Duration::from_secs(1)).await;
             let reply = lab.issue(coupon, members[1], method).await;
             (reply, started.elapsed())
         };
-        let release = async {
-            tokio::time::sleep(Duration::from_millis(2_600)).await;
-            holding.rollback().await.unwrap();
-        };
-        let (first, (second, answered), ()) = tokio::join!(first, second, release);
+        let (first, (second, answered)) = tokio::join!(first, second);
         assert_ne!(
             first.status.as_u16(),
             200,

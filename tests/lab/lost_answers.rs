@@ -130,28 +130,12 @@ async fn across_a_redis_cut(
     );
     let cut = cut_for_a_while(links, Link::Redis, cut_after, cut_lasting);
     let (replies, ()) = tokio::join!(requests, cut);
-    settled(lab).await;
+    lab.until_nothing_to_settle(SETTLING).await;
     replies
 }
 
-/// Until the server holds nothing left to settle (its settlements and the
-/// sessions it must end), 15 s at most.
-async fn settled(lab: &TestLab) {
-    until(
-        "every request is settled",
-        Duration::from_secs(15),
-        || async {
-            let metrics = lab.get_text("/metrics").await;
-            [
-                "couponlab_settlements_pending 0",
-                "couponlab_sql_sessions_to_end 0",
-            ]
-            .iter()
-            .all(|line| metrics.lines().any(|l| l == *line))
-        },
-    )
-    .await;
-}
+/// How long a test waits for the server to settle what it holds.
+const SETTLING: Duration = Duration::from_secs(15);
 
 /// Sessions of the components' database user inside a transaction that
 /// began over a second ago: a confirm takes milliseconds, so these hold
@@ -265,7 +249,7 @@ async fn a_database_cut_mid_burst_leaves_redis_equal_to_the_rows_and_no_lock_beh
                 }
             }
         }
-        settled(&lab).await;
+        lab.until_nothing_to_settle(SETTLING).await;
         let mut figures = Vec::new();
         for &(method, first, second) in &coupons {
             for coupon in [first, second] {
@@ -308,7 +292,7 @@ async fn a_redis_cut_mid_burst_strands_no_stock_and_every_coupon_sells_out_exact
                 },
             )
             .await;
-            settled(&lab).await;
+            lab.until_nothing_to_settle(SETTLING).await;
             assert_eq!(
                 lab.issue_rows(coupon).await as u64,
                 TOTAL,
@@ -418,7 +402,7 @@ async fn a_commit_whose_answer_is_lost_on_postgres_is_settled_from_the_rows_as_i
 async fn commit_answer_lost_then_settled(links: &Arc<Links>, lab: TestLab) {
     let (members, coupon) = lab.members_and_coupon(2, 10).await;
     // A connection in the pool before the answers slow down.
-    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+    lab.issue(coupon, members[0], "REDIS_LUA").await.expect_ok();
 
     on_links(links, |links| links.add_latency(Link::Database, 400)).await;
     let asking = lab.issue(coupon, members[1], "REDIS_LUA");
@@ -448,7 +432,7 @@ async fn commit_answer_lost_then_settled(links: &Arc<Links>, lab: TestLab) {
         members,
         "the reservation stays"
     );
-    settled(&lab).await;
+    lab.until_nothing_to_settle(SETTLING).await;
     let result = lab.result(coupon).await;
     assert_eq!(
         result["requests"]["byMethod"]["REDIS_LUA"]["settlements"],

@@ -10,7 +10,7 @@ use futures::future::join_all;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::common::{Setup, TestLab, free_port};
+use crate::common::{ServerProcess, Setup, TestLab};
 use crate::dashboard::Prometheus;
 
 const METHODS: [&str; 2] = ["PESSIMISTIC", "REDIS_LUA"];
@@ -47,7 +47,7 @@ pub(crate) async fn exposition(lab: &TestLab) -> String {
 }
 
 /// A burst of 40 members on a coupon of 10, per method, at once.
-async fn burst(lab: &TestLab) -> Vec<u64> {
+async fn forty_ask_for_ten_per_method(lab: &TestLab) -> Vec<u64> {
     let members = lab.members(40).await;
     let mut coupons = Vec::new();
     for method in METHODS {
@@ -61,7 +61,7 @@ async fn burst(lab: &TestLab) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_count_what_the_result_reports() {
     let lab = Setup::with(&["pessimistic", "redis_lua"]).start().await;
-    let coupons = burst(&lab).await;
+    let coupons = forty_ask_for_ten_per_method(&lab).await;
     let text = exposition(&lab).await;
     let requests = samples(&text, "couponlab_issue_requests_total");
     let durations = samples(&text, "couponlab_issue_duration_seconds_count");
@@ -135,7 +135,7 @@ async fn the_metrics_count_what_the_result_reports() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_prometheus_scrapes_the_issue_counter() {
     let lab = Setup::with(&["pessimistic", "redis_lua"]).start().await;
-    let coupons = burst(&lab).await;
+    let coupons = forty_ask_for_ten_per_method(&lab).await;
     let issued: f64 = {
         let result = lab.result(coupons[1]).await;
         result["requests"]["byMethod"]["REDIS_LUA"]["byOutcome"]["ISSUED"]
@@ -167,22 +167,22 @@ async fn json_logs_are_one_object_a_line() {
     // The in-process server only prepares the data; the one under test is
     // a process of its own, logging JSON.
     let lab = Setup::with(&["pessimistic", "test_spin"]).start().await;
-    let port = free_port();
-    let bind = format!("127.0.0.1:{port}");
-    let mut server = lab.process(
-        &["serve"],
-        &[
-            ("COUPONLAB_BIND", &bind),
-            ("COUPONLAB_LOG_FORMAT", "json"),
-            ("COUPONLAB_CONSUMERS", "false"),
-            ("COUPONLAB_REQUEST_TIMEOUT_MS", "500"),
-            ("RUST_LOG", "info"),
-        ],
-        Stdio::piped(),
-    );
+    let ServerProcess {
+        process: mut server,
+        base,
+    } = lab
+        .serve_process(
+            &[
+                ("COUPONLAB_LOG_FORMAT", "json"),
+                ("COUPONLAB_CONSUMERS", "false"),
+                ("COUPONLAB_REQUEST_TIMEOUT_MS", "500"),
+                ("RUST_LOG", "info"),
+            ],
+            Stdio::piped,
+            Duration::from_secs(30),
+        )
+        .await;
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
-    let base = format!("http://{bind}");
-    lab.until_answering(&base, Duration::from_secs(30)).await;
     // A burst with failures in it: a spinning component past its deadline
     // logs errors, unknown methods warnings.
     let (members, coupon) = lab.members_and_coupon(10, 5).await;

@@ -117,7 +117,7 @@ async fn race_300_for_50(method: &str) -> Race {
         );
         if reply.status.is_success() {
             answered_issued.push(*member);
-            retries_answered += reply.ok()["retries"].as_u64().unwrap();
+            retries_answered += reply.expect_ok()["retries"].as_u64().unwrap();
         }
         *outcomes.entry(outcome).or_default() += 1;
     }
@@ -402,7 +402,7 @@ async fn optimistic_retry_issues_to_the_loser_on_its_second_attempt() {
     assert_eq!(sorted_outcomes(&replies), ["ISSUED", "ISSUED"]);
     let mut retries: Vec<u64> = replies
         .iter()
-        .map(|r| r.ok()["retries"].as_u64().unwrap())
+        .map(|r| r.expect_ok()["retries"].as_u64().unwrap())
         .collect();
     retries.sort();
     assert_eq!(retries, [0, 1]);
@@ -472,7 +472,9 @@ async fn without_the_member_check_the_duplicate_key_answers_409() {
     let members = lab.members(1).await;
     for method in ["READ_COMMITTED", "REPEATABLE_READ", "SERIALIZABLE"] {
         let coupon = lab.coupon(10).await;
-        issue(&lab, coupon, members[0], method, true).await.ok();
+        issue(&lab, coupon, members[0], method, true)
+            .await
+            .expect_ok();
 
         let checked = issue(&lab, coupon, members[0], method, true).await;
         let message = checked.fails_with(409);

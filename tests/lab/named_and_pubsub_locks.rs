@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::common::{Setup, outcome, until};
-use crate::locks_and_counters::race_past_the_lease;
+use crate::locks_and_counters::{SecondWaits, race_past_the_lease};
 
 /// 12 members at once on a total of 12. With the named locks' sessions
 /// taken from the components' pool of 4, the first holder's transaction
@@ -55,15 +55,22 @@ async fn named_lock_waiters_exhaust_a_shared_pool_and_not_a_pool_of_their_own() 
 }
 
 /// The critical section outlives the 3 s lease (another session holds the
-/// coupon row for 4 s), as in REDIS_SPIN_LOCK's lesson: the watchdog renews
+/// coupon row until the second waits), as in REDIS_SPIN_LOCK's lesson: the watchdog renews
 /// the lease, so the second request cannot take the lock meanwhile; it is
 /// woken by the unlock message once the first is done, before its own 2 s
 /// wait is over, and finds the coupon of 1 sold out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_the_lease_and_the_unlock_wakes_the_waiter() {
     let lab = Setup::with(&["redis_pubsub_lock"]).start().await;
-    // The second asks past the first lease, which only the watchdog kept.
-    let race = race_past_the_lease(&lab, "REDIS_PUBSUB_LOCK", 3_200, 4_000).await;
+    // The second asks past the first lease, which only the watchdog kept;
+    // the row is let go once it listens for the unlock.
+    let race = race_past_the_lease(
+        &lab,
+        "REDIS_PUBSUB_LOCK",
+        Duration::from_millis(3_200),
+        SecondWaits::OnTheLockChannel,
+    )
+    .await;
 
     assert_eq!(race.first.status.as_u16(), 200, "{}", race.first.body);
     assert_eq!(outcome(&race.second), "SOLD_OUT", "{}", race.second.body);

@@ -208,7 +208,7 @@ async fn the_schemas_accept_what_every_route_answers() {
     // Members and coupons.
     let reply = lab.post("/lab/members", json!({ "count": 4 })).await;
     check(Method::POST, "/lab/members", &reply);
-    let first = reply.ok()["firstId"].as_u64().unwrap();
+    let first = reply.expect_ok()["firstId"].as_u64().unwrap();
     let members: Vec<u64> = (first..first + 4).collect();
     let reply = lab.post("/lab/members", json!({ "count": 0 })).await;
     reply.fails_with(400);
@@ -221,7 +221,7 @@ async fn the_schemas_accept_what_every_route_answers() {
         )
         .await;
     check(Method::POST, "/lab/coupons", &reply);
-    let coupon = reply.ok()["id"].as_u64().unwrap();
+    let coupon = reply.expect_ok()["id"].as_u64().unwrap();
     let reply = lab
         .post("/lab/coupons", json!({ "name": " ", "totalCount": 2 }))
         .await;
@@ -260,7 +260,7 @@ async fn the_schemas_accept_what_every_route_answers() {
     const RESULT: &str = "/lab/coupons/{couponId}/result";
     lab.drained(coupon, 1).await;
     let reply = lab.get(&format!("/lab/coupons/{coupon}/result")).await;
-    let result = reply.ok();
+    let result = reply.expect_ok();
     for section in ["redis", "shards", "accepted", "stream"] {
         assert!(result.get(section).is_some(), "no {section}: {result}");
     }
@@ -282,7 +282,7 @@ async fn the_schemas_accept_what_every_route_answers() {
             json!({}),
         )
         .await;
-    reply.ok();
+    reply.expect_ok();
     check(Method::POST, RECONCILE, &reply);
     let reply = lab
         .post(
@@ -298,13 +298,13 @@ async fn the_schemas_accept_what_every_route_answers() {
     const CANCEL: &str = "/lab/drop/coupons/{couponId}/cancel";
     let drop = lab.coupon(5).await;
     let reply = lab.seed_drop(drop, 5).await;
-    reply.ok();
+    reply.expect_ok();
     check(Method::POST, SEED, &reply);
     let reply = lab.seed_drop(drop, 0).await;
     reply.fails_with(400);
     check(Method::POST, SEED, &reply);
     let reply = lab.cancel_drop(drop, members[3], "k").await;
-    reply.ok();
+    reply.expect_ok();
     check(Method::POST, CANCEL, &reply);
     let reply = lab.cancel_drop(drop + 999_999, members[3], "k").await;
     reply.fails_with(404);
@@ -318,7 +318,7 @@ async fn the_schemas_accept_what_every_route_answers() {
         Duration::from_secs(10),
         || async {
             let reply = lab.get("/lab/strategies").await;
-            reply.ok()["rejected"]
+            reply.expect_ok()["rejected"]
                 .as_array()
                 .is_some_and(|r| !r.is_empty())
         },
@@ -329,7 +329,7 @@ async fn the_schemas_accept_what_every_route_answers() {
 
     // DELETE /lab/data, on this test's own Redis database.
     let reply = lab.request(Method::DELETE, "/lab/data", None).await;
-    reply.ok();
+    reply.expect_ok();
     check(Method::DELETE, "/lab/data", &reply);
     lab.finish().await;
 }
@@ -349,7 +349,7 @@ async fn the_schemas_accept_what_the_routes_answer_with_redis_down() {
     conforms(&document, "POST", "/lab/coupons/{couponId}/issue", &reply);
     let reply = lab.get(&format!("/lab/coupons/{coupon}/result")).await;
     assert_eq!(
-        reply.ok()["redis"]["readable"],
+        reply.expect_ok()["redis"]["readable"],
         json!(false),
         "{}",
         reply.body
@@ -379,7 +379,7 @@ async fn an_idempotency_key_is_counted_in_characters_by_the_document_and_the_ser
     }
 
     let (members, coupon) = lab.members_and_coupon(1, 5).await;
-    lab.seed_drop(coupon, 5).await.ok();
+    lab.seed_drop(coupon, 5).await.expect_ok();
     let refused = "idempotencyKey must be 1 to 128 characters";
     let reply = lab
         .issue_keyed(coupon, members[0], "REDIS_LUA_GATE", &over)
@@ -388,11 +388,21 @@ async fn an_idempotency_key_is_counted_in_characters_by_the_document_and_the_ser
     let reply = lab
         .issue_keyed(coupon, members[0], "REDIS_LUA_GATE", &longest)
         .await;
-    assert_eq!(reply.ok()["outcome"], json!("ISSUED"), "{}", reply.body);
+    assert_eq!(
+        reply.expect_ok()["outcome"],
+        json!("ISSUED"),
+        "{}",
+        reply.body
+    );
     let reply = lab.cancel_drop(coupon, members[0], &over).await;
     assert_eq!(reply.fails_with(400), refused);
     let reply = lab.cancel_drop(coupon, members[0], &longest).await;
-    assert_eq!(reply.ok()["cancelled"], json!(true), "{}", reply.body);
+    assert_eq!(
+        reply.expect_ok()["cancelled"],
+        json!(true),
+        "{}",
+        reply.body
+    );
     lab.finish().await;
 }
 

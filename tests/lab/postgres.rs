@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 
 use couponlab::config::CanaryMode;
 use futures::future::join_all;
-use serde_json::Value;
 
 use crate::canary::served;
 use crate::common::{Reply, Setup, TestLab, outcome};
@@ -46,7 +45,11 @@ const EXACT: [&str; 9] = [
 
 /// 360 requests on a coupon of `total`: 300 members, 60 of them twice, all
 /// at once. The replies, and the coupon.
-async fn burst(lab: &TestLab, method: &str, total: u64) -> (Vec<Reply>, u64) {
+async fn three_hundred_sixty_asks_sixty_twice(
+    lab: &TestLab,
+    method: &str,
+    total: u64,
+) -> (Vec<Reply>, u64) {
     let (members, coupon) = lab.members_and_coupon(300, total).await;
     let asks = members.iter().chain(&members[..60]);
     let replies = join_all(asks.map(|&member| lab.issue(coupon, member, method))).await;
@@ -72,17 +75,6 @@ async fn rows_and_members(lab: &TestLab, coupon: u64) -> (i64, i64) {
     )
 }
 
-/// Waits until the 202s of `coupon` are confirmed, for the methods that
-/// answer 202; the result.
-async fn settled(lab: &TestLab, coupon: u64, replies: &[Reply]) -> Value {
-    let accepted = replies.iter().filter(|r| r.status == 202).count() as u64;
-    if accepted == 0 {
-        lab.result(coupon).await
-    } else {
-        lab.drained(coupon, accepted).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_method_is_proved_on_postgres_and_the_exact_ones_sell_out_exactly() {
     let components: Vec<&'static str> = SERVED.iter().map(|(file, _)| *file).collect();
@@ -104,8 +96,8 @@ async fn every_method_is_proved_on_postgres_and_the_exact_ones_sell_out_exactly(
         );
     }
     for method in EXACT {
-        let (replies, coupon) = burst(&lab, method, 40).await;
-        let result = settled(&lab, coupon, &replies).await;
+        let (replies, coupon) = three_hundred_sixty_asks_sixty_twice(&lab, method, 40).await;
+        let result = lab.result_once_confirmed(coupon, &replies).await;
         let (rows, members) = rows_and_members(&lab, coupon).await;
         println!(
             "{method} on PostgreSQL, 360 requests of 300 members on 40: {:?}",
@@ -129,7 +121,7 @@ async fn read_committed_over_issues_and_repeatable_read_refuses_instead_on_postg
         .start()
         .await;
 
-    let (replies, coupon) = burst(&lab, "READ_COMMITTED", 40).await;
+    let (replies, coupon) = three_hundred_sixty_asks_sixty_twice(&lab, "READ_COMMITTED", 40).await;
     let result = lab.result(coupon).await;
     let (rows, members) = rows_and_members(&lab, coupon).await;
     println!(
@@ -152,7 +144,7 @@ async fn read_committed_over_issues_and_repeatable_read_refuses_instead_on_postg
         "the over-issue has no witness: {result}"
     );
 
-    let (replies, coupon) = burst(&lab, "REPEATABLE_READ", 40).await;
+    let (replies, coupon) = three_hundred_sixty_asks_sixty_twice(&lab, "REPEATABLE_READ", 40).await;
     let outcomes = counted(&replies);
     let (rows, members) = rows_and_members(&lab, coupon).await;
     println!("REPEATABLE_READ on PostgreSQL: {outcomes:?}, {rows} rows");
@@ -174,7 +166,7 @@ async fn read_committed_over_issues_and_repeatable_read_refuses_instead_on_postg
 
     // PESSIMISTIC runs at the engine's default level, READ COMMITTED here:
     // the waiters of the row lock read the holder's commit and go on.
-    let (replies, coupon) = burst(&lab, "PESSIMISTIC", 40).await;
+    let (replies, coupon) = three_hundred_sixty_asks_sixty_twice(&lab, "PESSIMISTIC", 40).await;
     let (rows, _) = rows_and_members(&lab, coupon).await;
     assert_eq!(rows, 40, "{:?}", counted(&replies));
     lab.finish().await;

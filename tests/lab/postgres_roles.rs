@@ -38,7 +38,7 @@ const ADMINS: [(&str, &str); 2] = [
 /// How long a lab may take to serve its component after a cut.
 const SERVE_AGAIN: Duration = Duration::from_secs(20);
 
-/// A PostgreSQL server of the test's own, on a port below 55000, stopped
+/// A PostgreSQL server of the test's own, on a port of the test's, stopped
 /// and its files removed when dropped, however the test ends.
 struct OwnPostgres {
     dir: PathBuf,
@@ -53,7 +53,7 @@ impl OwnPostgres {
         std::fs::create_dir_all(&dir).unwrap();
         let server = OwnPostgres {
             dir,
-            port: free_port_below_55000(),
+            port: crate::common::free_port(),
         };
         let password_file = server.dir.join("password");
         std::fs::write(&password_file, ADMINS[0].1).unwrap();
@@ -153,15 +153,6 @@ fn unique() -> u64 {
         .unwrap()
         .as_micros() as u64;
     micros * 100 + u64::from(std::process::id() % 100)
-}
-
-/// A port below 55000 nobody listens on now.
-fn free_port_below_55000() -> u16 {
-    let start = 40_000 + (unique() / 100 % 15_000) as u16;
-    (start..55_000)
-        .chain(40_000..start)
-        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
-        .expect("a free port below 55000")
 }
 
 /// One lab on the test's server: its server task and how to stop it.

@@ -21,23 +21,6 @@ async fn lab_on(redis: &RedisServer, db: u8, components: &[&'static str]) -> Tes
         .await
 }
 
-/// Asks `method` for new members until one is served (200 or 202) or
-/// `limit` passes; how long that took.
-async fn until_served(lab: &TestLab, coupon: u64, method: &str, limit: Duration) -> Duration {
-    let started = Instant::now();
-    let mut last = None;
-    while started.elapsed() < limit {
-        let member = lab.members(1).await[0];
-        let reply = lab.issue(coupon, member, method).await;
-        if reply.status.is_success() {
-            return started.elapsed();
-        }
-        last = Some(reply);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{method} was not served within {limit:?}: {last:?}");
-}
-
 /// `redis-cli PING` from another client until it answers PONG; when.
 async fn until_pong(port: u16, limit: Duration) -> Instant {
     let started = Instant::now();
@@ -95,7 +78,7 @@ async fn an_endless_script_is_killed_at_its_calls_deadline_and_redis_serves_ever
         "a read-only endless script: Redis answered PONG {serving_again:?} after its call started (deadline {DEADLINE:?})"
     );
 
-    lab.issue(other, members[1], "REDIS_LUA").await.ok();
+    lab.issue(other, members[1], "REDIS_LUA").await.expect_ok();
     let result = lab.result(looped).await;
     assert_eq!(method_figures(&result, HOSTILE)["scriptsKilled"], json!(1));
     let metrics = lab.get_text("/metrics").await;
@@ -120,7 +103,7 @@ async fn a_script_that_wrote_and_never_ends_quarantines_its_component_until_redi
 
     // Quarantined, with its reason, in the listing and in its answers.
     let listing = lab.get("/lab/strategies").await;
-    let hostile = listing.ok()["strategies"]
+    let hostile = listing.expect_ok()["strategies"]
         .as_array()
         .unwrap()
         .iter()
@@ -142,13 +125,14 @@ async fn a_script_that_wrote_and_never_ends_quarantines_its_component_until_redi
     );
     lab.members(5).await;
     lab.coupon(3).await;
-    lab.get("/lab/coupons").await.ok();
+    lab.get("/lab/coupons").await.expect_ok();
     assert!(cli(redis.port, &["ping"]).contains("BUSY"));
 
     // The only end Redis allows; the lab serves again without a restart.
     redis.shutdown_nosave();
     let back = redis.start_again();
-    until_served(&lab, other, "REDIS_LUA", Duration::from_secs(10)).await;
+    lab.until_an_issue_is_served(other, "REDIS_LUA", Duration::from_secs(10))
+        .await;
     println!(
         "after SHUTDOWN NOSAVE: REDIS_LUA served {:?} after Redis answered",
         back.elapsed()
@@ -182,7 +166,8 @@ async fn a_component_reaches_its_own_database_only() {
 /// Issues once with `method` on a coupon of its own; the coupon.
 async fn served_once(lab: &TestLab, method: &str) -> u64 {
     let coupon = lab.coupon_for(method, 50).await;
-    until_served(lab, coupon, method, Duration::from_secs(5)).await;
+    lab.until_an_issue_is_served(coupon, method, Duration::from_secs(5))
+        .await;
     coupon
 }
 
@@ -221,9 +206,10 @@ async fn a_redis_restarted_empty_serves_every_kind_of_method_again_within_two_se
     for (method, coupon) in methods.into_iter().zip(&coupons) {
         if method == "REDIS_LUA_GATE" {
             // The drop's stock was only in Redis: the operator seeds it again.
-            lab.seed_drop(*coupon, 50).await.ok();
+            lab.seed_drop(*coupon, 50).await.expect_ok();
         }
-        until_served(&lab, *coupon, method, Duration::from_secs(2)).await;
+        lab.until_an_issue_is_served(*coupon, method, Duration::from_secs(2))
+            .await;
         println!(
             "{method}: served again {:?} after Redis answered",
             back.elapsed()

@@ -330,7 +330,7 @@ async fn redis_watch_retries_when_the_set_changes_between_watch_and_exec() {
         hammer.stop(&lab).await;
     });
 
-    let answer = reply.ok();
+    let answer = reply.expect_ok();
     assert_eq!(answer["outcome"], json!("ISSUED"), "{}", reply.body);
     let retries = answer["retries"].as_u64().unwrap();
     assert!((1..=10).contains(&retries), "{retries} retries");
@@ -409,7 +409,7 @@ async fn a_duplicate_key_keeps_the_reservation_and_the_result_compares_set_and_r
     for method in METHODS {
         let coupon = lab.coupon(5).await;
         let key = keys::issued(coupon);
-        lab.issue(coupon, members[0], method).await.ok();
+        lab.issue(coupon, members[0], method).await.expect_ok();
 
         // Redis has the reservation: refused before the database.
         let again = lab.issue(coupon, members[0], method).await;
@@ -457,7 +457,7 @@ async fn a_missing_total_is_re_read_from_the_database_and_set_again() {
         let coupon = lab.coupon(1).await;
         let total_key = keys::total(coupon);
         let _: () = lab.redis_query(redis::cmd("DEL").arg(&total_key)).await;
-        lab.issue(coupon, members[0], method).await.ok();
+        lab.issue(coupon, members[0], method).await.expect_ok();
         let total: Option<String> = lab.redis_query(redis::cmd("GET").arg(&total_key)).await;
         assert_eq!(total.as_deref(), Some("1"), "{method}");
         // The re-read total is the one that counts.
@@ -488,9 +488,11 @@ async fn redis_down_gets_503_for_every_redis_method_and_the_server_keeps_answeri
     }
 
     // Other routes still answer, and the result still has its database figures.
-    lab.issue(coupon, members[1], "PESSIMISTIC").await.ok();
+    lab.issue(coupon, members[1], "PESSIMISTIC")
+        .await
+        .expect_ok();
     let listed = lab.get("/lab/strategies").await;
-    listed.ok();
+    listed.expect_ok();
     let result = lab.result(coupon).await;
     assert_eq!(result["issueRows"], json!(1));
     assert_eq!(result["redis"]["readable"], json!(false));

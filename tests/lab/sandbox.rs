@@ -22,7 +22,9 @@ async fn a_looping_component_fails_its_own_request_within_the_deadline() {
         "took {took:?}"
     );
 
-    lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
+    lab.issue(coupon, members[0], "PESSIMISTIC")
+        .await
+        .expect_ok();
     lab.finish().await;
 }
 
@@ -42,7 +44,7 @@ async fn a_looping_component_does_not_hold_up_other_requests() {
     };
     let (spun, (took, replies)) = tokio::join!(spinning, ordinary);
     for reply in &replies {
-        reply.ok();
+        reply.expect_ok();
     }
     for reply in &spun {
         reply.fails_with(504);
@@ -74,7 +76,9 @@ async fn a_greedy_component_fails_its_own_request() {
         .fails_as(500, "FAILED");
     assert!(started.elapsed() < Duration::from_secs(5));
 
-    lab.issue(coupon, members[0], "PESSIMISTIC").await.ok();
+    lab.issue(coupon, members[0], "PESSIMISTIC")
+        .await
+        .expect_ok();
     lab.finish().await;
 }
 
@@ -89,7 +93,7 @@ async fn memory_kept_resident_is_reset_for_every_call() {
     for scenario in ["memory-reset", "scattered-memory-reset"] {
         for _ in 0..20 {
             let reply = lab.issue_keyed(coupon, 1, "TEST_PROBE", scenario).await;
-            assert_eq!(reply.ok()["detail"], "found 0", "{scenario}");
+            assert_eq!(reply.expect_ok()["detail"], "found 0", "{scenario}");
         }
     }
     lab.finish().await;
@@ -105,7 +109,7 @@ async fn a_greedy_component_fails_after_the_pool_is_warm() {
         join_all((0..20).map(|_| lab.issue_keyed(coupon, 1, "TEST_PROBE", "memory-reset")))
             .await
             .iter()
-            .for_each(|reply| assert_eq!(reply.ok()["detail"], "found 0"));
+            .for_each(|reply| assert_eq!(reply.expect_ok()["detail"], "found 0"));
         let message = lab
             .issue(coupon, 1, "TEST_HOG")
             .await
@@ -126,7 +130,7 @@ async fn call_cost_benchmark() {
     use couponlab::runtime::bindings::types::IssueRequest;
     let lab = Setup::with(&["test_build_a", "redis_lua"]).start().await;
     let (members, coupon) = lab.members_and_coupon(2, 1).await;
-    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+    lab.issue(coupon, members[0], "REDIS_LUA").await.expect_ok();
     let server = couponlab::Lab::start(lab.config.clone()).await.unwrap();
     let _canaries = couponlab::canary::start(&server).await.unwrap();
     for method in ["TEST_BUILD", "REDIS_LUA"] {

@@ -15,7 +15,7 @@ use tokio::process::Child;
 
 use couponlab_contract::{ISSUE_STREAM, Stream, WRITE_BEHIND_STREAM};
 
-use crate::common::{Reply, Setup, TestLab, free_port, hold_coupon_row, outcome, until};
+use crate::common::{Reply, ServerProcess, Setup, TestLab, hold_coupon_row, outcome, until};
 
 const COMPONENTS: [&str; 3] = ["redis_lua", "redis_stream_atomic", "redis_write_behind"];
 const WAIT: Duration = Duration::from_secs(60);
@@ -29,29 +29,27 @@ struct Host {
 
 impl Host {
     async fn start(lab: &TestLab) -> Host {
-        let bind = format!("127.0.0.1:{}", free_port());
-        let process = lab.process(
-            &["serve"],
-            &[
-                ("COUPONLAB_BIND", &bind),
-                ("COUPONLAB_WATCH", "false"),
-                ("COUPONLAB_DB_POOL_SIZE", "16"),
-                ("COUPONLAB_STREAM_CLAIM_IDLE_MS", "500"),
-                ("COUPONLAB_STREAM_CLAIM_INTERVAL_MS", "200"),
-                // Entries wait on row locks the test holds: no entry may
-                // spend its deliveries meanwhile.
-                ("COUPONLAB_STREAM_MAX_DELIVERIES", "20"),
-                ("COUPONLAB_LOCK_WAIT_TIMEOUT_S", "30"),
-            ],
-            Stdio::null(),
-        );
-        let host = Host {
-            base: format!("http://{bind}"),
+        let ServerProcess { process, base } = lab
+            .serve_process(
+                &[
+                    ("COUPONLAB_WATCH", "false"),
+                    ("COUPONLAB_DB_POOL_SIZE", "16"),
+                    ("COUPONLAB_STREAM_CLAIM_IDLE_MS", "500"),
+                    ("COUPONLAB_STREAM_CLAIM_INTERVAL_MS", "200"),
+                    // Entries wait on row locks the test holds: no entry may
+                    // spend its deliveries meanwhile.
+                    ("COUPONLAB_STREAM_MAX_DELIVERIES", "20"),
+                    ("COUPONLAB_LOCK_WAIT_TIMEOUT_S", "30"),
+                ],
+                Stdio::null,
+                WAIT,
+            )
+            .await;
+        Host {
+            base,
             pid: process.id().expect("the process runs"),
             process,
-        };
-        lab.until_answering(&host.base, WAIT).await;
-        host
+        }
     }
 
     /// Whether `consumer` is one of this process's.
@@ -69,7 +67,7 @@ impl Host {
     async fn result(&self, lab: &TestLab, coupon: u64) -> Value {
         let path = format!("/lab/coupons/{coupon}/result");
         let reply = lab.request_at(&self.base, Method::GET, &path, None).await;
-        reply.ok().clone()
+        reply.expect_ok().clone()
     }
 }
 
@@ -98,7 +96,12 @@ async fn split(
 /// Waits until `host`'s result of `coupon` counts `requests` requests (the
 /// other host publishes its record within its snapshot interval) and, for
 /// an asynchronous method, until every 202 has its outcome; returns it.
-async fn settled(lab: &TestLab, host: &Host, coupon: u64, requests: u64) -> Value {
+async fn until_counted_and_confirmed(
+    lab: &TestLab,
+    host: &Host,
+    coupon: u64,
+    requests: u64,
+) -> Value {
     let started = Instant::now();
     loop {
         let result = host.result(lab, coupon).await;
@@ -224,7 +227,7 @@ async fn report_and_drain_as_one_lab(lab: &TestLab, hosts: &[Host; 2]) {
     let told = split(lab, hosts, coupon, &members, "REDIS_LUA").await;
     assert_eq!(told["ISSUED"], 50, "{told:?}");
     for host in hosts {
-        let result = settled(lab, host, coupon, 200).await;
+        let result = until_counted_and_confirmed(lab, host, coupon, 200).await;
         reports_every_request(&result, &told, "REDIS_LUA");
         assert_eq!(result["issueRows"], json!(50));
     }
@@ -239,7 +242,7 @@ async fn report_and_drain_as_one_lab(lab: &TestLab, hosts: &[Host; 2]) {
         let told = split(lab, hosts, coupon, &members, method).await;
         assert_eq!(told["ACCEPTED"], 200, "{method}: {told:?}");
         for host in hosts {
-            let result = settled(lab, host, coupon, 300).await;
+            let result = until_counted_and_confirmed(lab, host, coupon, 300).await;
             reports_every_request(&result, &told, method);
             assert_eq!(result["accepted"], json!(200), "{result}");
         }
@@ -334,7 +337,7 @@ async fn killed_host_entries_are_claimed_by_the_other(lab: &TestLab, hosts: [Hos
         })
         .await;
         assert_eq!(rows_and_duplicates(lab, coupon).await, (total as i64, 0));
-        let result = settled(lab, &survivor, coupon, total as u64).await;
+        let result = until_counted_and_confirmed(lab, &survivor, coupon, total as u64).await;
         assert_eq!(result["accepted"], json!(total), "{result}");
         assert_eq!(result["stream"]["pending"], json!(0), "{result}");
         // The dead host's requests still count, from its last snapshot.

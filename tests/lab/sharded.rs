@@ -169,7 +169,7 @@ async fn a_shard_with_fewer_members_keeps_stock_while_others_refuse() {
     let message = after[0].fails_as(409, "SOLD_OUT");
     assert!(message.contains("shard 1"), "{message}");
     // The member who came later, on the shard with stock, is served.
-    assert_eq!(after[1].ok()["outcome"], json!("ISSUED"));
+    assert_eq!(after[1].expect_ok()["outcome"], json!("ISSUED"));
     let figures = shard_figures(result);
     assert_eq!(
         figures,
@@ -221,7 +221,7 @@ async fn a_failed_confirm_gives_the_shard_its_unit_back_and_lost_keys_are_set_ag
     let mut lost = vec![keys::total(coupon)];
     lost.extend((0..shards::COUNT).map(|s| keys::shard_stock(coupon, s)));
     let _: () = lab.redis_query(redis::cmd("DEL").arg(&lost)).await;
-    lab.issue(coupon, members[0], METHOD).await.ok();
+    lab.issue(coupon, members[0], METHOD).await.expect_ok();
     let stock: Vec<Option<u64>> = lab.redis_query(redis::cmd("MGET").arg(&lost[1..])).await;
     assert_eq!(stock, [Some(2), Some(1), Some(1), Some(1)]);
 

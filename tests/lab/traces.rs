@@ -139,7 +139,7 @@ async fn redis_set_only_over_reservations_are_witnessed_by_interleaved_scard_and
             "/lab/coupons/{coupon}/traces?anomaly=check-then-act&limit=1000"
         ))
         .await;
-    let traces = listed.ok()["traces"].as_array().unwrap().clone();
+    let traces = listed.expect_ok()["traces"].as_array().unwrap().clone();
     assert!(!traces.is_empty());
     for trace in &traces {
         let ops: Vec<&str> = trace["calls"]
@@ -177,13 +177,13 @@ async fn a_trace_lists_its_calls_in_order_and_a_202_links_its_confirmation() {
         .start()
         .await;
     let (members, coupon) = lab.members_and_coupon(2, 5).await;
-    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+    lab.issue(coupon, members[0], "REDIS_LUA").await.expect_ok();
     let listed = lab
         .get(&format!(
             "/lab/coupons/{coupon}/traces?outcome=issued&method=redis_lua"
         ))
         .await;
-    let traces = listed.ok()["traces"].as_array().unwrap().clone();
+    let traces = listed.expect_ok()["traces"].as_array().unwrap().clone();
     assert_eq!(traces.len(), 1);
     let served = calls(&traces[0]);
     let begin = served
@@ -210,12 +210,12 @@ async fn a_trace_lists_its_calls_in_order_and_a_202_links_its_confirmation() {
     let streamed = lab.coupon(5).await;
     lab.issue(streamed, members[1], "REDIS_STREAM_ATOMIC")
         .await
-        .ok();
+        .expect_ok();
     lab.drained(streamed, 1).await;
     let listed = lab
         .get(&format!("/lab/coupons/{streamed}/traces?outcome=ACCEPTED"))
         .await;
-    let accepted = &listed.ok()["traces"][0];
+    let accepted = &listed.expect_ok()["traces"][0];
     assert_eq!(calls(accepted)[0].0, "EVALSHA");
     let confirmation = &accepted["confirmation"];
     assert_eq!(confirmation["kept"], "confirmation", "{accepted:#}");

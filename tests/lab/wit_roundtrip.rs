@@ -7,7 +7,7 @@ use crate::common::{Setup, TestLab};
 
 pub(crate) async fn probe(lab: &TestLab, scenario: &str, a: u64, b: u64) -> String {
     let reply = lab.issue_keyed(a, b, "TEST_PROBE", scenario).await;
-    match &reply.ok()["detail"] {
+    match &reply.expect_ok()["detail"] {
         Value::String(detail) => detail.clone(),
         other => panic!("no detail: {other}"),
     }

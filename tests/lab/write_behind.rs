@@ -198,7 +198,7 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
         .await;
     }
     assert_eq!(lab.issue_rows(coupon).await, 100 - deleted.len());
-    let report = reconcile(&lab, coupon).await.ok().clone();
+    let report = reconcile(&lab, coupon).await.expect_ok().clone();
     assert_eq!(ids(&report["inserted"]), deleted, "{report}");
     assert_eq!(report["onlyInDb"], json!([]), "{report}");
     assert_eq!(report["issuedCount"], json!(100), "{report}");
@@ -233,7 +233,7 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
         || async { lab.issue_rows(coupon).await == 105 && caught_up(&lab, coupon).await },
     )
     .await;
-    let report = reconcile(&lab, coupon).await.ok().clone();
+    let report = reconcile(&lab, coupon).await.expect_ok().clone();
     assert_eq!(report["inserted"], json!([]), "{report}");
     assert_eq!(ids(&report["onlyInDb"]), lost, "{report}");
     assert_eq!(report["unknownMembers"], json!([]), "{report}");
@@ -257,7 +257,7 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
         .redis_query(redis::cmd("SADD").arg(keys::issued(coupon)).arg(&ghosts))
         .await;
     for round in ["first", "again"] {
-        let report = reconcile(&lab, coupon).await.ok().clone();
+        let report = reconcile(&lab, coupon).await.expect_ok().clone();
         let inserted = if round == "first" {
             vec![restored]
         } else {
@@ -306,7 +306,7 @@ async fn reconcile_on_postgres_writes_every_known_member_and_reports_the_unknown
     lab.execute("DELETE FROM members WHERE id = ?", &[gone])
         .await;
     for round in ["first", "again"] {
-        let report = reconcile(&lab, coupon).await.ok().clone();
+        let report = reconcile(&lab, coupon).await.expect_ok().clone();
         let inserted = if round == "first" {
             restored.to_vec()
         } else {
@@ -370,21 +370,6 @@ async fn a_poisoned_entry_is_dead_lettered_after_three_deliveries_and_its_batch_
     lab.finish().await;
 }
 
-/// Transactions of this test's database waiting for a row lock.
-async fn lock_waits(lab: &TestLab) -> i64 {
-    // InnoDB refreshes INNODB_TRX only after 100 ms without a reader: a
-    // faster poll would read the same stale table forever.
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
-         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
-         WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
-    )
-    .fetch_one(lab.db.mysql())
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
     let lab = lab_with_loader_processes_only().await;
@@ -407,10 +392,8 @@ async fn a_loader_killed_mid_batch_loses_nothing_and_writes_nothing_twice() {
         .await
         .unwrap();
     let mut loader = loader_process(&lab);
-    until("the loader waits inside a batch", DRAIN, || async {
-        lock_waits(&lab).await > 0
-    })
-    .await;
+    // The loader waits inside a batch.
+    lab.until_row_lock_waits(1, DRAIN).await;
     loader.kill().await.unwrap();
     let held_batch = pending(&lab, coupon).await;
     assert!(
