@@ -1,7 +1,8 @@
 //! The host side of the `couponlab:strategy` WIT package, generated once
 //! from the `lab-host` world: every import the host provides and every
 //! export it can call. Components target narrower worlds; the host finds
-//! their exports one interface at a time (see `world::World`).
+//! their exports one interface at a time and calls them with these types
+//! (see `exports` and `world::World`).
 //!
 //! Every import is async (host calls await pools without blocking a thread)
 //! and trappable (a broken resource handle traps the guest instead of being
@@ -25,7 +26,4 @@ wasmtime::component::bindgen!({
 pub use self::couponlab::strategy::{
     broker, clock, jobs, log, named_lock, permits, process_lock, redis, redis_channels,
     redis_watchdog, sql, types,
-};
-pub use self::exports::couponlab::strategy::{
-    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
 };

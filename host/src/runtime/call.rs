@@ -62,17 +62,21 @@ impl Runtime {
             .instantiate_pre(component)
             .map_err(anyhow::Error::from)
             .context("it imports something the host does not provide")?;
-        let (strategy_export, world) = World::find(&pre)?;
+        let (strategy_export, world) = World::find(component)?;
         let mut store = self.new_store(None, Arc::from("(loading)"), TaskTracker::new());
         // Loading runs the guest too: under the same deadline as a call, so a
         // component that hangs in describe() is rejected, not waited for.
         let described = tokio::time::timeout(self.limits.timeout + TIMEOUT_GRACE, async {
             let instance = self.instantiate(&pre, &mut store).await?;
-            // Loading the exports type-checks them now rather than at first use.
+            // Every export is type-checked now rather than at first use.
             world.check(&mut store, &instance)?;
             strategy_export
-                .load(&mut store, &instance)?
-                .call_describe(&mut store)
+                .check(&mut store, &instance)
+                .map_err(|err| {
+                    anyhow::anyhow!("its strategy export does not have the host's types: {err}")
+                })?;
+            strategy_export
+                .describe(&mut store, &instance)
                 .await
                 .map_err(|err| anyhow::Error::new(self.call_error(err, &store)))
         })
@@ -104,8 +108,8 @@ impl Runtime {
             scripts_killed,
             mut trace,
         } = self
-            .call_export(strategy, export, async |guest, store| {
-                guest.call_issue(store, request).await
+            .call_export(strategy, export, async |export, store, instance| {
+                export.issue(store, instance, request).await
             })
             .await;
         let answer = match result {
@@ -149,8 +153,8 @@ impl Runtime {
         request: &IssueRequest,
     ) -> Ended<Compensation> {
         let export = Some(&strategy.strategy_export);
-        self.call_export(strategy, export, async |guest, store| {
-            guest.call_compensate(store, request).await
+        self.call_export(strategy, export, async |export, store, instance| {
+            export.compensate(store, instance, request).await
         })
         .await
     }
@@ -161,7 +165,7 @@ impl Runtime {
         &self,
         strategy: &Arc<Strategy>,
         export: Option<&E>,
-        body: impl AsyncFnOnce(E::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
+        body: impl AsyncFnOnce(&E, &mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
     ) -> Ended<R> {
         let Some(export) = export else {
             return Ended::without_running(CallError::Unsupported {
@@ -174,8 +178,7 @@ impl Runtime {
         let span =
             tracing::debug_span!("strategy.call", method = %strategy.method, export = E::NAME);
         self.call(strategy, async |store, instance| {
-            let guest = export.load(&mut *store, instance)?;
-            body(guest, store).await
+            body(export, store, instance).await
         })
         .instrument(span)
         .await
@@ -319,15 +322,17 @@ impl Runtime {
         if err.is::<DeadlineExceeded>() {
             return CallError::DeadlineExceeded(self.limits.timeout);
         }
-        let stderr = store.data().stderr();
         let trap = match err.downcast_ref::<wasmtime::Trap>() {
             Some(trap) => trap.to_string(),
             None => format!("{err:#}"),
         };
-        if stderr.is_empty() {
-            CallError::Trapped(trap)
-        } else {
-            CallError::Trapped(format!("{trap}; stderr: {stderr}"))
-        }
+        // What the guest said of it: an interpreter's traceback on stderr,
+        // a Rust panic's message in the log.
+        let stderr = store.data().stderr();
+        CallError::Trapped(match &store.data().error_logged {
+            _ if !stderr.is_empty() => format!("{trap}; stderr: {stderr}"),
+            Some(logged) => format!("{trap}; logged: {logged}"),
+            None => trap,
+        })
     }
 }

@@ -49,8 +49,8 @@ const DECOMMIT_BATCH: usize = 32;
 const COMPILED_CACHE: usize = 32;
 
 /// What the pool gives each instance. A Rust component built by
-/// wasm-component-ld holds its program's core instance and a few adapter
-/// and shim instances; a componentize-py one a dozen or so (the interpreter
+/// wasm-component-ld holds its program's core instance and a few shim
+/// instances; a componentize-py one a dozen or so (the interpreter
 /// and its libraries are dynamically linked modules, each a core instance
 /// and a table); a componentize-js one a few. Core instances and tables
 /// are counts and small reservations; memories reserve address space, and
@@ -88,6 +88,9 @@ impl Runtime {
             .context("cannot create the wasm engine")?;
         spawn_epoch_ticker(&engine);
 
+        // WASI is in the linker for the interpreters (Python, JavaScript)
+        // that import it; a component is linked only to what it imports,
+        // so a Rust one, whose only imports are the lab's, links none of it.
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(anyhow::Error::from)

@@ -1,56 +1,154 @@
-//! The typed calls of each world's exports, one line each, all made
-//! through [`Runtime::call_export`](super::call): a fresh store and
-//! instance, the deadline and the clean-up of every call.
+//! The exported interfaces of `wit/strategy.wit` as the host calls them:
+//! each function's index in a component found once, when the component is
+//! loaded, and each call looking up and type-checking only the function it
+//! calls. (bindgen's `GuestIndices::load`, and the `*Pre` types built on
+//! it, type-check every function of the interface on every instance: three
+//! checks of nested records for one `issue`.) Every call goes through
+//! [`Runtime::call_export`](super::call): a fresh store and instance, the
+//! deadline and the clean-up of every call.
 
 use std::sync::Arc;
 
 use wasmtime::Store;
-use wasmtime::component::Instance;
+use wasmtime::component::{Component, ComponentExportIndex, Instance};
 
-use super::bindings::types::{Confirmation, Handled, ReconcileReport, SeedAnswer, StreamEntry};
-use super::bindings::{
-    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
+use super::bindings::types::{
+    Compensation, Confirmation, Descriptor, Handled, IssueRequest, IssueResult, ReconcileReport,
+    SeedAnswer, StreamEntry,
 };
 use super::ended::Traced;
 use super::engine::Runtime;
 use super::loaded::Strategy;
-use super::store::HostState;
 
-/// The indices of one exported interface, which load its typed guest.
+/// An exported interface the host calls, by its name in `wit/strategy.wit`.
 pub(super) trait Export {
-    type Guest;
-    /// The interface's name in `wit/strategy.wit`.
     const NAME: &'static str;
-    fn load(
-        &self,
-        store: &mut Store<HostState>,
-        instance: &Instance,
-    ) -> wasmtime::Result<Self::Guest>;
 }
 
-macro_rules! exports {
-    ($($interface:ident $name:literal),* $(,)?) => {$(
-        impl Export for $interface::GuestIndices {
-            type Guest = $interface::Guest;
+/// The full name (`couponlab:strategy/<name>@<version>`) under which
+/// `component` exports the interface `name`, if it does.
+fn exported_interface(component: &Component, name: &str) -> Option<ComponentExportIndex> {
+    let prefix = format!("couponlab:strategy/{name}@");
+    let engine = component.engine();
+    let full = component
+        .component_type()
+        .exports(engine)
+        .map(|(export, _)| export)
+        .find(|export| export.starts_with(&prefix))?
+        .to_string();
+    component.get_export_index(None, &full)
+}
+
+/// The index of `function` inside the exported interface `interface`.
+fn exported_function(
+    component: &Component,
+    interface: &ComponentExportIndex,
+    interface_name: &str,
+    function: &str,
+) -> anyhow::Result<ComponentExportIndex> {
+    component
+        .get_export_index(Some(interface), function)
+        .ok_or_else(|| {
+            anyhow::anyhow!("its `{interface_name}` export has no function `{function}`")
+        })
+}
+
+/// For each interface: a struct of its functions' indices, found in a
+/// component with `find`, all type-checked against the host's bindings
+/// with `check`, and one method per function that calls it in an instance.
+macro_rules! interfaces {
+    ($(
+        $(#[$doc:meta])*
+        $interface:ident $name:literal {$(
+            $function:ident $wit_name:literal ($($arg:ident: $arg_type:ty),*) -> $answer:ty;
+        )*}
+    )*) => {$(
+        $(#[$doc])*
+        pub struct $interface {
+            $($function: ComponentExportIndex,)*
+        }
+
+        impl Export for $interface {
             const NAME: &'static str = $name;
-            fn load(
-                &self,
-                store: &mut Store<HostState>,
-                instance: &Instance,
-            ) -> wasmtime::Result<Self::Guest> {
-                $interface::GuestIndices::load(self, store, instance)
+        }
+
+        impl $interface {
+            /// Its functions' indices in `component`; `None` when the
+            /// component does not export the interface.
+            pub(super) fn find(component: &Component) -> anyhow::Result<Option<Self>> {
+                let Some(interface) = exported_interface(component, $name) else {
+                    return Ok(None);
+                };
+                Ok(Some(Self {$(
+                    $function: exported_function(component, &interface, $name, $wit_name)?,
+                )*}))
             }
+
+            /// Type-checks every function against the host's bindings,
+            /// in an instance of the component: once, when it is loaded.
+            pub(super) fn check<T: Send>(
+                &self,
+                store: &mut Store<T>,
+                instance: &Instance,
+            ) -> wasmtime::Result<()> {
+                $(instance.get_typed_func::<($($arg_type,)*), ($answer,)>(
+                    &mut *store,
+                    &self.$function,
+                )?;)*
+                Ok(())
+            }
+
+            $(
+            pub(super) async fn $function<T: Send>(
+                &self,
+                store: &mut Store<T>,
+                instance: &Instance,
+                $($arg: $arg_type),*
+            ) -> wasmtime::Result<$answer> {
+                let function = instance.get_typed_func::<($($arg_type,)*), ($answer,)>(
+                    &mut *store,
+                    &self.$function,
+                )?;
+                let (answer,) = function.call_async(&mut *store, ($($arg,)*)).await?;
+                Ok(answer)
+            }
+            )*
         }
     )*};
 }
 
-exports! {
-    strategy "strategy",
-    job_runner "job-runner",
-    message_handler "message-handler",
-    stream_consumer "stream-consumer",
-    write_behind "write-behind",
-    drop_gate "drop-gate",
+interfaces! {
+    /// The export every strategy has.
+    StrategyExport "strategy" {
+        describe "describe"() -> Descriptor;
+        issue "issue"(request: &IssueRequest) -> IssueResult;
+        compensate "compensate"(request: &IssueRequest) -> Compensation;
+    }
+    /// The async world's job runner (stage 4).
+    JobRunnerExport "job-runner" {
+        run_job "run-job"(payload: &str) -> Confirmation;
+    }
+    /// The pub/sub world's message handler (stage 5).
+    MessageHandlerExport "message-handler" {
+        handle_message "handle-message"(payload: &str) -> Option<Confirmation>;
+    }
+    /// The stream world's consumer (stage 6), also the broker world's.
+    StreamConsumerExport "stream-consumer" {
+        handle_entry "handle-entry"(entry: &StreamEntry) -> Handled;
+        dead_letter "dead-letter"(entry: &StreamEntry) -> Confirmation;
+    }
+    /// The write-behind world's loader and reconcile (stage 9).
+    WriteBehindExport "write-behind" {
+        load_batch "load-batch"(entries: &[StreamEntry]) -> Result<Vec<Confirmation>, String>;
+        load_entry "load-entry"(entry: &StreamEntry) -> Result<Confirmation, String>;
+        dead_letter "dead-letter"(entry: &StreamEntry) -> Confirmation;
+        reconcile "reconcile"(coupon_id: u64) -> Result<ReconcileReport, String>;
+    }
+    /// The limited drop's cancel and seed.
+    DropGateExport "drop-gate" {
+        cancel "cancel"(coupon_id: u64, member_id: u64, idempotency_key: &str) -> Result<bool, String>;
+        seed "seed"(coupon_id: u64, quantity: u32, ttl_seconds: u32) -> Result<SeedAnswer, String>;
+    }
 }
 
 /// The host's calls of the world exports, one line each: the name of the
@@ -69,8 +167,8 @@ macro_rules! world_calls {
                 $($arg: $type),*
             ) -> Traced<$answer> {
                 let export = strategy.world.$export();
-                self.call_export(strategy, export, async |guest, store| {
-                    guest.$function(store, $($arg),*).await
+                self.call_export(strategy, export, async |export, store, instance| {
+                    export.$function(store, instance, $($arg),*).await
                 })
                 .await
                 .into()
@@ -81,23 +179,23 @@ macro_rules! world_calls {
 
 world_calls! {
     /// Runs a job `strategy` submitted (stage 4).
-    run_job(payload: &str) -> Confirmation = job_runner.call_run_job;
+    run_job(payload: &str) -> Confirmation = job_runner.run_job;
     /// Hands one pub/sub message to `strategy` (stage 5).
-    handle_message(payload: &str) -> Option<Confirmation> = message_handler.call_handle_message;
+    handle_message(payload: &str) -> Option<Confirmation> = message_handler.handle_message;
     /// Hands one stream entry to `strategy` (stage 6).
-    handle_entry(entry: &StreamEntry) -> Handled = stream_consumer.call_handle_entry;
+    handle_entry(entry: &StreamEntry) -> Handled = stream_consumer.handle_entry;
     /// Asks `strategy` to undo a dead-lettered entry (stage 6).
-    dead_letter(entry: &StreamEntry) -> Confirmation = stream_consumer.call_dead_letter;
+    dead_letter(entry: &StreamEntry) -> Confirmation = stream_consumer.dead_letter;
     /// Writes a batch of write-behind entries in one transaction (stage 9).
-    load_batch(entries: &[StreamEntry]) -> Result<Vec<Confirmation>, String> = write_behind.call_load_batch;
+    load_batch(entries: &[StreamEntry]) -> Result<Vec<Confirmation>, String> = write_behind.load_batch;
     /// Writes one write-behind entry alone (stage 9).
-    load_entry(entry: &StreamEntry) -> Result<Confirmation, String> = write_behind.call_load_entry;
+    load_entry(entry: &StreamEntry) -> Result<Confirmation, String> = write_behind.load_entry;
     /// Asks `strategy` what a dead-lettered write-behind entry's request became (stage 9).
-    write_behind_dead_letter(entry: &StreamEntry) -> Confirmation = write_behind.call_dead_letter;
+    write_behind_dead_letter(entry: &StreamEntry) -> Confirmation = write_behind.dead_letter;
     /// Reconciles one coupon's DB rows with its Redis set (stage 9).
-    reconcile(coupon_id: u64) -> Result<ReconcileReport, String> = write_behind.call_reconcile;
+    reconcile(coupon_id: u64) -> Result<ReconcileReport, String> = write_behind.reconcile;
     /// Cancels a limited-drop reservation.
-    cancel(coupon_id: u64, member_id: u64, idempotency_key: &str) -> Result<bool, String> = drop_gate.call_cancel;
+    cancel(coupon_id: u64, member_id: u64, idempotency_key: &str) -> Result<bool, String> = drop_gate.cancel;
     /// Seeds a limited drop's stock if it is not seeded yet.
-    seed(coupon_id: u64, quantity: u32, ttl_seconds: u32) -> Result<SeedAnswer, String> = drop_gate.call_seed;
+    seed(coupon_id: u64, quantity: u32, ttl_seconds: u32) -> Result<SeedAnswer, String> = drop_gate.seed;
 }

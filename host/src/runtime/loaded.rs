@@ -10,9 +10,9 @@ use std::time::SystemTime;
 use chrono::{DateTime, Utc};
 use wasmtime::component::InstancePre;
 
-use super::bindings::strategy;
 use super::bindings::types::{Claim, Descriptor, ResultLabel};
 use super::engine::Runtime;
+use super::exports::StrategyExport;
 use super::store::HostState;
 use super::world::World;
 use crate::runtime::canary_report::CanaryReport;
@@ -38,7 +38,7 @@ pub struct Strategy {
     pub(super) stamp: FileStamp,
     pub loaded_at: DateTime<Utc>,
     pub(super) pre: InstancePre<HostState>,
-    pub(super) strategy_export: strategy::GuestIndices,
+    pub(super) strategy_export: StrategyExport,
     /// Set once the component must stop serving; only a new file (a new
     /// `Strategy`) serves its method again.
     quarantine: OnceLock<Quarantine>,
@@ -100,7 +100,7 @@ pub fn claim_word(claim: Claim) -> &'static str {
 /// A component that passed every check.
 pub(super) struct Prepared {
     pub pre: InstancePre<HostState>,
-    pub strategy_export: strategy::GuestIndices,
+    pub strategy_export: StrategyExport,
     pub world: World,
     pub descriptor: Descriptor,
 }

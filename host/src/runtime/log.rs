@@ -45,7 +45,10 @@ impl log::Host for HostState {
             Level::Debug => tracing::debug!(target: "strategy", method, "{message}"),
             Level::Info => tracing::info!(target: "strategy", method, "{message}"),
             Level::Warn => tracing::warn!(target: "strategy", method, "{message}"),
-            Level::Error => tracing::error!(target: "strategy", method, "{message}"),
+            Level::Error => {
+                tracing::error!(target: "strategy", method, "{message}");
+                self.error_logged = Some(message);
+            }
         }
         Ok(())
     }

@@ -17,8 +17,8 @@ use super::process_lock::HeldLocks;
 use super::sql::named_lock::LockSession;
 use super::trace::CallTrace;
 
-/// Bytes of a guest's stderr kept for the error message of a trap (a Rust
-/// panic message lands there).
+/// Bytes of a guest's stderr kept for the error message of a trap (an
+/// interpreter's traceback lands there).
 const STDERR_CAPACITY: usize = 4096;
 
 /// Queues a job's payload for the component that submitted it.
@@ -59,12 +59,15 @@ pub struct HostState {
     /// The session this call's named locks live on, opened on first use;
     /// its locks are released when the store goes.
     pub(super) lock_session: Option<LockSession>,
+    /// The last error line this call logged (a Rust panic's message, which
+    /// the sdk's panic hook logs), for the message of a trap.
+    pub(super) error_logged: Option<String>,
     /// The capability calls this call made, for its request's trace.
     pub(super) trace: CallTrace,
-    /// WASI as std needs it to link, with nothing granted: no preopened
-    /// directories, no environment, no sockets, stdin closed.
-    wasi: WasiCtx,
-    stderr: MemoryOutputPipe,
+    /// WASI for a component that imports it (an interpreter's), built on
+    /// its first WASI call: a component whose only imports are the lab's
+    /// never pays for one (two random generators seeded, a pipe).
+    wasi: Option<Wasi>,
     limits: StoreLimits,
 }
 
@@ -78,13 +81,6 @@ impl HostState {
         limits: &Limits,
         cleanup: TaskTracker,
     ) -> Self {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
-        let wasi = WasiCtx::builder()
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
         Self {
             caps,
             submit_job,
@@ -101,9 +97,9 @@ impl HostState {
             renewals: 0,
             process_locks: HeldLocks::default(),
             lock_session: None,
+            error_logged: None,
             trace: CallTrace::recording(limits.trace_calls),
-            wasi,
-            stderr,
+            wasi: None,
             limits: StoreLimitsBuilder::new()
                 .memory_size(limits.memory_bytes)
                 .instances(64)
@@ -123,11 +119,14 @@ impl HostState {
             && self.lock_session.is_none()
     }
 
-    /// What the guest wrote to stderr, lossily decoded.
+    /// What the guest wrote to stderr, lossily decoded (nothing when it
+    /// made no WASI call).
     pub(super) fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents())
-            .trim()
-            .to_string()
+        self.wasi.as_ref().map_or_else(String::new, |wasi| {
+            String::from_utf8_lossy(&wasi.stderr.contents())
+                .trim()
+                .to_string()
+        })
     }
 
     pub(super) fn limiter(&mut self) -> &mut dyn ResourceLimiter {
@@ -135,10 +134,31 @@ impl HostState {
     }
 }
 
+/// WASI as an interpreter needs it to link, with nothing granted: no
+/// preopened directories, no environment, no sockets, stdin closed; its
+/// stderr kept for the error message of a trap.
+struct Wasi {
+    ctx: WasiCtx,
+    stderr: MemoryOutputPipe,
+}
+
+impl Wasi {
+    fn new() -> Self {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let ctx = WasiCtx::builder()
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self { ctx, stderr }
+    }
+}
+
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: &mut self.wasi.get_or_insert_with(Wasi::new).ctx,
             table: &mut self.table,
         }
     }

@@ -7,10 +7,11 @@
 //! nothing the author wrote.
 
 use wasmtime::Store;
-use wasmtime::component::{Instance, InstancePre};
+use wasmtime::component::{Component, Instance};
 
-use super::bindings::{
-    drop_gate, job_runner, message_handler, strategy, stream_consumer, write_behind,
+use super::exports::{
+    DropGateExport, JobRunnerExport, MessageHandlerExport, StrategyExport, StreamConsumerExport,
+    WriteBehindExport,
 };
 use super::store::HostState;
 
@@ -19,19 +20,19 @@ pub enum World {
     /// Answers each issue request itself.
     Issuer,
     /// Confirms later on the host's job workers (REDIS_ASYNC).
-    AsyncIssuer(job_runner::GuestIndices),
+    AsyncIssuer(JobRunnerExport),
     /// Confirms as the pub/sub subscriber (REDIS_PUBSUB).
-    PubsubIssuer(message_handler::GuestIndices),
+    PubsubIssuer(MessageHandlerExport),
     /// Confirms as the stream consumer (REDIS_STREAM, REDIS_STREAM_ATOMIC).
-    StreamIssuer(stream_consumer::GuestIndices),
+    StreamIssuer(StreamConsumerExport),
     /// Publishes to a broker, and confirms as the broker's consumer through
     /// the stream world's export (REDIS_LUA_RABBITMQ, REDIS_LUA_JETSTREAM).
-    BrokerIssuer(stream_consumer::GuestIndices),
+    BrokerIssuer(StreamConsumerExport),
     /// Is loaded into the DB by the write-behind loader, and reconciles
     /// (REDIS_WRITE_BEHIND, REDIS_WRITE_BEHIND_NO_TX).
-    WriteBehindIssuer(write_behind::GuestIndices),
+    WriteBehindIssuer(WriteBehindExport),
     /// Holds permits across requests, cancels and seeds (the limited drop).
-    GateIssuer(drop_gate::GuestIndices),
+    GateIssuer(DropGateExport),
 }
 
 impl World {
@@ -56,23 +57,23 @@ impl World {
         }
     }
 
-    pub fn job_runner(&self) -> Option<&job_runner::GuestIndices> {
+    pub fn job_runner(&self) -> Option<&JobRunnerExport> {
         match self {
-            World::AsyncIssuer(indices) => Some(indices),
+            World::AsyncIssuer(export) => Some(export),
             _ => None,
         }
     }
 
-    pub fn message_handler(&self) -> Option<&message_handler::GuestIndices> {
+    pub fn message_handler(&self) -> Option<&MessageHandlerExport> {
         match self {
-            World::PubsubIssuer(indices) => Some(indices),
+            World::PubsubIssuer(export) => Some(export),
             _ => None,
         }
     }
 
-    pub fn stream_consumer(&self) -> Option<&stream_consumer::GuestIndices> {
+    pub fn stream_consumer(&self) -> Option<&StreamConsumerExport> {
         match self {
-            World::StreamIssuer(indices) | World::BrokerIssuer(indices) => Some(indices),
+            World::StreamIssuer(export) | World::BrokerIssuer(export) => Some(export),
             _ => None,
         }
     }
@@ -83,78 +84,80 @@ impl World {
         matches!(self, World::BrokerIssuer(_))
     }
 
-    pub fn write_behind(&self) -> Option<&write_behind::GuestIndices> {
+    pub fn write_behind(&self) -> Option<&WriteBehindExport> {
         match self {
-            World::WriteBehindIssuer(indices) => Some(indices),
+            World::WriteBehindIssuer(export) => Some(export),
             _ => None,
         }
     }
 
-    pub fn drop_gate(&self) -> Option<&drop_gate::GuestIndices> {
+    pub fn drop_gate(&self) -> Option<&DropGateExport> {
         match self {
-            World::GateIssuer(indices) => Some(indices),
+            World::GateIssuer(export) => Some(export),
             _ => None,
         }
     }
 
-    /// The world `pre`'s exports make, with the `strategy` export every
-    /// world has.
-    pub(super) fn find(
-        pre: &InstancePre<HostState>,
-    ) -> anyhow::Result<(strategy::GuestIndices, World)> {
-        let strategy = strategy::GuestIndices::new(pre).map_err(|err| {
-            anyhow::anyhow!("it does not export the couponlab:strategy/strategy interface ({err})")
+    /// The world `component`'s exports make, with the `strategy` export
+    /// every world has.
+    pub(super) fn find(component: &Component) -> anyhow::Result<(StrategyExport, World)> {
+        let strategy = StrategyExport::find(component)?.ok_or_else(|| {
+            anyhow::anyhow!("it does not export the couponlab:strategy/strategy interface")
         })?;
-        let mut found = Vec::new();
-        if let Ok(indices) = job_runner::GuestIndices::new(pre) {
-            found.push(World::AsyncIssuer(indices));
+        let mut worlds = Vec::new();
+        if let Some(export) = JobRunnerExport::find(component)? {
+            worlds.push(World::AsyncIssuer(export));
         }
-        if let Ok(indices) = message_handler::GuestIndices::new(pre) {
-            found.push(World::PubsubIssuer(indices));
+        if let Some(export) = MessageHandlerExport::find(component)? {
+            worlds.push(World::PubsubIssuer(export));
         }
-        if let Ok(indices) = stream_consumer::GuestIndices::new(pre) {
-            found.push(if imports_broker(pre) {
-                World::BrokerIssuer(indices)
+        if let Some(export) = StreamConsumerExport::find(component)? {
+            worlds.push(if imports_broker(component) {
+                World::BrokerIssuer(export)
             } else {
-                World::StreamIssuer(indices)
+                World::StreamIssuer(export)
             });
         }
-        if let Ok(indices) = write_behind::GuestIndices::new(pre) {
-            found.push(World::WriteBehindIssuer(indices));
+        if let Some(export) = WriteBehindExport::find(component)? {
+            worlds.push(World::WriteBehindIssuer(export));
         }
-        if let Ok(indices) = drop_gate::GuestIndices::new(pre) {
-            found.push(World::GateIssuer(indices));
+        if let Some(export) = DropGateExport::find(component)? {
+            worlds.push(World::GateIssuer(export));
         }
-        let world = match found.len() {
+        let world = match worlds.len() {
             0 => World::Issuer,
-            1 => found.remove(0),
+            1 => worlds.remove(0),
             _ => anyhow::bail!(
                 "it exports the interfaces of {} worlds ({}); a component implements one",
-                found.len(),
-                found.iter().map(World::name).collect::<Vec<_>>().join(", ")
+                worlds.len(),
+                worlds
+                    .iter()
+                    .map(World::name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         };
         Ok((strategy, world))
     }
 
-    /// Loads the world's own export, which checks its types (the `strategy`
-    /// export is checked by calling `describe`).
+    /// Type-checks the world's own export (the `strategy` export is
+    /// checked beside it, before `describe` is called).
     pub(super) fn check(
         &self,
         store: &mut Store<HostState>,
         instance: &Instance,
     ) -> anyhow::Result<()> {
-        let loaded = match self {
+        let checked = match self {
             World::Issuer => Ok(()),
-            World::AsyncIssuer(indices) => indices.load(&mut *store, instance).map(drop),
-            World::PubsubIssuer(indices) => indices.load(&mut *store, instance).map(drop),
-            World::StreamIssuer(indices) | World::BrokerIssuer(indices) => {
-                indices.load(&mut *store, instance).map(drop)
+            World::AsyncIssuer(export) => export.check(store, instance),
+            World::PubsubIssuer(export) => export.check(store, instance),
+            World::StreamIssuer(export) | World::BrokerIssuer(export) => {
+                export.check(store, instance)
             }
-            World::WriteBehindIssuer(indices) => indices.load(&mut *store, instance).map(drop),
-            World::GateIssuer(indices) => indices.load(&mut *store, instance).map(drop),
+            World::WriteBehindIssuer(export) => export.check(store, instance),
+            World::GateIssuer(export) => export.check(store, instance),
         };
-        loaded.map_err(|err| {
+        checked.map_err(|err| {
             anyhow::anyhow!(
                 "its exports do not have the {} world's types: {err}",
                 self.name()
@@ -164,8 +167,7 @@ impl World {
 }
 
 /// Whether the component imports the `broker` interface.
-fn imports_broker(pre: &InstancePre<HostState>) -> bool {
-    let component = pre.component();
+fn imports_broker(component: &Component) -> bool {
     component
         .component_type()
         .imports(component.engine())
