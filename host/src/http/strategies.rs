@@ -25,7 +25,8 @@ pub fn router() -> Router<Lab> {
 struct Strategies {
     /// The directory components are loaded from.
     directory: String,
-    /// The database components' SQL runs on.
+    /// The database components' SQL runs on (on Galera, with its cluster
+    /// as the host's node reads it now).
     engine: Engine,
     strategies: Vec<Loaded>,
     /// Files that failed a check, each with why.
@@ -168,7 +169,7 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
         StatusCode::OK,
         Strategies {
             directory: lab.config.strategy_dir.display().to_string(),
-            engine: lab.runtime.capabilities().sql.engine.clone(),
+            engine: lab.runtime.capabilities().sql.engine.now(lab.db()).await,
             strategies,
             rejected,
             on_trial,

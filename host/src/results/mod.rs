@@ -42,7 +42,10 @@ pub use self::stream::{StreamSummary, stream_summary};
 pub struct CouponResult {
     coupon_id: u64,
     name: String,
-    /// The database the rows were read from and components' SQL ran on.
+    /// The database the rows were read from and components' SQL ran on; on
+    /// Galera with its cluster as the host's node reads it now, whose
+    /// conflict counters, read before and after a run, say how many of its
+    /// 1213s were the cluster's.
     engine: Engine,
     total_count: i64,
     /// The `issued_count` column.
@@ -193,7 +196,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     Ok(Some(CouponResult {
         coupon_id,
         name,
-        engine: lab.runtime.capabilities().sql.engine.clone(),
+        engine: lab.runtime.capabilities().sql.engine.now(lab.db()).await,
         total_count,
         issued_count,
         issue_rows,

@@ -9,19 +9,27 @@ use serde::Serialize;
 use sqlx::{MySqlConnection, PgConnection};
 use utoipa::ToSchema;
 
+use super::cluster::{self, Cluster, GALERA};
 use super::lent::StatementLimit;
 use crate::db_target::Pool;
+use crate::runtime::bindings::sql::SqlError;
 
 /// The database components' SQL runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Engine {
-    /// `mariadb`, `mysql` or `postgresql`.
+    /// `mariadb`, `mysql`, `postgresql`, or `galera` (a MariaDB that is a
+    /// node of a Galera cluster).
     pub name: &'static str,
     /// The server's own version string.
     pub version: String,
     /// Settings of the components' sessions that change what an isolation
-    /// level allows (`innodb_snapshot_isolation`), each as name → value.
+    /// level allows (`innodb_snapshot_isolation`), and on Galera what a
+    /// node answers (`wsrep_sync_wait`, `innodb_flush_log_at_trx_commit`,
+    /// provider options), each as name → value.
     pub settings: BTreeMap<String, String>,
+    /// On Galera: the cluster, as the host's node saw it when this was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
     /// The level of a transaction that names none, as traces name levels:
     /// the components' sessions' own.
     #[serde(skip)]
@@ -68,25 +76,70 @@ impl Engine {
             name: "postgresql",
             version,
             settings: BTreeMap::new(),
+            cluster: None,
             default_isolation: "READ COMMITTED",
         })
     }
 
-    /// Reads the server's name and version on `conn`.
+    /// Reads the server's name and version on `conn`, and its cluster
+    /// when it is a Galera node.
     pub async fn read(conn: &mut MySqlConnection) -> Result<Self, sqlx::Error> {
         let version: String = sqlx::query_scalar("SELECT VERSION()")
             .fetch_one(&mut *conn)
             .await?;
+        let mariadb = version.contains("MariaDB");
+        let cluster = match mariadb && cluster::is_node(&mut *conn).await? {
+            true => Some(Cluster::read(conn).await?),
+            false => None,
+        };
         Ok(Engine {
-            name: if version.contains("MariaDB") {
-                "mariadb"
-            } else {
-                "mysql"
+            name: match (mariadb, &cluster) {
+                (true, Some(_)) => GALERA,
+                (true, None) => "mariadb",
+                (false, _) => "mysql",
             },
             version,
             settings: BTreeMap::new(),
+            cluster,
             default_isolation: "REPEATABLE READ",
         })
+    }
+
+    /// Whether the server is MariaDB's, alone or a Galera node: its
+    /// settings, statements and errors are MariaDB's either way.
+    pub fn is_mariadb(&self) -> bool {
+        matches!(self.name, "mariadb" | GALERA)
+    }
+
+    /// This engine with its cluster as the node reads it now (its size, its
+    /// state and its conflict counters change as the cluster runs); as it
+    /// was, with the failure as its state, when the node does not answer.
+    pub async fn now(&self, pool: &Pool) -> Engine {
+        let mut engine = self.clone();
+        if let (Some(known), Pool::MySql(pool)) = (&mut engine.cluster, pool) {
+            let read = match pool.acquire().await {
+                Ok(mut conn) => Cluster::read(&mut conn).await,
+                Err(err) => Err(err),
+            };
+            match read {
+                Ok(cluster) => *known = cluster,
+                Err(err) => known.state = format!("not read: {err}"),
+            }
+        }
+        engine
+    }
+
+    /// A 1213 named for what it may be on this engine: on Galera, another
+    /// node's write; elsewhere a deadlock, as the server said.
+    pub fn conflict_named<T>(
+        &self,
+        answer: Result<T, SqlError>,
+        at_commit: bool,
+    ) -> Result<T, SqlError> {
+        match self.cluster {
+            Some(_) => answer.map_err(|err| cluster::conflict_named(err, at_commit)),
+            None => answer,
+        }
     }
 
     /// Reads, on a session of the components' pool, what their
@@ -95,16 +148,19 @@ impl Engine {
     /// them).
     pub async fn read_session(&mut self, conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
         // MariaDB before 11.1 knows only the older name; MySQL 8 only the newer.
-        let variable = match self.name {
-            "mariadb" => "tx_isolation",
-            _ => "transaction_isolation",
+        let variable = match self.is_mariadb() {
+            true => "tx_isolation",
+            false => "transaction_isolation",
         };
         let level: String = sqlx::query_scalar(&format!("SELECT @@SESSION.{variable}"))
             .fetch_one(&mut *conn)
             .await?;
         self.default_isolation = level_name(&level);
-        if self.name != "mariadb" {
+        if !self.is_mariadb() {
             return Ok(());
+        }
+        if self.cluster.is_some() {
+            cluster::read_settings(&mut *conn, &mut self.settings).await?;
         }
         let read: Result<String, _> = sqlx::query_scalar(&format!(
             "SELECT IF(@@SESSION.{SNAPSHOT_ISOLATION}, 'ON', 'OFF')"
@@ -132,8 +188,8 @@ impl Engine {
     /// How this server cuts a statement that outlives its call.
     pub fn statement_limit(&self) -> StatementLimit {
         match self.name {
-            "mariadb" => StatementLimit::MariaDb,
             "postgresql" => StatementLimit::Postgres,
+            _ if self.is_mariadb() => StatementLimit::MariaDb,
             _ => StatementLimit::MySql,
         }
     }

@@ -12,10 +12,13 @@
 //! - [`user`]: the database user (or role) components run as, and their
 //!   pools;
 //! - [`engine`]: which server answers, and what its levels allow;
+//!   [`cluster`]: on a Galera node, its cluster, and a 1213 named for what
+//!   it may be there;
 //! - [`named_lock`]: `GET_LOCK` (or an advisory lock) on a session the call
 //!   holds to its end;
 //! - [`transaction`]: the `transaction` resource.
 
+pub mod cluster;
 pub mod engine;
 pub mod lent;
 pub mod named_lock;
@@ -151,6 +154,8 @@ impl HostState {
     ) -> Answer<T> {
         let pending = self.trace_statement(statement, Some(tx));
         let answer = run(self.table.get_mut(tx)?).await;
+        let at_commit = statement == "COMMIT";
+        let answer = self.caps.sql.engine.conflict_named(answer, at_commit);
         self.trace_answer(pending, &answer, read);
         Ok(answer)
     }
@@ -262,6 +267,7 @@ impl wit::Host for HostState {
             }
             Err(err) => Err(to_wit_error(err)),
         };
+        let rows = self.caps.sql.engine.conflict_named(rows, false);
         self.trace_answer(pending, &rows, traced_rows);
         Ok(rows)
     }
@@ -273,6 +279,7 @@ impl wit::Host for HostState {
             execute(conn, text, params).await
         })
         .await;
+        let done = self.caps.sql.engine.conflict_named(done, false);
         self.trace_answer(pending, &done, affected);
         Ok(done)
     }

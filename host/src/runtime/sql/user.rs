@@ -167,7 +167,7 @@ pub async fn connect(
     };
     let mut engine = admin.engine;
     anyhow::ensure!(
-        args.snapshot_isolation.is_none() || engine.name == "mariadb",
+        args.snapshot_isolation.is_none() || engine.is_mariadb(),
         "COUPONLAB_SNAPSHOT_ISOLATION is MariaDB's (10.6.18, 10.11.8 and later); this server is {}",
         engine.version
     );
