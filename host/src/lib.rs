@@ -21,8 +21,10 @@
 //!      field.
 //! 2. [`runtime`]: the wasmtime engine, the WIT bindings, the world a
 //!    component implements, one call into it, one module per capability
-//!    given to components (`redis`, `sql`, `jobs`, `permits`, `clock`,
-//!    `log`), and the registry of loaded strategies.
+//!    given to components (`redis`, `sql` with its named locks, `broker`,
+//!    `jobs`, `permits`, `process_lock`, `clock`, `log`), the `trace` of
+//!    what each call did, and the registry of loaded strategies, watched
+//!    and tried.
 //! 3. The lab's state, each module above the one before:
 //!    - [`outcome`]: how a request ended, its name and its status.
 //!    - [`traces`]: what each request's component did, call by call.
@@ -53,6 +55,9 @@
 //! 5. [`http`]: the `/lab` API, one module per resource, and the response
 //!    envelope every route answers with.
 //! 6. This file: the commands, and a server's start and stop.
+//!
+//! Beside the floors, `layers` (tests only) is the check that every import
+//! points down.
 
 pub mod announcements;
 pub mod budget;
