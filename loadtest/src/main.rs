@@ -11,6 +11,7 @@
 //!   and its join; `rounds`: `--rounds N`, a method's rounds as one row;
 //!   `spread`: a figure's median and range;
 //! - `k6`: k6's command and figures; `records`: what every client was told;
+//!   `histograms`: latency as a distribution, and a run second by second;
 //! - `truth`: the rows and Redis read directly; `verification`: their join
 //!   with the records, and the claims each figure breaks;
 //! - `faults`: `--fault` (`spec` one value, `plan` a run's, `injector` run
@@ -20,7 +21,8 @@
 //!   Redis and a NATS server of the run's own;
 //! - `report`: report.md, chart.svg, results.json (`figures` the table's
 //!   figures, `chart` chart.svg, `html` report.html, `markup` the HTML
-//!   parts both reports share, `why` the anomalies and a trace);
+//!   parts both reports share, `why` the anomalies and a trace, `charts`
+//!   the uPlot charts, `distribution` what results.json keeps to draw them);
 //!   `provenance`: commit, command and versions;
 //! - `smoke`: the checked runs `cargo xtask test` ends with;
 //! - `bench` (`wrk`, `report`, `budget`), `idle`, `soak` (`sample`,
@@ -36,6 +38,8 @@ mod comparison;
 mod durations;
 mod engines;
 mod faults;
+mod galera;
+mod histograms;
 mod idle;
 mod k6;
 mod launcher;

@@ -91,6 +91,38 @@ pub fn csv(method: &str, coupon: u64, records: &[Record]) -> String {
     out
 }
 
+/// The records of a `requests-<METHOD>.csv` that [`csv`] wrote.
+pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Record>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("no request records {}", path.display()))?;
+    let mut records = Vec::new();
+    for line in text.lines().skip(1) {
+        // The message, last and quoted, may hold commas: the first seven
+        // fields are split off before it.
+        let fields: Vec<&str> = line.splitn(8, ',').collect();
+        let [_, _, member, status, outcome, latency_ms, time, message] = fields[..] else {
+            anyhow::bail!("a request record of fewer fields: {line}");
+        };
+        let message = message.strip_prefix('"').unwrap_or(message);
+        let message = message.strip_suffix('"').unwrap_or(message);
+        records.push(Record {
+            member: member
+                .parse()
+                .with_context(|| format!("member of {line}"))?,
+            status: status
+                .parse()
+                .with_context(|| format!("status of {line}"))?,
+            outcome: outcome.to_string(),
+            latency_ms: latency_ms
+                .parse()
+                .with_context(|| format!("latency of {line}"))?,
+            time: time.to_string(),
+            message: message.replace("\"\"", "\""),
+        });
+    }
+    Ok(records)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +153,11 @@ mod tests {
                 r#"REDIS_LUA,3,8,0,TIMED_OUT,500.000,2026-12-01T10:00:01Z,"request timeout, ""k6""""#
             )
         );
+        let written = dir.join("requests.csv");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(&written, &csv).unwrap();
+        let read = read_csv(&written).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(read, records, "the CSV reads back as written");
     }
 }

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use super::charts::{self, CHARTS_CSS, Run, UPLOT_CSS};
 use super::figures::FIGURES;
 use super::markup::{REPORT_CSS, esc, stacked_bars, table};
 use super::{self as report, Row, svg};
@@ -39,7 +40,7 @@ pub fn render(
     let mut out = format!(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{t}</title>\n<style>\n{OUTCOMES_CSS}{REPORT_CSS}</style>\n</head>\n<body>\n\
+         <title>{t}</title>\n<style>\n{OUTCOMES_CSS}{REPORT_CSS}{UPLOT_CSS}\n{CHARTS_CSS}</style>\n</head>\n<body>\n\
          <h1>{t}</h1>\n<p>{d}</p>\n",
         t = esc(title),
         d = esc(description),
@@ -47,6 +48,13 @@ pub fn render(
     summary(&mut out, rows);
     out.push_str("<h2>Side by side</h2>\n");
     out.push_str(&svg(rows));
+    charts::section(
+        &mut out,
+        &[Run {
+            run: None,
+            methods: raw,
+        }],
+    );
     outcomes(&mut out, rows, raw);
     latency(&mut out, rows, raw);
     verification(&mut out, rows, raw);
@@ -246,8 +254,19 @@ mod tests {
             "ackedButLost": 0, "issuedButRefused": 0, "outcomeUnknown": 0, "outcomeUnknownIssued": 0, "strandedStock": 0, "overIssued": 0,
             "duplicates": 0, "outOfTurn": 0, "verdict": "kept",
         });
+        let latencies = crate::histograms::client(&[crate::records::Record {
+            member: 1,
+            status: 202,
+            outcome: "ACCEPTED".into(),
+            latency_ms: 2.5,
+            time: "2026-12-01T10:00:00.100Z".into(),
+            message: String::new(),
+        }]);
+        let charted = json!({ "client": crate::histograms::encode(&latencies) });
         let raw = json!({
-            "REDIS_STREAM": { "k6": {}, "result": result(), "verification": verification },
+            "REDIS_STREAM": { "k6": {}, "result": result(), "verification": verification,
+                              "latencyHistograms": charted, "perSecond": [{ "second": 0,
+                              "outcomes": { "ACCEPTED": 1 }, "p50Ms": 2.5, "p99Ms": 2.5, "issuedSoFar": 1 }] },
             "REDIS_LUA <x>": { "k6": {}, "result": result() },
         });
         let provenance = json!({ "command": "cargo xtask loadtest spike --fault kill-server@0.3s", "faults": ["REDIS_LUA: `kill-server@300ms` fired at 300 ms"] });
@@ -263,15 +282,25 @@ mod tests {
             "{page}"
         );
         assert!(page.starts_with("<!doctype html>"));
-        // Nothing the page loads from elsewhere: no link, script or URL.
-        for external in [
-            "<link", "<script", "src=", "href=", "http://", "https://", "url(",
-        ] {
-            let allowed = page.matches("xmlns=\"http://www.w3.org/2000/svg\"").count();
-            let found = page.matches(external).count();
-            let expected = if external == "http://" { allowed } else { 0 };
-            assert_eq!(found, expected, "{external}");
+        // Nothing the page loads from elsewhere: no link, script file or
+        // URL but the SVG namespace and the banner naming uPlot's home.
+        for external in ["<link", "src=", "href=", "http://", "https://", "url("] {
+            let allowed = match external {
+                "http://" => page.matches("xmlns=\"http://www.w3.org/2000/svg\"").count(),
+                "https://" => page
+                    .matches("/*! https://github.com/leeoniya/uPlot")
+                    .count(),
+                _ => 0,
+            };
+            assert_eq!(page.matches(external).count(), allowed, "{external}");
         }
+        // The charts' data, uPlot and the code drawing them, inline.
+        assert_eq!(page.matches("<script").count(), 3);
+        assert!(page.contains("id=\"percentiles\"") && page.contains("var uPlot="));
+        assert!(
+            page.contains("\"method\":\"REDIS_STREAM\",\"points\":[[0.0,2.5"),
+            "{page}"
+        );
         for section in [
             "id=\"summary\"",
             "id=\"byOutcome\"",

@@ -2,6 +2,8 @@
 //! matter side by side, and the raw results.
 
 pub mod chart;
+pub mod charts;
+pub mod distribution;
 pub mod figures;
 pub mod html;
 pub mod markup;
@@ -204,7 +206,8 @@ pub fn text(value: &Value) -> String {
 }
 
 /// Writes `report.md`, `chart.svg`, `report.html` and `results.json`
-/// (`provenance`, and each method's figures under `methods`) into `dir`.
+/// (`provenance`, and each method's figures under `methods`, with its
+/// latency histograms and seconds from its request records) into `dir`.
 pub fn write(
     dir: &Path,
     title: &str,
@@ -219,12 +222,13 @@ pub fn write(
         markdown(title, description, rows, provenance),
     )?;
     std::fs::write(dir.join("chart.svg"), svg(rows))?;
+    let mut methods = methods.clone();
+    distribution::enrich(dir, &mut methods)?;
     std::fs::write(
         dir.join("report.html"),
         html::render(title, description, rows, &json!(methods), provenance),
     )?;
     // Over rounds, each method's entry carries its figures' spreads.
-    let mut methods = methods.clone();
     for row in rows.iter().filter(|row| !row.ranges.is_empty()) {
         if let Some(entry) = methods.get_mut(&row.method).and_then(Value::as_object_mut) {
             entry.insert("spread".into(), figures::spreads_json(row));
