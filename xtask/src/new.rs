@@ -1,11 +1,14 @@
-//! `cargo xtask new NAME --lang rust|python|js [--world issuer|stream-issuer]`:
+//! `cargo xtask new NAME --lang rust|python|js [--world issuer|stream-issuer] [--into DIR]`:
 //! a strategy that builds, installs and serves at once — the Lua
 //! reservation and the shared confirm step (or, in the stream world, the
 //! reservation with its stream entry and the consumer's confirm) — to
 //! change into one's own method. Its method is NAME in capitals; it claims
 //! what the template keeps (total, member, acked), so the canary proves it
 //! before it serves and `cargo xtask strategies --check` proves it on
-//! demand: that is its first test.
+//! demand: that is its first test. A Rust one is built as every crate of
+//! `strategies/` is (`strategies/.cargo/config.toml`): a component whose
+//! only imports are the lab's WIT. `--into DIR` writes it into the
+//! checkout at DIR instead of this one (the tests build one there).
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +17,7 @@ use anyhow::{Context, bail};
 use crate::root;
 
 const USAGE: &str =
-    "usage: cargo xtask new NAME --lang rust|python|js [--world issuer|stream-issuer]";
+    "usage: cargo xtask new NAME --lang rust|python|js [--world issuer|stream-issuer] [--into DIR]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lang {
@@ -30,8 +33,8 @@ enum World {
 }
 
 pub fn main(args: &[String]) -> anyhow::Result<()> {
-    let (name, lang, world) = parse(args)?;
-    let written = scaffold(&root(), &name, lang, world)?;
+    let (name, lang, world, into) = parse(args)?;
+    let written = scaffold(&into.unwrap_or_else(root), &name, lang, world)?;
     for file in &written {
         println!("wrote {}", file.display());
     }
@@ -42,8 +45,11 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn parse(args: &[String]) -> anyhow::Result<(String, Lang, World)> {
-    let (mut lang, mut world) = (None, World::Issuer);
+/// The name, language, world and, with `--into`, the checkout to write into.
+type Parsed = (String, Lang, World, Option<PathBuf>);
+
+fn parse(args: &[String]) -> anyhow::Result<Parsed> {
+    let (mut lang, mut world, mut into) = (None, World::Issuer, None);
     let mut name = None;
     let mut args = args.iter().map(String::as_str);
     while let Some(arg) = args.next() {
@@ -74,6 +80,7 @@ fn parse(args: &[String]) -> anyhow::Result<(String, Lang, World)> {
                     ),
                 }
             }
+            "--into" => into = Some(PathBuf::from(value()?)),
             other if !other.starts_with('-') && name.is_none() => name = Some(other.to_string()),
             other => bail!("unexpected {other}\n{USAGE}"),
         }
@@ -89,7 +96,7 @@ fn parse(args: &[String]) -> anyhow::Result<(String, Lang, World)> {
     if !valid || name.len() > 40 {
         bail!("NAME is lower-case letters, digits and `-`, starting with a letter: {name:?}");
     }
-    Ok((name, lang, world))
+    Ok((name, lang, world, into))
 }
 
 fn method(name: &str) -> String {
@@ -316,11 +323,13 @@ mod tests {
 
     #[test]
     fn a_name_a_language_and_a_world_are_read_and_checked() {
-        let (name, lang, world) = parse(&args(&["demo-one", "--lang", "python"])).unwrap();
+        let (name, lang, world, into) = parse(&args(&["demo-one", "--lang", "python"])).unwrap();
         assert_eq!(
-            (name.as_str(), lang, world),
-            ("demo-one", Lang::Python, World::Issuer)
+            (name.as_str(), lang, world, into),
+            ("demo-one", Lang::Python, World::Issuer, None)
         );
+        let (.., into) = parse(&args(&["demo", "--lang", "rust", "--into", "/elsewhere"])).unwrap();
+        assert_eq!(into, Some(PathBuf::from("/elsewhere")));
         assert_eq!(method(&name), "DEMO_ONE");
         assert!(parse(&args(&["Demo", "--lang", "js"])).is_err());
         assert!(parse(&args(&["demo", "--lang", "go"])).is_err());

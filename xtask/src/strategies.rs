@@ -1,7 +1,8 @@
 //! `cargo xtask strategies`: build the `strategies/` workspace for
-//! wasm32-wasip2, and the Python and JavaScript methods
-//! ([`crate::polyglot`]), and install each component into the strategy
-//! directory.
+//! wasm32-unknown-unknown, linked into components whose only imports are
+//! the lab's WIT (`strategies/.cargo/config.toml`), and the Python and
+//! JavaScript methods ([`crate::polyglot`]), and install each component
+//! into the strategy directory.
 //!
 //! What is installed is what the workspace has now: the strategy crates that
 //! `cargo metadata` lists, each as the `.wasm` its cdylib builds. A file left
@@ -24,7 +25,12 @@ use serde_json::Value;
 
 use crate::{installed, root, run, strategy_dir};
 
-const TARGET: &str = "wasm32-wasip2";
+const TARGET: &str = "wasm32-unknown-unknown";
+/// Where the host's tests read every built component, fixtures included
+/// (`tests/lab/common.rs`), below the workspace's target directory: the
+/// directory a wasm32-wasip2 build left them in, kept under that name so
+/// the tests find this build's components where they look.
+const TESTS_READ: &str = "wasm32-wasip2/release";
 /// Crates under this folder of the workspace are test fixtures: built for
 /// the host's tests, never installed.
 const FIXTURES: &str = "testing";
@@ -76,7 +82,10 @@ pub fn build_and_install(dir: &Path) -> anyhow::Result<()> {
 
     let components = components(&metadata(&workspace)?)?;
     let built = target_dir.join(TARGET).join("release");
+    let tests_read = target_dir.join(TESTS_READ);
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::create_dir_all(&tests_read)
+        .with_context(|| format!("cannot create {}", tests_read.display()))?;
     let mut installed = BTreeMap::new();
     for component in &components {
         let from = built.join(&component.file);
@@ -87,8 +96,11 @@ pub fn build_and_install(dir: &Path) -> anyhow::Result<()> {
                 from.display()
             );
         }
-        let hash = installed::install(&from, &dir.join(&component.file))?;
-        installed.insert(component.file.clone(), hash);
+        installed::install(&from, &tests_read.join(&component.file))?;
+        if !component.fixture {
+            let hash = installed::install(&from, &dir.join(&component.file))?;
+            installed.insert(component.file.clone(), hash);
+        }
     }
     for built in crate::polyglot::build()?.into_iter().filter(|b| !b.fixture) {
         let hash = installed::install(&built.path, &dir.join(&built.file))?;
@@ -110,6 +122,8 @@ struct Component {
     package: String,
     /// `<lib name>.wasm` (the lib name is the package name with `_` for `-`).
     file: String,
+    /// Under [`FIXTURES`]: built for the tests, never installed.
+    fixture: bool,
 }
 
 fn metadata(workspace: &Path) -> anyhow::Result<Value> {
@@ -129,8 +143,8 @@ fn metadata(workspace: &Path) -> anyhow::Result<Value> {
 }
 
 /// The workspace's strategy crates from `cargo metadata --no-deps` output:
-/// every member with a cdylib target, except the fixtures under
-/// [`FIXTURES`]. Sorted by file name.
+/// every member with a cdylib target, the fixtures under [`FIXTURES`]
+/// marked. Sorted by file name.
 fn components(metadata: &Value) -> anyhow::Result<Vec<Component>> {
     let field = |value: &Value, name: &str| -> anyhow::Result<String> {
         value[name]
@@ -150,11 +164,10 @@ fn components(metadata: &Value) -> anyhow::Result<Vec<Component>> {
         .as_array()
         .context("cargo metadata: no packages")?
     {
-        if !members.contains(field(package, "id")?.as_str())
-            || Path::new(&field(package, "manifest_path")?).starts_with(&fixtures)
-        {
+        if !members.contains(field(package, "id")?.as_str()) {
             continue;
         }
+        let fixture = Path::new(&field(package, "manifest_path")?).starts_with(&fixtures);
         let cdylib = package["targets"]
             .as_array()
             .into_iter()
@@ -168,6 +181,7 @@ fn components(metadata: &Value) -> anyhow::Result<Vec<Component>> {
             components.push(Component {
                 package: field(package, "name")?,
                 file: format!("{}.wasm", field(target, "name")?.replace('-', "_")),
+                fixture,
             });
         }
     }
@@ -216,23 +230,24 @@ mod tests {
     }
 
     #[test]
-    fn components_are_the_cdylib_members_outside_the_fixtures() {
+    fn components_are_the_cdylib_members_with_the_fixtures_marked() {
         let metadata = metadata(&[
             package("couponlab-sdk", "sdk", "lib"),
             package("redis-lua", "redis-lua", "cdylib"),
             package("read-committed", "read-committed", "cdylib"),
             package("test-build-a", "testing/build-a", "cdylib"),
         ]);
-        let names: Vec<(String, String)> = components(&metadata)
+        let names: Vec<(String, String, bool)> = components(&metadata)
             .unwrap()
             .into_iter()
-            .map(|c| (c.package, c.file))
+            .map(|c| (c.package, c.file, c.fixture))
             .collect();
         assert_eq!(
             names,
             [
-                ("read-committed".into(), "read_committed.wasm".into()),
-                ("redis-lua".into(), "redis_lua.wasm".into()),
+                ("read-committed".into(), "read_committed.wasm".into(), false),
+                ("redis-lua".into(), "redis_lua.wasm".into(), false),
+                ("test-build-a".into(), "test_build_a.wasm".into(), true),
             ]
         );
     }
@@ -256,6 +271,6 @@ mod tests {
     fn a_fixture_folder_is_matched_by_path_not_by_name() {
         // `testing-tools` is not under `testing/`.
         let metadata = metadata(&[package("testing-tools", "testing-tools", "cdylib")]);
-        assert_eq!(components(&metadata).unwrap().len(), 1);
+        assert!(!components(&metadata).unwrap()[0].fixture);
     }
 }

@@ -31,7 +31,8 @@
 //!   renewed while the call works;
 //! - [`stream`]: what a stream consumer does with one entry;
 //! - [`broker`]: the reservation published to a broker, and its settling.
-//! - [`write_behind`]: the write-behind accept, batch load and reconcile.
+//! - [`write_behind`]: the write-behind accept, batch load and reconcile;
+//! - `panic`: every panic's message written to the lab's log (nothing to call).
 //!
 //! A strategy of another world (async, pub/sub, stream, gate) calls
 //! [`world!`] with the world's name: that generates the world's own imports
@@ -62,6 +63,7 @@ pub mod log;
 pub mod named_lock;
 pub mod optimistic;
 pub mod outcome;
+mod panic;
 pub mod plain_reads;
 pub mod process_lock;
 pub mod redis;
