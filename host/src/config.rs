@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::db_target::Dialect;
+use crate::redis_target::sentinel::is_sentinel;
 use crate::redis_target::url as redis_url_text;
 use crate::runtime::CapabilityArgs;
 use crate::traces::TraceArgs;
@@ -87,7 +88,9 @@ pub struct Config {
     pub database_url: String,
 
     /// Redis URL; the path selects the logical database. With
-    /// `--redis-cluster`, a comma-separated list of the cluster's seed nodes.
+    /// `--redis-cluster`, a comma-separated list of the cluster's seed nodes;
+    /// `redis+sentinel://HOST:PORT,HOST:PORT/MASTER/DB`, the Sentinels of a
+    /// primary the lab follows across failovers.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/0", value_parser = redis_url)]
     pub redis_url: String,
 
@@ -228,10 +231,11 @@ fn database_url(text: &str) -> Result<String, String> {
 }
 
 /// REDIS_URL, refused at once when the lab cannot use it. A list is checked
-/// as a cluster's seed nodes; whether `--redis-cluster` says so is checked
-/// at start.
+/// as a cluster's seed nodes (unless it names Sentinels); whether
+/// `--redis-cluster` says so is checked at start.
 fn redis_url(text: &str) -> Result<String, String> {
-    redis_url_text::check(text, text.contains(','))?;
+    let seed_list = text.contains(',') && !is_sentinel(text);
+    redis_url_text::check(text, seed_list)?;
     Ok(text.to_string())
 }
 
@@ -292,8 +296,8 @@ mod tests {
         for (flag, value, problem, accepted) in [
             (
                 "--redis-url",
-                "redis+sentinel://127.0.0.1:26379/mymaster/0",
-                "Redis Sentinel",
+                "redis+sentinel://127.0.0.1:26379",
+                "names no master",
                 "REDIS_URL takes redis://",
             ),
             (

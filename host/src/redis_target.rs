@@ -1,12 +1,15 @@
-//! Where the lab's Redis is — one server, or a Redis Cluster reached through
-//! seed nodes — and a connection the rest of the host uses the same way in
-//! both cases. On a cluster, redis-rs's cluster client sends each command to
+//! Where the lab's Redis is — one server, a primary behind Redis Sentinels
+//! ([`sentinel`]), or a Redis Cluster reached through seed nodes — and a
+//! connection the rest of the host uses the same way in every case. On a cluster, redis-rs's cluster client sends each command to
 //! the node that owns its key (and follows MOVED when slots move), so no
 //! caller routes anything; the few things that differ — scanning every node,
 //! a dedicated connection pinned to one node, subscribing — are here.
 
+mod routing;
+pub mod sentinel;
 pub mod url;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,15 +19,21 @@ use redis::aio::{
 };
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use routing::at_address;
+pub use routing::{first_key, route_of};
+use sentinel::{SentinelConn, SentinelTarget};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A Redis to connect to: a server, or a cluster's seed nodes.
+/// A Redis to connect to: a server, a primary the Sentinels name, or a
+/// cluster's seed nodes.
 #[derive(Clone)]
 pub enum RedisTarget {
     Server(redis::Client),
+    Sentinel(Arc<SentinelTarget>),
     Cluster {
         client: Box<ClusterClient>,
         /// The first seed: where the Pub/Sub subscriber listens (a cluster
@@ -40,6 +49,10 @@ impl RedisTarget {
     /// with it and what it takes ([`url::check`]).
     pub fn open(urls: &str, cluster: bool) -> anyhow::Result<Self> {
         url::check(urls, cluster).map_err(anyhow::Error::msg)?;
+        if sentinel::is_sentinel(urls) {
+            let target = SentinelTarget::open(urls).map_err(anyhow::Error::msg)?;
+            return Ok(Self::Sentinel(Arc::new(target)));
+        }
         if !cluster {
             let client = redis::Client::open(urls.trim()).context(url::ACCEPTED)?;
             return Ok(Self::Server(client));
@@ -76,6 +89,10 @@ impl RedisTarget {
                     .context("cannot set up a Redis connection")?;
                 Ok(RedisConn::Managed(manager))
             }
+            Self::Sentinel(target) => Ok(RedisConn::Sentinel(SentinelConn::new(
+                target.clone(),
+                own_config(response_timeout),
+            ))),
             Self::Cluster { client, .. } => Ok(RedisConn::Cluster(
                 client.get_pending_async_connection_with_config(cluster_config(response_timeout)),
             )),
@@ -86,15 +103,16 @@ impl RedisTarget {
     /// connection state.
     pub async fn connect(&self, response_timeout: Duration) -> RedisResult<RedisConn> {
         match self {
-            Self::Server(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(Some(response_timeout));
-                client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                    .map(RedisConn::Own)
-            }
+            Self::Server(client) => client
+                .get_multiplexed_async_connection_with_config(&own_config(response_timeout))
+                .await
+                .map(RedisConn::Own),
+            Self::Sentinel(target) => target
+                .primary()
+                .await?
+                .get_multiplexed_async_connection_with_config(&own_config(response_timeout))
+                .await
+                .map(RedisConn::Own),
             Self::Cluster { client, .. } => client
                 .get_async_connection_with_config(cluster_config(response_timeout))
                 .await
@@ -109,21 +127,31 @@ impl RedisTarget {
     /// database. Components publish to the plain name; the host puts it in
     /// the lab's (a cluster has only database 0).
     pub fn requests_channel(&self) -> String {
-        match self {
-            Self::Server(client) => match client.get_connection_info().redis_settings().db() {
-                0 => REQUESTS_CHANNEL.to_string(),
-                database => format!("{REQUESTS_CHANNEL}:db{database}"),
-            },
-            Self::Cluster { .. } => REQUESTS_CHANNEL.to_string(),
+        let database = match self {
+            Self::Server(client) => client.get_connection_info().redis_settings().db(),
+            Self::Sentinel(target) => target.db(),
+            Self::Cluster { .. } => 0,
+        };
+        match database {
+            0 => REQUESTS_CHANNEL.to_string(),
+            database => format!("{REQUESTS_CHANNEL}:db{database}"),
         }
     }
 
-    /// The server a Pub/Sub subscriber connects to.
-    pub fn subscriber(&self) -> &redis::Client {
+    /// The server a Pub/Sub subscriber connects to: behind Sentinels, the
+    /// primary they name now.
+    pub async fn subscriber(&self) -> RedisResult<redis::Client> {
         match self {
-            Self::Server(client) | Self::Cluster { first: client, .. } => client,
+            Self::Server(client) | Self::Cluster { first: client, .. } => Ok(client.clone()),
+            Self::Sentinel(target) => target.primary().await,
         }
     }
+}
+
+fn own_config(response_timeout: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(response_timeout))
 }
 
 /// The seed URLs of a comma-separated list.
@@ -148,6 +176,8 @@ pub enum RedisConn {
     Managed(ConnectionManager),
     /// A server, through a connection of its own.
     Own(MultiplexedConnection),
+    /// The primary the Sentinels name, followed across failovers.
+    Sentinel(SentinelConn),
     /// A cluster: each command to the node owning its key.
     Cluster(ClusterConnection),
 }
@@ -157,6 +187,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Managed(conn) => conn.req_packed_command(cmd),
             Self::Own(conn) => conn.req_packed_command(cmd),
+            Self::Sentinel(conn) => conn.req_packed_command(cmd),
             Self::Cluster(conn) => conn.req_packed_command(cmd),
         }
     }
@@ -170,6 +201,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Managed(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Own(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
             Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -178,6 +210,7 @@ impl ConnectionLike for RedisConn {
         match self {
             Self::Managed(conn) => conn.get_db(),
             Self::Own(conn) => conn.get_db(),
+            Self::Sentinel(conn) => conn.get_db(),
             Self::Cluster(conn) => conn.get_db(),
         }
     }
@@ -199,6 +232,29 @@ impl RedisConn {
             answers.push(
                 conn.route_command(cmd.clone(), at_address(host, port))
                     .await,
+            );
+        }
+        Ok(answers)
+    }
+
+    /// `cmd` on each replica the Sentinels list as online, each one's
+    /// answer; none on a server or a cluster. For what a node keeps to
+    /// itself (its ACL users), so that a replica promoted later has it.
+    pub async fn on_each_replica(&self, cmd: Cmd) -> RedisResult<Vec<RedisResult<Value>>> {
+        let Self::Sentinel(conn) = self else {
+            return Ok(Vec::new());
+        };
+        let mut answers = Vec::new();
+        for replica in conn.replicas().await? {
+            let config = own_config(CONNECT_TIMEOUT);
+            answers.push(
+                match replica
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                {
+                    Ok(mut node) => cmd.query_async(&mut node).await,
+                    Err(err) => Err(err),
+                },
             );
         }
         Ok(answers)
@@ -289,36 +345,6 @@ impl RedisConn {
     }
 }
 
-/// Routing to the node at `host:port`.
-fn at_address(host: String, port: u16) -> RoutingInfo {
-    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port })
-}
-
-/// The master that owns `key`'s slot.
-pub fn route_of(key: &str) -> Route {
-    Route::with_key(key.as_bytes(), SlotAddr::Master)
-}
-
-/// The key a command names first, where routing looks for it: after the
-/// key count of a script, after STREAMS of a stream read, else its first
-/// argument; `None` for the commands that name none.
-pub fn first_key<'a>(name: &str, args: &'a [String]) -> Option<&'a str> {
-    match name {
-        "MULTI" | "EXEC" | "DISCARD" | "UNWATCH" | "PING" | "ECHO" | "TIME" | "INFO" => None,
-        "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" | "FCALL" | "FCALL_RO" => {
-            let count: usize = args.get(1)?.parse().ok()?;
-            (count > 0).then(|| args.get(2).map(String::as_str))?
-        }
-        "XREAD" | "XREADGROUP" => {
-            let at = args
-                .iter()
-                .position(|arg| arg.eq_ignore_ascii_case("STREAMS"))?;
-            args.get(at + 1).map(String::as_str)
-        }
-        _ => args.first().map(String::as_str),
-    }
-}
-
 /// The cluster's masters, as `CLUSTER NODES` lists them.
 async fn masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;
@@ -341,30 +367,6 @@ async fn masters(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_first_key_is_where_routing_looks_for_it() {
-        let commands: [(&str, &[&str], Option<&str>); 6] = [
-            ("WATCH", &["coupon:issued:{1}"], Some("coupon:issued:{1}")),
-            (
-                "EVALSHA",
-                &["abc", "2", "coupon:issued:{1}", "coupon:total:{1}", "7"],
-                Some("coupon:issued:{1}"),
-            ),
-            ("EVALSHA", &["abc", "0", "7"], None),
-            (
-                "XREADGROUP",
-                &["GROUP", "g", "c", "STREAMS", "s:{1}", ">"],
-                Some("s:{1}"),
-            ),
-            ("MULTI", &[], None),
-            ("EXEC", &[], None),
-        ];
-        for (name, args, key) in commands {
-            let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-            assert_eq!(first_key(name, &args), key, "{name} {args:?}");
-        }
-    }
 
     #[test]
     fn a_coupons_keys_share_its_slot() {

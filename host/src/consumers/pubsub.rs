@@ -84,7 +84,12 @@ async fn subscribe(
     subscribed: &watch::Sender<bool>,
 ) -> anyhow::Result<()> {
     // On a cluster, one node: every node hands on every PUBLISH.
-    let mut pubsub = lab.redis_target.subscriber().get_async_pubsub().await?;
+    let mut pubsub = lab
+        .redis_target
+        .subscriber()
+        .await?
+        .get_async_pubsub()
+        .await?;
     let channel = lab.redis_target.requests_channel();
     pubsub.subscribe(&channel).await?;
     subscribed.send_replace(true);

@@ -9,13 +9,27 @@ const SCHEMES: [&str; 5] = ["redis", "valkey", "unix", "redis+unix", "valkey+uni
 
 /// What REDIS_URL takes, for every error about it.
 pub const ACCEPTED: &str = "REDIS_URL takes redis://[USER[:PASSWORD]@]HOST[:PORT][/DB] or \
-     unix:///PATH[?db=DB] (valkey://, redis+unix:// and valkey+unix:// alike); with \
-     --redis-cluster, a comma-separated list of the cluster's seed nodes, each a redis:// URL";
+     unix:///PATH[?db=DB] (valkey://, redis+unix:// and valkey+unix:// alike), or \
+     redis+sentinel://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/MASTER[/DB] naming the \
+     Sentinels of a primary; with --redis-cluster, a comma-separated list of the cluster's \
+     seed nodes, each a redis:// URL";
 
-/// Checks REDIS_URL as a whole: one URL, or with `cluster` a list of seed
-/// nodes. Answers what is wrong, naming the setting and what it takes;
-/// never the URL's password.
+/// Checks REDIS_URL as a whole: one URL, Sentinels, or with `cluster` a
+/// list of seed nodes. Answers what is wrong, naming the setting and what
+/// it takes; never the URL's password.
 pub fn check(urls: &str, cluster: bool) -> Result<(), String> {
+    if super::sentinel::is_sentinel(urls) {
+        if cluster {
+            return Err(format!(
+                "REDIS_URL names Redis Sentinels, not a cluster: drop --redis-cluster; {ACCEPTED}"
+            ));
+        }
+        return super::sentinel::SentinelUrl::parse(urls)
+            .map(drop)
+            .map_err(|problem| {
+                format!("REDIS_URL names Redis Sentinels but {problem}; {ACCEPTED}")
+            });
+    }
     if !cluster {
         return check_one(urls.trim());
     }
@@ -33,12 +47,6 @@ fn check_one(url: &str) -> Result<(), String> {
             "REDIS_URL is not a URL: it has no scheme (`redis://`); {ACCEPTED}"
         ));
     };
-    if scheme.contains("sentinel") {
-        return Err(format!(
-            "REDIS_URL names a Redis Sentinel ({scheme}://), which the lab does not follow: \
-             give the master's own address; {ACCEPTED}"
-        ));
-    }
     if scheme == "rediss" || scheme == "valkeys" {
         return Err(format!(
             "REDIS_URL asks for TLS ({scheme}://), which this build's Redis client lacks; \
@@ -63,9 +71,14 @@ mod tests {
     fn a_url_the_lab_cannot_use_is_told_by_setting_problem_and_what_it_takes() {
         for (urls, cluster, problem) in [
             (
-                "redis+sentinel://127.0.0.1:26379/mymaster/0",
+                "redis+sentinel://secret@127.0.0.1:26379",
                 false,
-                "Redis Sentinel",
+                "names no master",
+            ),
+            (
+                "redis+sentinel://127.0.0.1:26379/mymaster/0",
+                true,
+                "drop --redis-cluster",
             ),
             ("rediss://secret@127.0.0.1:6380/0", false, "TLS"),
             ("http://127.0.0.1:6379", false, "scheme http://"),
@@ -89,6 +102,7 @@ mod tests {
             ("redis://user:pw@127.0.0.1/3", false),
             ("unix:///run/redis.sock?db=2", false),
             ("redis://a:7000, redis://b:7001", true),
+            ("redis+sentinel://a:26379,b:26380/mymaster/2", false),
         ] {
             assert_eq!(check(urls, cluster), Ok(()), "{urls}");
         }

@@ -8,7 +8,8 @@
 //!   DISCARD, WATCH, UNWATCH; PUBLISH; SUBSCRIBE and UNSUBSCRIBE, for the
 //!   host's listener of `redis-channels` only; EXISTS, TYPE, TTL, PTTL; PING;
 //!   CLUSTER SLOTS, with which a cluster client learns which node owns
-//!   which keys;
+//!   which keys; ROLE, with which a client behind Sentinels checks that the
+//!   node they name is the primary;
 //! - SELECT of the lab's own database only (`+select|9`, which the client
 //!   sends when it connects), so neither a command nor a script reaches
 //!   another database: Redis ACL has no rule per database, but it has one
@@ -30,6 +31,7 @@
 use redis::RedisError;
 
 use crate::redis_target::seeds;
+use crate::redis_target::sentinel::{SentinelUrl, is_sentinel};
 
 /// The user name the server creates for a lab on database 0.
 pub const USER: &str = "couponlab-strategy";
@@ -74,6 +76,9 @@ const RULES: &[&str] = &[
     "+pttl",
     "+ping",
     "+cluster|slots",
+    // Behind Sentinels, the client checks that the node they name as the
+    // primary is one before it connects there.
+    "+role",
     "(~coupon:gate:* +del +pexpire)",
     // The locks (`couponlab_contract::keys::lock`): released and renewed by their holder.
     "(~coupon:lock:* +del +pexpire)",
@@ -88,9 +93,13 @@ pub fn user(admin_url: &str) -> String {
     }
 }
 
-/// The logical database a URL selects (its path, as redis-rs reads it); a
-/// cluster's seed list has database 0 only.
+/// The logical database a URL selects (its path, as redis-rs reads it, or
+/// after a Sentinel URL's master name); a cluster's seed list has database
+/// 0 only.
 fn database(admin_url: &str) -> i64 {
+    if is_sentinel(admin_url) {
+        return SentinelUrl::parse(admin_url).map_or(0, |url| url.db);
+    }
     let first = seeds(admin_url).first().copied().unwrap_or(admin_url);
     redis::IntoConnectionInfo::into_connection_info(first)
         .map(|info| info.redis_settings().db())
@@ -112,6 +121,10 @@ pub fn password(admin_url: &str) -> String {
 pub fn url(admin_url: &str) -> anyhow::Result<String> {
     let password = password(admin_url);
     let user = user(admin_url);
+    if is_sentinel(admin_url) {
+        let sentinels = SentinelUrl::parse(admin_url).map_err(anyhow::Error::msg)?;
+        return Ok(sentinels.with_user(&user, &password));
+    }
     let with_user = |seed: &str| {
         let mut url = url::Url::parse(seed)
             .map_err(|err| anyhow::anyhow!("REDIS_URL is not a URL ({err}): {seed}"))?;

@@ -27,6 +27,7 @@ use tokio::sync::Notify;
 use wasmtime::component::Resource;
 
 use super::to_wit_error;
+use crate::redis_target::RedisTarget;
 use crate::runtime::bindings::redis::RedisError as WitError;
 use crate::runtime::bindings::redis_channels;
 use crate::runtime::store::HostState;
@@ -37,7 +38,9 @@ const UNREAD: usize = 64;
 
 /// The server's subscriptions, on one connection at a time.
 pub struct Channels {
-    client: redis::Client,
+    /// Where the subscriber connects, again after its connection broke
+    /// (behind Sentinels, to the primary named then).
+    target: RedisTarget,
     listener: tokio::sync::Mutex<Option<Arc<Listener>>>,
 }
 
@@ -112,9 +115,9 @@ pub struct Subscription {
 }
 
 impl Channels {
-    pub fn new(client: redis::Client) -> Self {
+    pub fn new(target: RedisTarget) -> Self {
         Self {
-            client,
+            target,
             listener: tokio::sync::Mutex::new(None),
         }
     }
@@ -141,7 +144,8 @@ impl Channels {
         {
             return Ok(listener.clone());
         }
-        let (sink, mut stream) = self.client.get_async_pubsub().await?.split();
+        let client = self.target.subscriber().await?;
+        let (sink, mut stream) = client.get_async_pubsub().await?.split();
         let listener = Arc::new(Listener {
             sink,
             channels: Mutex::default(),
@@ -319,7 +323,7 @@ mod tests {
     #[tokio::test]
     async fn each_message_wakes_the_longest_waiter_only_and_the_last_subscription_leaves() {
         let client = redis::Client::open(REDIS).unwrap();
-        let channels = Channels::new(client.clone());
+        let channels = Channels::new(RedisTarget::Server(client.clone()));
         let channel = format!("coupon:lock:channel:{{unit-{}}}", std::process::id());
         let mut first = channels.subscribe(&channel).await.unwrap();
         let mut second = channels.subscribe(&channel).await.unwrap();

@@ -117,7 +117,7 @@ impl GuestRedis {
                 conn: shared,
                 id: 0,
             }),
-            channels: Channels::new(target.subscriber().clone()),
+            channels: Channels::new(target.clone()),
             requests_channel: target.requests_channel(),
             dedicated: Arc::new(DedicatedPool {
                 target,

@@ -3,7 +3,10 @@
 //! threshold past which Redis answers everyone else `BUSY` and accepts
 //! `SCRIPT KILL` ([`super::scripts`]). Redis keeps both in memory only, so
 //! a restart loses them, and a cluster node that was down when the server
-//! started never got them.
+//! started never got them. Behind Sentinels, the user is made on the
+//! replicas too (ACL SETUSER is not replicated), so a failover promotes a
+//! node that has it; one that lacks it anyway is set up when it refuses the
+//! user, as after a restart.
 
 use redis::RedisError;
 
@@ -44,6 +47,19 @@ impl NodeSetup {
                     Ok(_) => {}
                     Err(err) if super::is_connection_error(&err) => unreachable = Some(err),
                     Err(err) => return Err(err),
+                }
+            }
+            // A replica that does not answer now still gets the user if a
+            // failover promotes it: it refuses the user, and the host comes
+            // back here.
+            let on_replicas = self
+                .admin
+                .on_each_replica(acl::setuser(&self.admin_url))
+                .await
+                .unwrap_or_else(|err| vec![Err(err)]);
+            for answer in on_replicas {
+                if let Err(err) = answer {
+                    tracing::warn!(error = %err, "a Redis replica did not take the components' user; it gets it if promoted");
                 }
             }
             if let Some(err) = unreachable {
