@@ -6,7 +6,6 @@
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::routing::get;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -125,16 +124,13 @@ async fn create(
             false
         }
     };
-    Ok(Answer(
-        StatusCode::CREATED,
-        Created {
-            id,
-            name,
-            total_count,
-            per_member_limit,
-            warmed,
-        },
-    ))
+    Ok(Answer::created(Created {
+        id,
+        name,
+        total_count,
+        per_member_limit,
+        warmed,
+    }))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -203,11 +199,8 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Coupons>, ApiError> {
             },
         )
         .collect();
-    Ok(Answer(
-        StatusCode::OK,
-        Coupons {
-            count: count as u64,
-            coupons,
-        },
-    ))
+    Ok(Answer::ok(Coupons {
+        count: count as u64,
+        coupons,
+    }))
 }

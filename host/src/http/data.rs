@@ -7,7 +7,6 @@
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::routing::delete;
 use redis::AsyncCommands;
 use serde::Serialize;
@@ -94,13 +93,10 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
     // announces it afresh.
     lab.announced.clear();
     lab.traces.clear();
-    Ok(Answer(
-        StatusCode::OK,
-        Reset {
-            emptied_tables: TABLES.to_vec(),
-            deleted_redis_keys: deleted,
-        },
-    ))
+    Ok(Answer::ok(Reset {
+        emptied_tables: TABLES.to_vec(),
+        deleted_redis_keys: deleted,
+    }))
 }
 
 /// Deletes the keys matching `pattern`; returns how many.

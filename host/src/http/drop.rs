@@ -6,7 +6,6 @@
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -84,14 +83,11 @@ async fn seed(
         .await
         .result?
         .map_err(|err| component_refused("seeding", err))?;
-    Ok(Answer(
-        StatusCode::OK,
-        Seeded {
-            coupon_id,
-            seeded: answer.seeded,
-            remaining: answer.remaining,
-        },
-    ))
+    Ok(Answer::ok(Seeded {
+        coupon_id,
+        seeded: answer.seeded,
+        remaining: answer.remaining,
+    }))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -147,12 +143,9 @@ async fn cancel(
         .await
         .result?
         .map_err(|err| component_refused("cancelling", err))?;
-    Ok(Answer(
-        StatusCode::OK,
-        Cancelled {
-            coupon_id,
-            member_id,
-            cancelled,
-        },
-    ))
+    Ok(Answer::ok(Cancelled {
+        coupon_id,
+        member_id,
+        cancelled,
+    }))
 }

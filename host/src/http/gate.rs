@@ -14,7 +14,6 @@
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::routing::get;
 use couponlab_contract::keys;
 use redis::AsyncCommands;
@@ -22,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::envelope::{Answer, ApiError, AppJson};
+use super::resource::existing_coupon;
 use super::schema::{CouponId, CouponPath, ServerFailed, Success, UnknownCoupon};
-use crate::db;
 use crate::lab::Lab;
 
 /// The value the component reads as off; any other (or none) is on.
@@ -66,13 +65,14 @@ async fn read(
     State(lab): State<Lab>,
     CouponPath(coupon_id): CouponPath,
 ) -> Result<Answer<GateSwitch>, ApiError> {
-    existing(&lab, coupon_id).await?;
+    existing_coupon(&lab, coupon_id).await?;
     let value: Option<String> = lab
         .redis()
         .clone()
         .get(keys::gate_switch(coupon_id))
         .await?;
-    Ok(switched(coupon_id, value.as_deref() != Some(OFF)))
+    let enabled = value.as_deref() != Some(OFF);
+    Ok(Answer::ok(GateSwitch { coupon_id, enabled }))
 }
 
 /// REDIS_LUA_GATE: switch the drop's gate off (every request takes the
@@ -97,7 +97,7 @@ async fn switch(
     CouponPath(coupon_id): CouponPath,
     AppJson(body): AppJson<SwitchBody>,
 ) -> Result<Answer<GateSwitch>, ApiError> {
-    existing(&lab, coupon_id).await?;
+    existing_coupon(&lab, coupon_id).await?;
     let mut redis = lab.redis().clone();
     let key = keys::gate_switch(coupon_id);
     if body.enabled {
@@ -106,20 +106,6 @@ async fn switch(
         // No time to live: off stays off until someone switches it on.
         let () = redis.set(key, OFF).await?;
     }
-    Ok(switched(coupon_id, body.enabled))
-}
-
-fn switched(coupon_id: u64, enabled: bool) -> Answer<GateSwitch> {
-    Answer(StatusCode::OK, GateSwitch { coupon_id, enabled })
-}
-
-/// 404 unless the coupon exists (a canary's scratch coupon does not).
-async fn existing(lab: &Lab, coupon_id: u64) -> Result<(), ApiError> {
-    if db::coupon_exists(lab.db(), coupon_id).await? {
-        Ok(())
-    } else {
-        Err(ApiError::not_found(format!(
-            "coupon {coupon_id} does not exist"
-        )))
-    }
+    let enabled = body.enabled;
+    Ok(Answer::ok(GateSwitch { coupon_id, enabled }))
 }

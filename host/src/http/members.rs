@@ -2,7 +2,6 @@
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use sqlx::{MySql, MySqlPool, PgPool, QueryBuilder};
@@ -67,14 +66,11 @@ async fn create(
         Pool::MySql(db) => insert_mysql(db, count).await?,
         Pool::Postgres(db) => insert_postgres(db, count).await?,
     };
-    Ok(Answer(
-        StatusCode::CREATED,
-        Created {
-            count,
-            first_id,
-            last_id,
-        },
-    ))
+    Ok(Answer::created(Created {
+        count,
+        first_id,
+        last_id,
+    }))
 }
 
 /// Inserts `count` members, their ids one run: the first and the last.

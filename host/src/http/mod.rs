@@ -14,13 +14,12 @@ mod members;
 mod metrics;
 mod openapi;
 mod reports;
+mod resource;
 mod results;
 mod schema;
 mod strategies;
 mod traces;
 mod write_behind;
-
-use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Request;
@@ -29,11 +28,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
 use crate::budget;
-use crate::db;
 use crate::lab::Lab;
-use crate::runtime::Strategy;
 
 pub use envelope::{ApiError, Envelope};
+use resource::serving_coupon;
 
 pub fn router(lab: Lab) -> Router {
     Router::new()
@@ -73,26 +71,4 @@ async fn run_to_end(request: Request, next: Next) -> Response {
             .into_response()
         }
     }
-}
-
-/// The loaded component of the world named `world` (the first by method
-/// name) for a request about `coupon_id`: 404 unless the coupon exists (a
-/// canary's scratch coupon does not), then 503 unless such a component is
-/// loaded.
-async fn serving_coupon(lab: &Lab, coupon_id: u64, world: &str) -> Result<Arc<Strategy>, ApiError> {
-    if !db::coupon_exists(lab.db(), coupon_id).await? {
-        return Err(ApiError::not_found(format!(
-            "coupon {coupon_id} does not exist"
-        )));
-    }
-    lab.registry
-        .strategies()
-        .values()
-        .find(|s| s.world.name() == world)
-        .cloned()
-        .ok_or_else(|| {
-            ApiError::unavailable(format!(
-                "no component of the {world} world is loaded; run `cargo xtask strategies`"
-            ))
-        })
 }
