@@ -1,10 +1,11 @@
-//! `--engines mariadb,mariadb-si,postgres`: the same runs on one served lab
-//! per engine, each on a database and a Redis database of its own, reported
-//! side by side (`METHOD@ENGINE`).
+//! `--engines mariadb,mariadb-si,postgres,galera,galera-1`: the same runs
+//! on one served lab per engine, each on a database and a Redis database of
+//! its own, reported side by side (`METHOD@ENGINE`). A Galera lab has three
+//! hosts, request n going to host n mod 3 (`galera.rs`).
 
 use serde_json::Value;
 
-use crate::server;
+use crate::{galera, server};
 
 /// A database setting a served lab can run its components on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,13 +17,20 @@ pub enum Engine {
     MariaDbSnapshotIsolation,
     /// The machine's PostgreSQL.
     Postgres,
+    /// The Galera cluster of `cargo xtask galera up`, a host on each node.
+    Galera,
+    /// The same cluster, its three hosts on its first node: its answer as
+    /// one node.
+    GaleraOneNode,
 }
 
 impl Engine {
-    const ALL: [Engine; 3] = [
+    const ALL: [Engine; 5] = [
         Engine::MariaDb,
         Engine::MariaDbSnapshotIsolation,
         Engine::Postgres,
+        Engine::Galera,
+        Engine::GaleraOneNode,
     ];
 
     /// As `--engines` and the report name it.
@@ -31,16 +39,29 @@ impl Engine {
             Engine::MariaDb => "mariadb",
             Engine::MariaDbSnapshotIsolation => "mariadb-si",
             Engine::Postgres => "postgres",
+            Engine::Galera => "galera",
+            Engine::GaleraOneNode => "galera-1",
         }
     }
 
-    /// The served lab's database: one of its own per engine.
+    /// The served lab's database: one of its own per engine (on Galera, as
+    /// its first host reaches it).
     pub fn database_url(self) -> anyhow::Result<String> {
         Ok(match self {
             Engine::MariaDb => server::database_url()?,
             Engine::MariaDbSnapshotIsolation => format!("{}_si", server::database_url()?),
             Engine::Postgres => server::postgres_database_url()?,
+            Engine::Galera | Engine::GaleraOneNode => self.host_database_urls()?.remove(0),
         })
+    }
+
+    /// Each served host's database URL: one host, or on Galera three.
+    pub fn host_database_urls(self) -> anyhow::Result<Vec<String>> {
+        match self {
+            Engine::Galera => galera::host_database_urls(true),
+            Engine::GaleraOneNode => galera::host_database_urls(false),
+            _ => Ok(vec![self.database_url()?]),
+        }
     }
 
     /// The served lab's settings for this engine.
@@ -48,7 +69,7 @@ impl Engine {
         match self {
             Engine::MariaDb => &[("COUPONLAB_SNAPSHOT_ISOLATION", "off")],
             Engine::MariaDbSnapshotIsolation => &[("COUPONLAB_SNAPSHOT_ISOLATION", "on")],
-            Engine::Postgres => &[],
+            Engine::Postgres | Engine::Galera | Engine::GaleraOneNode => &[],
         }
     }
 }
@@ -92,7 +113,8 @@ pub fn key(method: &str, engine: Option<&str>) -> String {
 }
 
 /// One line per engine for a report's opening: its name, the server's
-/// version and the settings its components ran with, as the lab said.
+/// version and the settings its components ran with, as the lab said (on
+/// Galera, the cluster's size and the first host's node too).
 pub fn described(engines: &[(&str, &Value)]) -> String {
     let lines: Vec<String> = engines
         .iter()
@@ -103,10 +125,20 @@ pub fn described(engines: &[(&str, &Value)]) -> String {
                 .flatten()
                 .map(|(setting, value)| format!("{setting}={}", value.as_str().unwrap_or("?")))
                 .collect();
+            let cluster = &engine["cluster"];
             format!(
-                "**{name}**: {} {}{}",
+                "**{name}**: {} {}{}{}",
                 engine["name"].as_str().unwrap_or("?"),
                 engine["version"].as_str().unwrap_or("?"),
+                if cluster.is_object() {
+                    format!(
+                        ", a cluster of {} (the first host on {})",
+                        cluster["size"],
+                        cluster["address"].as_str().unwrap_or("?")
+                    )
+                } else {
+                    String::new()
+                },
                 if settings.is_empty() {
                     String::new()
                 } else {
@@ -162,6 +194,14 @@ mod tests {
             text.contains(
                 "**mariadb-si**: mariadb 10.11.19-MariaDB (innodb_snapshot_isolation=ON)"
             ),
+            "{text}"
+        );
+        let galera = json!({ "name": "galera", "version": "10.11.19-MariaDB",
+                             "settings": { "wsrep_sync_wait": "0" },
+                             "cluster": { "size": 3, "address": "127.0.0.1:3307" } });
+        let text = described(&[("galera", &galera)]);
+        assert!(
+            text.contains("**galera**: galera 10.11.19-MariaDB, a cluster of 3 (the first host on 127.0.0.1:3307) (wsrep_sync_wait=0)"),
             "{text}"
         );
     }

@@ -11,6 +11,7 @@ use couponlab_links::{Links, NATS_UPSTREAM, REDIS_UPSTREAM};
 use crate::api::Api;
 use crate::engines::Engine;
 use crate::faults::{FaultPlan, Subjects};
+use crate::galera;
 use crate::k6::K6;
 use crate::own_nats::OwnNats;
 use crate::own_redis::OwnRedis;
@@ -39,6 +40,9 @@ pub struct Runner {
     pub subjects: Subjects,
     /// The engine its served lab runs on, when the run compares several.
     pub engine: Option<&'static str>,
+    /// The served lab's hosts after the first (on Galera, one per node),
+    /// stopped with the runner.
+    _more_servers: Vec<Server>,
 }
 
 /// The Redis database of the n-th of several engines' labs (the first's is
@@ -70,10 +74,14 @@ impl Runner {
             Some(redis) => redis.url(redis_db),
             None => format!("{}/{redis_db}", server::REDIS_SERVER),
         };
-        let database_url = match engine {
-            Some((_, engine)) => engine.database_url()?,
-            None => server::database_url()?,
+        let database_urls = match engine {
+            Some((_, engine)) => engine.host_database_urls()?,
+            None => vec![server::database_url()?],
         };
+        if database_urls.len() > 1 {
+            galera::ensure_cluster()?;
+        }
+        let database_url = database_urls[0].clone();
         let nats = faults.needs_own_nats().then(OwnNats::start).transpose()?;
         let nats_url = nats.as_ref().map(OwnNats::url);
         let links = if faults.needs_links() {
@@ -90,7 +98,7 @@ impl Runner {
         } else {
             None
         };
-        let server = Server::start_with(Serve {
+        let serve = Serve {
             links: links.as_deref(),
             roles_apart,
             redis_url: Some(&redis_url),
@@ -98,10 +106,16 @@ impl Runner {
             database_url: Some(&database_url),
             env: engine.map_or(&[], |(_, engine)| engine.env()),
             ..Serve::default()
-        })?;
+        };
+        let server = Server::start_with(serve)?;
+        let more_servers = galera::start_more_hosts(&database_urls, serve)?;
         let api = Api::new(&server.base_url())?;
+        let mut hosts = vec![api.clone()];
+        for more in &more_servers {
+            hosts.push(Api::new(&more.base_url())?);
+        }
         Ok(Runner {
-            hosts: vec![api.clone()],
+            hosts,
             api,
             k6_processes: 1,
             k6,
@@ -115,6 +129,7 @@ impl Runner {
                 nats: nats.map(|nats| Arc::new(Mutex::new(nats))),
             },
             engine: engine.map(|(_, engine)| engine.name()),
+            _more_servers: more_servers,
         })
     }
 
@@ -145,6 +160,7 @@ impl Runner {
             faults,
             subjects: Subjects::default(),
             engine: None,
+            _more_servers: Vec::new(),
         })
     }
 }

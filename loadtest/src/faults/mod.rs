@@ -11,6 +11,8 @@
 //! kill-consumers@START              the same for the consumer processes (roles apart)
 //! redis-restart@START               SHUTDOWN NOSAVE of the run's own Redis, started again empty
 //! nats-restart@START                SIGKILL of the run's own NATS, started again on its store
+//! galera-kill@START                 SIGKILL of the Galera node 127.0.0.1:3309, started again to rejoin
+//! galera-pause@START+DURATION       SIGSTOP of that node, SIGCONT after DURATION
 //! client-timeout=MS                 clients give up on a request after MS
 //! ```
 //!
@@ -32,6 +34,7 @@
 //! - `target`: what a fault does to its link, server or Redis when it
 //!   fires, and undoes when it ends.
 
+mod galera;
 mod injector;
 mod plan;
 mod spec;

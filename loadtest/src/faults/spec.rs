@@ -4,14 +4,13 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::galera::GaleraFault;
 use anyhow::{Context, bail};
 use couponlab_links::Link;
 
 /// The accepted forms, for error messages.
-const FORMS: &str = "redis-cut@START+DURATION, db-cut@START+DURATION, \
-amqp-cut@START+DURATION, nats-cut@START+DURATION, \
-redis-latency=MS@START+DURATION, db-latency=MS@START+DURATION, kill-server@START, \
-kill-consumers@START, redis-restart@START, nats-restart@START, client-timeout=MS (START and DURATION like 300ms, 0.3s, 2s, 1m)";
+const FORMS: &str = "redis-cut@START+DURATION, db-cut@START+DURATION, amqp-cut@START+DURATION, \
+nats-cut@START+DURATION, redis-latency=MS@START+DURATION, db-latency=MS@START+DURATION, kill-server@START, kill-consumers@START, redis-restart@START, nats-restart@START, galera-kill@START, galera-pause@START+DURATION, client-timeout=MS (START and DURATION like 300ms, 0.3s, 2s, 1m)";
 
 /// One fault of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,6 +40,8 @@ pub enum Fault {
     NatsRestart { start: Duration },
     /// Clients give up on a request after `ms`.
     ClientTimeout { ms: u64 },
+    /// A node of the Galera cluster killed or paused.
+    Galera(GaleraFault),
 }
 
 impl Fault {
@@ -139,7 +140,7 @@ impl Fault {
                 }
                 Fault::ClientTimeout { ms: ms()? }
             }
-            _ => bail!("unknown fault {kind:?}"),
+            _ => Fault::Galera(GaleraFault::parse(kind, value, instant, window)?),
         })
     }
 
@@ -158,6 +159,7 @@ impl Fault {
             | Fault::RedisRestart { start }
             | Fault::NatsRestart { start } => Some((start, start)),
             Fault::ClientTimeout { .. } => None,
+            Fault::Galera(fault) => Some(fault.window()),
         }
     }
 
@@ -212,6 +214,7 @@ impl Fault {
             Fault::ClientTimeout { ms } => {
                 format!("clients give up on a request after {ms} ms")
             }
+            Fault::Galera(fault) => fault.describe(),
         }
     }
 }
@@ -248,6 +251,7 @@ impl fmt::Display for Fault {
             Fault::RedisRestart { start } => write!(f, "redis-restart@{}", spec(*start)),
             Fault::NatsRestart { start } => write!(f, "nats-restart@{}", spec(*start)),
             Fault::ClientTimeout { ms } => write!(f, "client-timeout={ms}"),
+            Fault::Galera(fault) => write!(f, "{fault}"),
         }
     }
 }

@@ -112,6 +112,7 @@ impl Target {
                     down.as_secs_f64() * 1000.0
                 )
             }
+            Fault::Galera(fault) => fault.fire(&self.cancel, self.end)?,
             Fault::ClientTimeout { .. } => return Ok(None),
         };
         Ok(Some(Fired {

@@ -1,0 +1,146 @@
+//! The Galera cluster's faults (`--engines galera`): `galera-kill@START`,
+//! SIGKILL of one node's `mariadbd`, started again at once to rejoin the
+//! cluster; `galera-pause@START+DURATION`, SIGSTOP of one node and SIGCONT
+//! after DURATION, as Jepsen's pauses. The node is the last one
+//! (127.0.0.1:3309): the first, whose host sets the runs up and reports,
+//! and whose rows the verification reads, stays up.
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::bail;
+
+use super::injector::Cancel;
+use crate::galera::Node;
+
+/// The node the faults act on.
+const FAULTED: Node = Node::LAST;
+
+/// One fault of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GaleraFault {
+    Kill { start: Duration },
+    Pause { start: Duration, duration: Duration },
+}
+
+impl GaleraFault {
+    /// The fault of `kind` (`value` none), at `instant` or over `window`,
+    /// each asked only of the kind that takes it: the kinds `spec.rs` leaves
+    /// are the Galera ones, or unknown.
+    pub fn parse(
+        kind: &str,
+        value: Option<&str>,
+        instant: impl FnOnce() -> anyhow::Result<Duration>,
+        window: impl FnOnce() -> anyhow::Result<(Duration, Duration)>,
+    ) -> anyhow::Result<GaleraFault> {
+        if !matches!(kind, "galera-kill" | "galera-pause") {
+            bail!("unknown fault {kind:?}");
+        }
+        if let Some(value) = value {
+            bail!("{kind} takes no value, got ={value}");
+        }
+        Ok(match kind {
+            "galera-kill" => GaleraFault::Kill { start: instant()? },
+            _ => {
+                let (start, duration) = window()?;
+                GaleraFault::Pause { start, duration }
+            }
+        })
+    }
+
+    pub fn window(self) -> (Duration, Duration) {
+        match self {
+            GaleraFault::Kill { start } => (start, start),
+            GaleraFault::Pause { start, duration } => (start, start + duration),
+        }
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            GaleraFault::Kill { start } => format!(
+                "the Galera node {} is killed (SIGKILL) at {} s and started again at once, rejoining the cluster",
+                FAULTED.address(),
+                start.as_secs_f64()
+            ),
+            GaleraFault::Pause { start, duration } => format!(
+                "the Galera node {} is paused (SIGSTOP) at {} s for {} s, then continued (SIGCONT)",
+                FAULTED.address(),
+                start.as_secs_f64(),
+                duration.as_secs_f64()
+            ),
+        }
+    }
+
+    /// Fires the fault and, for a pause, ends it at its end (or at once
+    /// when the run stops first); what happened.
+    pub(super) fn fire(self, cancel: &Cancel, end: std::time::Instant) -> anyhow::Result<String> {
+        match self {
+            GaleraFault::Kill { .. } => {
+                let rejoined = FAULTED.kill_and_rejoin()?;
+                Ok(format!(
+                    "SIGKILL; started again, Synced in a cluster of 3 after {:.1} s",
+                    rejoined.as_secs_f64()
+                ))
+            }
+            GaleraFault::Pause { .. } => {
+                FAULTED.signal("STOP")?;
+                let early = cancel.sleep_until(end);
+                FAULTED.signal("CONT")?;
+                Ok(format!(
+                    "SIGSTOP, then SIGCONT{}",
+                    if early {
+                        "; ended early: the run stopped"
+                    } else {
+                        ""
+                    }
+                ))
+            }
+        }
+    }
+}
+
+/// The spec it parses from, in the canonical form of `spec.rs`.
+impl fmt::Display for GaleraFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |duration: Duration| duration.as_millis();
+        match *self {
+            GaleraFault::Kill { start } => write!(f, "galera-kill@{}ms", ms(start)),
+            GaleraFault::Pause { start, duration } => {
+                write!(f, "galera-pause@{}ms+{}ms", ms(start), ms(duration))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::spec::Fault;
+    use super::*;
+
+    #[test]
+    fn the_galera_faults_parse_and_write_back() {
+        let kill = Fault::parse("galera-kill@2.5s").unwrap();
+        assert_eq!(
+            kill,
+            Fault::Galera(GaleraFault::Kill {
+                start: Duration::from_millis(2500)
+            })
+        );
+        let pause = Fault::parse("galera-pause@1s+3s").unwrap();
+        assert_eq!(
+            pause.window(),
+            Some((Duration::from_secs(1), Duration::from_secs(4)))
+        );
+        for fault in [kill, pause] {
+            assert_eq!(Fault::parse(&fault.to_string()).unwrap(), fault);
+        }
+        for (spec, reason) in [
+            ("galera-kill@1s+1s", "takes no duration"),
+            ("galera-pause@1s", "needs a duration"),
+            ("galera-kill=3@1s", "takes no value"),
+        ] {
+            let message = format!("{:#}", Fault::parse(spec).unwrap_err());
+            assert!(message.contains(reason), "{spec}: {message}");
+        }
+    }
+}

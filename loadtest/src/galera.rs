@@ -1,0 +1,202 @@
+//! The Galera cluster of `cargo xtask galera up` (127.0.0.1:3307-3309, its
+//! nodes' files under `target/galera/node<n>/`) as the load runner uses
+//! it: the served hosts of `--engines galera` (one on each node) and
+//! `galera-1` (all on the first), and the nodes the Galera faults kill and
+//! pause.
+
+use std::fs::OpenOptions;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::paths::target_dir;
+use crate::server::{self, Serve, Server};
+
+/// How long a restarted node may take to receive the cluster's state and
+/// be `Synced` again (a full rsync transfer after a SIGKILL).
+const REJOIN_LIMIT: Duration = Duration::from_secs(120);
+
+/// A node of the cluster, by its number (1-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Node(u16);
+
+impl Node {
+    pub const ALL: [Node; 3] = [Node(1), Node(2), Node(3)];
+    pub const LAST: Node = Node(3);
+
+    /// 3307-3309, as `cargo xtask galera` places them.
+    fn port(self) -> u16 {
+        3306 + self.0
+    }
+
+    pub fn address(self) -> String {
+        format!("127.0.0.1:{}", self.port())
+    }
+
+    fn dir(self) -> PathBuf {
+        target_dir().join("galera").join(format!("node{}", self.0))
+    }
+
+    /// The node's `mariadbd`, by its pid file.
+    fn pid(self) -> anyhow::Result<u32> {
+        let file = self.dir().join("mariadbd.pid");
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("{} is not running: no {}", self.address(), file.display()))?;
+        Ok(text.trim().parse()?)
+    }
+
+    pub fn signal(self, name: &str) -> anyhow::Result<()> {
+        let pid = self.pid()?;
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status()?;
+        if !status.success() {
+            bail!("kill -{name} {pid} ({}) failed", self.address());
+        }
+        Ok(())
+    }
+
+    /// SIGKILL, then the node started again as `cargo xtask galera up`
+    /// starts a joiner (its own `my.cnf`, its output to its error log, a
+    /// process group of its own); how long until it was `Synced` in a
+    /// cluster of three again.
+    pub fn kill_and_rejoin(self) -> anyhow::Result<Duration> {
+        let pid = self.pid()?;
+        self.signal("KILL")?;
+        let killed = Instant::now();
+        // Gone, or a zombie (whose command line is empty).
+        while std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| !line.is_empty()) {
+            if killed.elapsed() > REJOIN_LIMIT {
+                bail!("{} did not die after SIGKILL", self.address());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir().join("error.log"))?;
+        Command::new("/usr/sbin/mariadbd")
+            .arg(format!(
+                "--defaults-file={}",
+                self.dir().join("my.cnf").display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("cannot start {} again", self.address()))?;
+        while !self.synced_in_three() {
+            if killed.elapsed() > REJOIN_LIMIT {
+                bail!(
+                    "{} was not Synced in a cluster of 3 within {REJOIN_LIMIT:?} of its restart",
+                    self.address()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(killed.elapsed())
+    }
+
+    /// Whether the node is `Synced` in a primary component of three.
+    fn synced_in_three(self) -> bool {
+        let output = Command::new("mariadb")
+            .args(["--no-defaults", "--protocol=TCP", "-h", "127.0.0.1"])
+            .arg(format!("--port={}", self.port()))
+            .args(["-u", "root", "--connect-timeout=2", "-N", "-B", "-e"])
+            .arg(
+                "SHOW GLOBAL STATUS WHERE Variable_name IN \
+                 ('wsrep_cluster_size', 'wsrep_local_state_comment', 'wsrep_cluster_status')",
+            )
+            .stdin(Stdio::null())
+            .output();
+        let Ok(output) = output else {
+            return false;
+        };
+        let status = String::from_utf8_lossy(&output.stdout);
+        [
+            "wsrep_cluster_size\t3",
+            "wsrep_local_state_comment\tSynced",
+            "wsrep_cluster_status\tPrimary",
+        ]
+        .iter()
+        .all(|line| status.lines().any(|said| said == *line))
+    }
+}
+
+/// Fails, saying how to start it, unless the cluster is three `Synced`
+/// nodes.
+pub fn ensure_cluster() -> anyhow::Result<()> {
+    for node in Node::ALL {
+        if !node.synced_in_three() {
+            bail!(
+                "the Galera node {} is not Synced in a cluster of 3: start the cluster with `cargo xtask galera up`",
+                node.address()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The scratch database of `--engines galera` (`spread`: a host on each
+/// node) or `galera-1` (every host on the first), on each host's node, the
+/// first host's first: named apart, so both run in one report.
+pub fn host_database_urls(spread: bool) -> anyhow::Result<Vec<String>> {
+    let scratch = server::database_url()?;
+    let (_, name) = scratch
+        .rsplit_once('/')
+        .context("the scratch database's URL names no database")?;
+    let name = if spread {
+        format!("{name}_galera")
+    } else {
+        format!("{name}_galera1")
+    };
+    Ok(Node::ALL
+        .into_iter()
+        .map(|node| match spread {
+            true => node,
+            false => Node::ALL[0],
+        })
+        .map(|node| format!("mysql://root@{}/{name}", node.address()))
+        .collect())
+}
+
+/// The hosts after the first, each as `serve` says on its own node's URL
+/// of `urls`: their canaries find the first host's passes, kept under the
+/// cluster's settings, and they serve at once.
+pub fn start_more_hosts(urls: &[String], serve: Serve<'_>) -> anyhow::Result<Vec<Server>> {
+    urls.iter()
+        .skip(1)
+        .map(|url| {
+            Server::start_with(Serve {
+                database_url: Some(url),
+                ..serve
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_hosts_write_to_every_node_and_one_node_hosts_to_the_first() {
+        let spread = host_database_urls(true).unwrap();
+        let ports: Vec<&str> = spread
+            .iter()
+            .map(|url| url.split(['@', '/']).nth(3).unwrap())
+            .collect();
+        assert_eq!(
+            ports,
+            ["127.0.0.1:3307", "127.0.0.1:3308", "127.0.0.1:3309"]
+        );
+        let one_node = host_database_urls(false).unwrap();
+        assert!(one_node.iter().all(|url| url.contains("127.0.0.1:3307/")));
+        assert_ne!(spread[0], one_node[0], "{spread:?} {one_node:?}");
+    }
+}
