@@ -9,6 +9,7 @@ use clap::Args;
 
 use crate::api::Api;
 use crate::durations::duration_text;
+use crate::progress::Progress;
 use crate::provenance;
 use crate::report;
 use crate::rounds::{self, MethodRounds};
@@ -117,13 +118,9 @@ pub fn compare(runners: &[Runner], comparison: &Comparison) -> anyhow::Result<Re
         })
         .collect();
     let mut broken = Vec::new();
+    let mut progress = Progress::new(runs.len() * rounds as usize);
     for round in 1..=rounds {
         for (i, (method, runner)) in runs.iter().enumerate() {
-            let of_rounds = if rounds > 1 {
-                format!("round {round}/{rounds}, ")
-            } else {
-                String::new()
-            };
             let run = Run {
                 method,
                 total,
@@ -132,11 +129,14 @@ pub fn compare(runners: &[Runner], comparison: &Comparison) -> anyhow::Result<Re
                 round: (rounds > 1).then_some(round),
                 engine: engine_of(runner),
             };
+            let place = progress.line(
+                (rounds > 1).then_some((round, rounds)),
+                runner.engine,
+                (i + 1, runs.len()),
+                method,
+            );
             println!(
-                "[{of_rounds}{}/{}] {}: {}",
-                i + 1,
-                runs.len(),
-                run.key(),
+                "{place}: {}",
                 match &comparison.arrivals {
                     Arrivals::Spike { .. } =>
                         format!("{members} members at once on a coupon of {total}"),
@@ -145,6 +145,7 @@ pub fn compare(runners: &[Runner], comparison: &Comparison) -> anyhow::Result<Re
                 }
             );
             let run = run.execute(runner)?;
+            progress.ended_one();
             said(&run);
             broken_claims(&measured[i].method, &run, &mut broken);
             measured[i].rounds.push(run);

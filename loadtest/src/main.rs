@@ -9,7 +9,8 @@
 //!   `500ms`, `10s`, `2m`, `1h`;
 //! - `runner`: what every run shares; `run`: one method's run, its drain
 //!   and its join; `rounds`: `--rounds N`, a method's rounds as one row;
-//!   `spread`: a figure's median and range;
+//!   `spread`: a figure's median and range; `progress`: where a long
+//!   invocation is and about how long is left;
 //! - `k6`: k6's command and figures; `records`: what every client was told;
 //!   `histograms`: latency as a distribution, and a run second by second;
 //! - `truth`: the rows and Redis read directly; `verification`: their join
@@ -24,7 +25,8 @@
 //!   parts both reports share, `why` the anomalies and a trace, `charts`
 //!   the uPlot charts, `distribution` what results.json keeps to draw them);
 //!   `provenance`: commit, command and versions;
-//! - `smoke`: the checked runs `cargo xtask test` ends with;
+//! - `smoke`: the checked runs `cargo xtask test` ends with; `diff`: two
+//!   runs' reports overlaid, and a report redrawn from its results.json;
 //! - `bench` (`wrk`, `report`, `budget`), `idle`, `soak` (`sample`,
 //!   `verdict`, `report`), `api_check`: the other subcommands;
 //! - `api`: the lab's API; `paths`: where things are; `markers`: figures
@@ -35,6 +37,7 @@ mod api;
 mod api_check;
 mod bench;
 mod comparison;
+mod diff;
 mod durations;
 mod engines;
 mod faults;
@@ -50,6 +53,7 @@ mod own_redis;
 mod paths;
 mod proc_stats;
 mod process_log;
+mod progress;
 mod provenance;
 mod records;
 mod report;
@@ -82,7 +86,7 @@ enum Task {
     /// hold, and a report (loadtest/reports/<UTC time>/)
     Loadtest {
         #[command(subcommand)]
-        mode: modes::Mode,
+        task: Loadtest,
     },
     /// couponlab against its native twin under wrk, written to
     /// docs/performance.md
@@ -96,9 +100,29 @@ enum Task {
     ApiCheck(api_check::Options),
 }
 
+#[derive(Subcommand)]
+enum Loadtest {
+    #[command(flatten)]
+    Mode(modes::Mode),
+    /// Two runs' reports overlaid in one: curves, seconds, differences and
+    /// what changed
+    Diff(diff::Diff),
+    /// A run's report written again from its results.json and request
+    /// records
+    Redraw(diff::Redraw),
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().task {
-        Task::Loadtest { mode } => modes::main(mode),
+        Task::Loadtest {
+            task: Loadtest::Mode(mode),
+        } => modes::main(mode),
+        Task::Loadtest {
+            task: Loadtest::Diff(options),
+        } => diff::diff(&options),
+        Task::Loadtest {
+            task: Loadtest::Redraw(options),
+        } => diff::redraw(&options),
         Task::Bench(options) => bench::main(&options),
         Task::Idle(options) => idle::main(&options),
         Task::Soak(command) => soak::main(command),

@@ -334,7 +334,9 @@ mod tests {
             .into_iter()
             .chain(args.split_whitespace());
         Cli::try_parse_from(words).map(|cli| match cli.task {
-            Task::Loadtest { mode } => mode,
+            Task::Loadtest {
+                task: crate::Loadtest::Mode(mode),
+            } => mode,
             _ => panic!("not loadtest"),
         })
     }

@@ -1,6 +1,7 @@
 //! `--rounds N`: each method measured N times, every round of all the
 //! methods before the next, so a drift of the shared machine meets them
-//! alike. The report gives each figure as the median with its range; its
+//! alike. The report gives each figure as the median with its range (the
+//! mean of the two middle rounds for an even number); its
 //! verification, anomalies and example trace come from the round that
 //! broke the most claims (the first when none broke any), and
 //! results.json keeps every round.
@@ -64,7 +65,7 @@ pub fn described(rounds: u32) -> String {
         return String::new();
     }
     format!(
-        " {rounds} rounds, each of every method in turn: each figure is the median, with the lowest and highest round in brackets; the verification, anomalies and trace are those of the round that broke the most claims (the first when none broke any)."
+        " {rounds} rounds, each of every method in turn: each figure is the median (of an even number of rounds, the mean of the two middle ones), with the lowest and highest round in brackets; the verification, anomalies and trace are those of the round that broke the most claims (the first when none broke any)."
     )
 }
 

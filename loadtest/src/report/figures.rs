@@ -132,8 +132,8 @@ mod tests {
         assert_eq!((row.p99_ms, row.issue_rows), (10.0, 101));
         assert_eq!(FIGURES[3].cell(&row), "10.0 (9.0–12.0)");
         assert_eq!(FIGURES[10].cell(&row), "101 (100–103)");
-        // The drain of the two rounds that have one.
-        assert_eq!(FIGURES[14].cell(&row), "30 (10–30)");
+        // The drain of the two rounds that have one: their mean.
+        assert_eq!(FIGURES[14].cell(&row), "20 (10–30)");
         assert_eq!(
             spreads_json(&row)["rows"],
             json!({ "median": 101.0, "min": 100.0, "max": 103.0 })

@@ -37,14 +37,7 @@ pub fn render(
     raw: &Value,
     provenance: &Value,
 ) -> String {
-    let mut out = format!(
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{t}</title>\n<style>\n{OUTCOMES_CSS}{REPORT_CSS}{UPLOT_CSS}\n{CHARTS_CSS}</style>\n</head>\n<body>\n\
-         <h1>{t}</h1>\n<p>{d}</p>\n",
-        t = esc(title),
-        d = esc(description),
-    );
+    let mut out = page_start(title, description);
     summary(&mut out, rows);
     out.push_str("<h2>Side by side</h2>\n");
     out.push_str(&svg(rows));
@@ -67,6 +60,19 @@ pub fn render(
          until every accepted request had its outcome.</p>\n</body>\n</html>\n",
     );
     out
+}
+
+/// A report page's head, with every style inline, its title and what it
+/// shows.
+pub fn page_start(title: &str, description: &str) -> String {
+    format!(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{t}</title>\n<style>\n{OUTCOMES_CSS}{REPORT_CSS}{UPLOT_CSS}\n{CHARTS_CSS}</style>\n</head>\n<body>\n\
+         <h1>{t}</h1>\n<p>{d}</p>\n",
+        t = esc(title),
+        d = esc(description),
+    )
 }
 
 /// The table of report.md, one row per method, numbers right-aligned.

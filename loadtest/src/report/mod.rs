@@ -234,7 +234,9 @@ pub fn write(
             entry.insert("spread".into(), figures::spreads_json(row));
         }
     }
-    let results = json!({ "title": title, "provenance": provenance, "methods": methods });
+    let results = json!({
+        "title": title, "description": description, "provenance": provenance, "methods": methods,
+    });
     std::fs::write(
         dir.join("results.json"),
         serde_json::to_string_pretty(&results)?,

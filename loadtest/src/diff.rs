@@ -1,0 +1,274 @@
+//! Reports from reports: `loadtest redraw DIR` writes a run's report again
+//! from its results.json (and the request records beside it), and
+//! `loadtest diff RUN_A RUN_B` writes one report that overlays two runs:
+//! each method's percentile curves and seconds from both, the figures'
+//! differences with their spreads, and what changed between the runs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::histograms;
+use crate::paths;
+use crate::report::charts::{self, Run};
+use crate::report::distribution::Entry;
+use crate::report::figures::FIGURES;
+use crate::report::markup::table;
+use crate::report::{self, Row, html};
+use crate::spread::Spread;
+
+/// `loadtest redraw DIR`.
+#[derive(Args)]
+pub struct Redraw {
+    /// A run's report directory: its results.json and request records
+    dir: PathBuf,
+}
+
+/// `loadtest diff RUN_A RUN_B`.
+#[derive(Args)]
+pub struct Diff {
+    /// The first run's report directory (the baseline)
+    run_a: PathBuf,
+    /// The second run's report directory
+    run_b: PathBuf,
+    /// Where the report goes (default: loadtest/reports/<UTC time>-diff/)
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// A run's results.json, as the report wrote it.
+#[derive(Deserialize)]
+struct Results {
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    provenance: Value,
+    methods: BTreeMap<String, Value>,
+}
+
+impl Results {
+    fn read(dir: &Path) -> anyhow::Result<Results> {
+        let path = dir.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("no results.json in {}", dir.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("unreadable {}", path.display()))
+    }
+
+    /// Each method's row: its figures as the run measured them, with the
+    /// spread over rounds where it had rounds.
+    fn rows(&self) -> Vec<Row> {
+        self.methods
+            .iter()
+            .map(|(method, entry)| {
+                let mut row = Row::from(method, &entry["k6"], &entry["result"], None, None);
+                for figure in &FIGURES {
+                    let spread = &entry["spread"][figure.heading];
+                    let value = |key: &str| spread[key].as_f64();
+                    if let (Some(median), Some(min), Some(max)) =
+                        (value("median"), value("min"), value("max"))
+                    {
+                        row.ranges
+                            .insert(figure.heading, Spread { median, min, max });
+                    }
+                }
+                row
+            })
+            .collect()
+    }
+}
+
+/// Writes the run's report again from its results.json.
+pub fn redraw(options: &Redraw) -> anyhow::Result<()> {
+    let results = Results::read(&options.dir)?;
+    report::write(
+        &options.dir,
+        &results.title,
+        &results.description,
+        &results.rows(),
+        &results.methods,
+        &results.provenance,
+    )?;
+    println!("report: {}", options.dir.join("report.html").display());
+    Ok(())
+}
+
+/// Writes the report of two runs overlaid.
+pub fn diff(options: &Diff) -> anyhow::Result<()> {
+    let (a, b) = (
+        Results::read(&options.run_a)?,
+        Results::read(&options.run_b)?,
+    );
+    let out = options
+        .out
+        .clone()
+        .unwrap_or_else(|| paths::new_report_dir("-diff"));
+    std::fs::create_dir_all(&out)?;
+    let name = |dir: &Path| {
+        dir.file_name()
+            .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into())
+    };
+    let (name_a, name_b) = (name(&options.run_a), name(&options.run_b));
+    let page = render(&a, &b, &name_a, &name_b);
+    std::fs::write(out.join("report.html"), page)?;
+    println!("report: {}", out.join("report.html").display());
+    Ok(())
+}
+
+/// The page: what changed, the differences, then the charts of both runs.
+fn render(a: &Results, b: &Results, name_a: &str, name_b: &str) -> String {
+    let description = format!(
+        "A: {name_a} ({}); B: {name_b} ({}). A's lines are solid, B's dotted; the server's dashed.",
+        a.title, b.title
+    );
+    let mut out = html::page_start("Two runs side by side", &description);
+    out.push_str("<h2>What changed</h2>\n");
+    changed(&mut out, a, b);
+    out.push_str("<h2>Differences (B − A)</h2>\n");
+    differences(&mut out, a, b);
+    charts::section(
+        &mut out,
+        &[
+            Run {
+                run: Some("A"),
+                methods: &serde_json::json!(a.methods),
+            },
+            Run {
+                run: Some("B"),
+                methods: &serde_json::json!(b.methods),
+            },
+        ],
+    );
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// The provenance of both runs, field by field, and each method's engine.
+fn changed(out: &mut String, a: &Results, b: &Results) {
+    let field = |results: &Results, path: &[&str]| {
+        plain(
+            path.iter()
+                .fold(&results.provenance, |value, key| &value[key]),
+        )
+    };
+    let mut lines: Vec<(String, String, String)> = [
+        ("commit", &["commit"][..]),
+        ("command", &["command"]),
+        ("cores", &["cores"]),
+        ("Redis", &["versions", "redis"]),
+        ("database", &["versions", "database"]),
+        ("k6", &["versions", "k6"]),
+        ("Rust", &["versions", "rust"]),
+    ]
+    .iter()
+    .map(|(name, path)| (name.to_string(), field(a, path), field(b, path)))
+    .collect();
+    let engine = |results: &Results, method: &str| {
+        results
+            .methods
+            .get(method)
+            .map_or("—".to_string(), |entry| plain(&entry["engine"]))
+    };
+    for method in methods_of(a, b) {
+        lines.push((
+            format!("{method}: engine"),
+            engine(a, &method),
+            engine(b, &method),
+        ));
+    }
+    let body = lines.into_iter().map(|(name, in_a, in_b)| {
+        let verdict = if in_a == in_b { "same" } else { "changed" };
+        (name, vec![in_a, in_b, verdict.to_string()])
+    });
+    table(out, "changed", "", &["A", "B", ""], body);
+}
+
+/// Every method of either run, in order.
+fn methods_of(a: &Results, b: &Results) -> Vec<String> {
+    let mut methods: Vec<String> = a.methods.keys().chain(b.methods.keys()).cloned().collect();
+    methods.sort();
+    methods.dedup();
+    methods
+}
+
+/// Each figure of each method in both runs, as each report shows it (over
+/// rounds: the median and its range), and B's change from A.
+fn differences(out: &mut String, a: &Results, b: &Results) {
+    let (rows_a, rows_b) = (a.rows(), b.rows());
+    let find = |rows: &[Row], method: &str| rows.iter().find(|r| r.method == method).cloned();
+    let mut body = Vec::new();
+    for method in methods_of(a, b) {
+        let (Some(row_a), Some(row_b)) = (find(&rows_a, &method), find(&rows_b, &method)) else {
+            body.push((method, vec!["in one run only".to_string(); 4]));
+            continue;
+        };
+        for figure in &FIGURES {
+            let (value_a, value_b) = ((figure.value)(&row_a), (figure.value)(&row_b));
+            body.push((
+                format!("{method} · {}", figure.heading),
+                change(figure.cell(&row_a), figure.cell(&row_b), value_a, value_b),
+            ));
+        }
+        let percentiles = [
+            ("client", 0.999, "p99.9"),
+            ("server", 0.99, "p99"),
+            ("server", 0.999, "p99.9"),
+        ];
+        for (side, quantile, name) in percentiles {
+            let percentile = |results: &Results| {
+                let entry = Entry::deserialize(results.methods.get(&method)?).ok()?;
+                let encoded = entry.latency_histograms?;
+                let text = if side == "client" {
+                    Some(encoded.client)
+                } else {
+                    encoded.server
+                };
+                let histogram = histograms::decode(&text?).ok()?;
+                Some(histograms::percentile_ms(&histogram, quantile))
+            };
+            let (value_a, value_b) = (percentile(a), percentile(b));
+            let cell = |value: Option<f64>| value.map_or("—".to_string(), |v| format!("{v:.1}"));
+            body.push((
+                format!("{method} · {side} {name} ms"),
+                change(cell(value_a), cell(value_b), value_a, value_b),
+            ));
+        }
+    }
+    table(
+        out,
+        "differences",
+        "figure",
+        &["A", "B", "B − A", "change"],
+        body.into_iter(),
+    );
+}
+
+/// A figure's cells in both runs, its difference and its relative change.
+fn change(cell_a: String, cell_b: String, a: Option<f64>, b: Option<f64>) -> Vec<String> {
+    let (difference, relative) = match (a, b) {
+        (Some(a), Some(b)) => (
+            format!("{:+.1}", b - a),
+            if a == 0.0 {
+                "—".to_string()
+            } else {
+                format!("{:+.0} %", (b - a) / a * 100.0)
+            },
+        ),
+        _ => ("—".to_string(), "—".to_string()),
+    };
+    vec![cell_a, cell_b, difference, relative]
+}
+
+/// A value as a cell: text as it is, anything else as JSON.
+fn plain(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => "—".to_string(),
+        other => other.to_string(),
+    }
+}
