@@ -265,8 +265,17 @@ impl Hammer {
 
 /// Counts the WATCH commands Redis runs on `key`, as MONITOR reports them.
 struct WatchCounter {
-    seen: watch::Receiver<u64>,
+    seen: watch::Receiver<Monitored>,
+    marker: String,
     task: JoinHandle<()>,
+}
+
+/// What MONITOR has shown so far: the WATCHes on the key, and whether the
+/// test's marker came by.
+#[derive(Clone, Copy, Default)]
+struct Monitored {
+    watches: u64,
+    marker: bool,
 }
 
 impl WatchCounter {
@@ -275,35 +284,46 @@ impl WatchCounter {
         // MONITOR is on once this returns: no WATCH can be missed.
         let monitor = client.get_async_monitor().await.unwrap();
         let needle = format!("\"WATCH\" \"{key}\"");
-        let (counted, seen) = watch::channel(0);
+        let marker = format!("couponlab-test-monitor-marker-{key}");
+        let marker_needle = format!("\"ECHO\" \"{marker}\"");
+        let (counted, seen) = watch::channel(Monitored::default());
         let task = tokio::spawn(async move {
             let mut lines = monitor.into_on_message::<String>();
             while let Some(line) = lines.next().await {
                 if line.contains(&needle) {
-                    counted.send_modify(|count| *count += 1);
+                    counted.send_modify(|seen| seen.watches += 1);
+                } else if line.contains(&marker_needle) {
+                    counted.send_modify(|seen| seen.marker = true);
                 }
             }
         });
-        WatchCounter { seen, task }
+        WatchCounter { seen, marker, task }
+    }
+
+    /// Waits (at most 10 s) until MONITOR has shown what `shown` asks for.
+    async fn until_shown(&self, what: &str, shown: impl Fn(&Monitored) -> bool) {
+        let mut seen = self.seen.clone();
+        tokio::time::timeout(Duration::from_secs(10), seen.wait_for(shown))
+            .await
+            .unwrap_or_else(|_| panic!("MONITOR did not show {what} in 10 s"))
+            .unwrap();
     }
 
     /// Waits (at most 10 s) until at least `count` WATCHes were seen.
     async fn reached(&self, count: u64) {
-        let mut seen = self.seen.clone();
-        tokio::time::timeout(Duration::from_secs(10), seen.wait_for(|&n| n >= count))
-            .await
-            .unwrap_or_else(|_| panic!("fewer than {count} WATCHes in 10 s"))
-            .unwrap();
+        let what = format!("{count} WATCHes");
+        self.until_shown(&what, |seen| seen.watches >= count).await;
     }
 
-    /// Waits until `count` WATCHes were seen, and 200 ms more for any extra
-    /// one; returns how many were seen.
-    async fn settle_at(self, count: u64) -> u64 {
-        self.reached(count).await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let seen = *self.seen.borrow();
+    /// Every WATCH Redis ran before now: MONITOR shows commands in the
+    /// order Redis runs them, so once it shows a marker sent now, it has
+    /// shown each WATCH of a request already answered.
+    async fn all_until_now(self, lab: &TestLab) -> u64 {
+        let _: String = lab.redis_query(redis::cmd("ECHO").arg(&self.marker)).await;
+        self.until_shown("the marker", |seen| seen.marker).await;
+        let watches = self.seen.borrow().watches;
         self.task.abort();
-        seen
+        watches
     }
 }
 
@@ -334,7 +354,7 @@ async fn redis_watch_retries_when_the_set_changes_between_watch_and_exec() {
     assert_eq!(answer["outcome"], json!("ISSUED"), "{}", reply.body);
     let retries = answer["retries"].as_u64().unwrap();
     assert!((1..=10).contains(&retries), "{retries} retries");
-    let attempts = watches.settle_at(retries + 1).await;
+    let attempts = watches.all_until_now(&lab).await;
     assert_eq!(attempts, retries + 1, "one WATCH per attempt");
 
     let result = lab.result(coupon).await;
@@ -358,7 +378,7 @@ async fn redis_watch_gives_up_with_503_after_10_retries() {
     assert!(message.starts_with("VERSION_CONFLICT"), "{message}");
     assert!(message.contains("WATCH"), "{message}");
     assert_eq!(
-        watches.settle_at(11).await,
+        watches.all_until_now(&lab).await,
         11,
         "the first attempt and 10 retries"
     );

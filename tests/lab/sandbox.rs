@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use couponlab_contract::keys;
 use futures::future::join_all;
 
-use crate::common::{Setup, TestLab, with_call_deadline_ms};
+use crate::common::{Setup, TestLab, until, with_call_deadline_ms};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_component_fails_its_own_request_within_the_deadline() {
@@ -37,7 +37,13 @@ async fn a_looping_component_does_not_hold_up_other_requests() {
     // ordinary ones come and go on the other.
     let spinning = join_all((0..1).map(|_| lab.issue(coupon, members[0], "TEST_SPIN")));
     let ordinary = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The ordinary ones come once the spinning call runs.
+        until(
+            "the spinning call runs",
+            Duration::from_secs(10),
+            || async { lab.metric("couponlab_instances_in_use").await >= 1.0 },
+        )
+        .await;
         let started = Instant::now();
         let replies = join_all(members.iter().map(|&m| lab.issue(coupon, m, "PESSIMISTIC"))).await;
         (started.elapsed(), replies)
