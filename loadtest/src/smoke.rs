@@ -3,11 +3,12 @@
 //! spike on two engines side by side, then short spikes under faults whose verification figures are checked against a recount
 //! of the per-request records and the rows.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::comparison::{Comparison, compare};
@@ -15,8 +16,11 @@ use crate::engines::Engine;
 use crate::faults::FaultPlan;
 use crate::k6::K6;
 use crate::paths::{root, target_dir};
+use crate::records;
 use crate::run::Arrivals;
 use crate::runner::Runner;
+use crate::spread::Spread;
+use crate::verification::Verification;
 
 pub fn smoke() -> anyhow::Result<()> {
     println!("load test smoke run: k6 against a server of its own");
@@ -46,22 +50,27 @@ pub fn smoke() -> anyhow::Result<()> {
     let chart = std::fs::read_to_string(out.join("chart.svg"))?;
     let html = std::fs::read_to_string(out.join("report.html"))?;
     for method in ["PESSIMISTIC", "REDIS_STREAM_ATOMIC"] {
-        let row = report
-            .lines()
-            .find(|line| line.starts_with(&format!("| {method} |")));
-        let Some(row) = row else {
-            bail!("the smoke report has no row for {method}")
+        let entry = results.method(method)?;
+        // 10 issued of 10, none over, in both rounds.
+        let ten = Spread {
+            median: 10.0,
+            min: 10.0,
+            max: 10.0,
         };
-        // Columns: total, rows, over-issued: 10 issued of 10, none over,
-        // in both rounds.
-        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        if cells[11..14] != ["10 (10–10)", "10 (10–10)", "0 (0–0)"] {
-            bail!("unexpected smoke figures for {method}: {row}");
-        }
-        let entry = &results["methods"][method];
-        let rounds = entry["rounds"].as_array().map_or(0, Vec::len);
-        if rounds != 2 || entry["spread"]["rows"]["median"] != 10.0 {
-            bail!("the smoke results.json has no two rounds and spreads for {method}: {entry}");
+        let none = Spread {
+            median: 0.0,
+            min: 0.0,
+            max: 0.0,
+        };
+        let expected = [("total", ten), ("rows", ten), ("over-issued", none)];
+        for (figure, spread) in expected {
+            if entry.spread.get(figure) != Some(&spread) || entry.rounds.len() != 2 {
+                bail!(
+                    "unexpected smoke figures for {method} over {} rounds: {figure} {:?}",
+                    entry.rounds.len(),
+                    entry.spread.get(figure)
+                );
+            }
         }
         if !chart.contains(&format!(">{method}</text>")) {
             bail!("the smoke chart has no bar for {method}");
@@ -131,17 +140,14 @@ fn engines() -> anyhow::Result<()> {
         bail!("the engines' report does not open with its engines");
     }
     let over_issued = |key: &str| -> anyhow::Result<u64> {
-        let entry = &results["methods"][key];
+        let entry = results.method(key)?;
         if !report.contains(&format!("| {key} |")) {
             bail!("the engines' report has no row for {key}");
         }
-        let spread = &entry["spread"]["over-issued"];
-        if spread["min"].is_null() || spread["max"].is_null() {
-            bail!("{key} has no spread over its rounds: {}", entry["spread"]);
+        if !entry.spread.contains_key("over-issued") {
+            bail!("{key} has no spread over its rounds: {:?}", entry.spread);
         }
-        entry["verification"]["overIssued"]
-            .as_u64()
-            .with_context(|| format!("{key} has no verification"))
+        Ok(entry.verification.over_issued)
     };
     for key in [
         "READ_COMMITTED@mariadb",
@@ -154,24 +160,17 @@ fn engines() -> anyhow::Result<()> {
     }
     for engine in ["mariadb-si", "postgres"] {
         let key = format!("REPEATABLE_READ@{engine}");
-        let refused =
-            &results["methods"][&key]["result"]["requests"]["byOutcome"]["SERIALIZATION_FAILURE"];
-        if over_issued(&key)? != 0 || refused.as_u64().unwrap_or(0) == 0 {
-            bail!(
-                "{key} over-issued or refused nothing: {}",
-                results["methods"][&key]
-            );
+        let refused = results.method(&key)?.answered("SERIALIZATION_FAILURE");
+        if over_issued(&key)? != 0 || refused == 0 {
+            bail!("{key} over-issued or refused nothing");
         }
     }
     for method in ["PESSIMISTIC", "REDIS_LUA"] {
         for engine in ["mariadb", "mariadb-si", "postgres"] {
             let key = format!("{method}@{engine}");
-            let issued = &results["methods"][&key]["result"]["requests"]["byOutcome"]["ISSUED"];
+            let issued = results.method(&key)?.answered("ISSUED");
             if over_issued(&key)? != 0 || issued != 50 {
-                bail!(
-                    "{key} did not sell out exactly: {}",
-                    results["methods"][&key]
-                );
+                bail!("{key} did not sell out exactly: {issued} issued");
             }
         }
     }
@@ -215,10 +214,9 @@ fn under_faults() -> anyhow::Result<()> {
     println!("load test smoke run: redis-cut during a spike");
     let dir = out.join("redis-cut");
     spike(&["redis-cut@0.1s+1s"], "REDIS_LUA", 3000, 1500, &dir)?;
-    let verification = &results(&dir)?["methods"]["REDIS_LUA"]["verification"];
-    let figure = |name: &str| verification[name].as_u64().context(name.to_string());
-    if figure("overIssued")? != 0 || figure("strandedStock")? != 0 {
-        bail!("REDIS_LUA after redis-cut: {verification}");
+    let verification = results(&dir)?.method("REDIS_LUA")?.verification.clone();
+    if verification.over_issued != 0 || verification.stranded_stock != 0 {
+        bail!("REDIS_LUA after redis-cut: {verification:?}");
     }
     println!("      REDIS_LUA: no over-issue, no stranded stock");
     Ok(())
@@ -272,11 +270,9 @@ fn screenshot(page: &Path, name: &str) -> anyhow::Result<()> {
 /// The runner's `ackedButLost` for `method`, and the same figure counted
 /// here from the CSV of records and the rows read again.
 fn acked_but_lost(runner: &Runner, dir: &Path, method: &str) -> anyhow::Result<(u64, u64)> {
-    let figures = &results(dir)?["methods"][method];
-    let reported = figures["verification"]["ackedButLost"]
-        .as_u64()
-        .context("no ackedButLost")?;
-    let coupon = figures["couponId"].as_u64().context("no couponId")?;
+    let results = results(dir)?;
+    let figures = results.method(method)?;
+    let (reported, coupon) = (figures.verification.acked_but_lost, figures.coupon_id);
     let rows = runner.sources.truth(coupon)?.rows;
     let recounted = told_success(dir, method)?
         .iter()
@@ -288,21 +284,70 @@ fn acked_but_lost(runner: &Runner, dir: &Path, method: &str) -> anyhow::Result<(
 /// The members `requests-<RUN>.csv` (`METHOD`, or `METHOD-roundN`) says
 /// were told 200 or 202.
 fn told_success(dir: &Path, run: &str) -> anyhow::Result<BTreeSet<u64>> {
-    let csv = std::fs::read_to_string(dir.join(format!("requests-{run}.csv")))?;
-    let mut members = BTreeSet::new();
-    for line in csv.lines().skip(1) {
-        let cells: Vec<&str> = line.split(',').collect();
-        if matches!(cells.get(3), Some(&"200" | &"202")) {
-            members.insert(cells[2].parse()?);
-        }
-    }
-    Ok(members)
+    let records = records::read_csv(&dir.join(format!("requests-{run}.csv")))?;
+    Ok(records
+        .iter()
+        .filter(|record| record.told_success())
+        .map(|record| record.member)
+        .collect())
 }
 
-fn results(dir: &Path) -> anyhow::Result<Value> {
-    Ok(serde_json::from_str(&std::fs::read_to_string(
-        dir.join("results.json"),
-    )?)?)
+/// results.json as the smoke reads it: typed, so a renamed or missing
+/// field fails the read by its name instead of reading as nothing.
+#[derive(Deserialize)]
+struct Results {
+    methods: BTreeMap<String, MethodResults>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MethodResults {
+    coupon_id: u64,
+    verification: Verification,
+    result: ServerResult,
+    /// Over rounds: each figure's median and range, by its heading.
+    #[serde(default)]
+    spread: BTreeMap<String, Spread<f64>>,
+    #[serde(default)]
+    rounds: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServerResult {
+    requests: ServerRequests,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ServerRequests {
+    by_outcome: BTreeMap<String, u64>,
+}
+
+impl Results {
+    fn method(&self, key: &str) -> anyhow::Result<&MethodResults> {
+        self.methods
+            .get(key)
+            .with_context(|| format!("results.json has no {key}"))
+    }
+}
+
+impl MethodResults {
+    /// The requests the server answered with `outcome`.
+    fn answered(&self, outcome: &str) -> u64 {
+        self.result
+            .requests
+            .by_outcome
+            .get(outcome)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+fn results(dir: &Path) -> anyhow::Result<Results> {
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path)?;
+    serde_json::from_str(&text).with_context(|| format!("unreadable {}", path.display()))
 }
 
 fn methods_named(list: &str) -> Vec<String> {

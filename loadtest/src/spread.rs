@@ -4,7 +4,10 @@
 
 use std::fmt::Display;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+use serde::Deserialize;
+
+/// As results.json keeps it under `spread`, too.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 pub struct Spread<T> {
     pub median: T,
     pub min: T,

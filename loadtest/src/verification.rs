@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::records::Record;
 
@@ -53,7 +53,7 @@ impl Claim {
 }
 
 /// The verification figures of one method's run, as results.json names them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Verification {
     /// Told 2xx, no issue row after the drain.
