@@ -185,7 +185,13 @@ fn changed(out: &mut String, a: &Results, b: &Results) {
         let verdict = if in_a == in_b { "same" } else { "changed" };
         (name, vec![in_a, in_b, verdict.to_string()])
     });
-    table(out, "changed", "", &["A", "B", ""], body);
+    table(
+        out,
+        "changed",
+        "",
+        &["run A", "run B", "between them"],
+        body,
+    );
 }
 
 /// Every method of either run, in order.
@@ -239,12 +245,17 @@ fn differences(out: &mut String, a: &Results, b: &Results) {
             ));
         }
     }
+    // A figure neither run has (a server histogram of an older run) is
+    // left out.
+    let body = body
+        .into_iter()
+        .filter(|(_, cells)| cells[..2] != ["—", "—"]);
     table(
         out,
         "differences",
         "figure",
-        &["A", "B", "B − A", "change"],
-        body.into_iter(),
+        &["run A", "run B", "B − A", "change"],
+        body,
     );
 }
 

@@ -108,6 +108,8 @@
     const seconds = t.seconds.map((s) => s.second);
     const outcomes = [...new Set(t.seconds.flatMap((s) => Object.keys(s.outcomes)))].sort();
     const x = { label: "second", value: (u, v) => (v == null ? "—" : v + " s") };
+    // Whole seconds only on the time axis: the figures are per second.
+    const timeAxis = { label: "second of the run", incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600] };
     const hooks = { draw: [markFaults(t.faults)] };
     const width = widthOf(into);
     charts.timelines.push(new uPlot({
@@ -121,7 +123,7 @@
         { label: "issued so far", stroke: "#000", width: 2, scale: "count", value: (u, v) => count(v) },
         { label: "total", stroke: "#888", dash: [4, 4], scale: "count", value: (u, v) => count(v) }],
       scales: { x: { time: false } },
-      axes: [{ label: "second of the run" }, { label: "answers per second", size: 60 },
+      axes: [timeAxis, { label: "answers per second", size: 60 },
         { scale: "count", side: 1, label: "issued", size: 60, grid: { show: false } }],
     }, [seconds,
       ...outcomes.map((outcome) => t.seconds.map((s) => s.outcomes[outcome] || 0)),
@@ -135,7 +137,7 @@
         { label: "p50", stroke: methodColour(t.method), width: 2, value: (u, v) => ms(v) },
         { label: "p99", stroke: methodColour(t.method), dash: [6, 4], width: 2, value: (u, v) => ms(v) }],
       scales: { x: { time: false } },
-      axes: [{ label: "second of the run" }, { label: "latency (ms)", size: 60 }],
+      axes: [timeAxis, { label: "latency (ms)", size: 60 }],
     }, [seconds, t.seconds.map((s) => answered(s) && s.p50Ms),
       t.seconds.map((s) => answered(s) && s.p99Ms)], latency));
   }
