@@ -245,7 +245,7 @@ mod tests {
                 .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
         );
         let (last_quantile, last_ms) = *points.last().unwrap();
-        assert!(last_quantile >= 0.999 && last_quantile <= CURVE_END);
+        assert!((0.999..=CURVE_END).contains(&last_quantile));
         assert_eq!(
             last_ms,
             histogram.highest_equivalent(histogram.max()) as f64 / 1000.0

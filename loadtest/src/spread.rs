@@ -40,7 +40,7 @@ impl<T: Copy + PartialOrd + Middle> Spread<T> {
         values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
         let (&min, &max) = (values.first()?, values.last()?);
         let half = values.len() / 2;
-        let median = if values.len() % 2 == 0 {
+        let median = if values.len().is_multiple_of(2) {
             T::middle(values[half - 1], values[half])
         } else {
             values[half]
