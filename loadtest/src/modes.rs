@@ -119,8 +119,10 @@ struct Common {
     /// With --serve: one server per engine, each on a database of its own,
     /// every method run on each and reported side by side (METHOD@ENGINE);
     /// mariadb-si is MariaDB with innodb_snapshot_isolation on for the
-    /// components' sessions, postgres the machine's PostgreSQL
-    #[arg(long, value_name = "mariadb,mariadb-si,postgres", value_parser = engine_list)]
+    /// components' sessions, postgres the machine's PostgreSQL; galera a
+    /// host on each node of `cargo xtask galera up`'s cluster, galera-1
+    /// three hosts on its first node
+    #[arg(long, value_name = "mariadb,mariadb-si,postgres,galera,galera-1", value_parser = engine_list)]
     engines: Option<EngineList>,
     /// Measure every method N times, each round of them all in turn; each
     /// figure is reported as the median with its range
