@@ -27,14 +27,14 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 const SHOWN: Duration = Duration::from_secs(15);
 
 /// A headless Chromium session and the chromedriver serving it; both end
-/// when it is dropped or closed.
-struct Browser {
-    client: Client,
+/// when it is dropped or closed. The report's charts use it too.
+pub(crate) struct Browser {
+    pub(crate) client: Client,
     _driver: tokio::process::Child,
 }
 
 impl Browser {
-    async fn start() -> Browser {
+    pub(crate) async fn start() -> Browser {
         assert!(
             Path::new(CHROMEDRIVER).exists() && Path::new(CHROMIUM).exists(),
             "chromium and chromedriver are missing: `cargo xtask test` installs them \
@@ -83,13 +83,13 @@ impl Browser {
         }
     }
 
-    async fn open(&self, url: &str) {
+    pub(crate) async fn open(&self, url: &str) {
         self.client.goto(url).await.unwrap();
     }
 
     /// What `script` (a function body) returns, run in the page: one
     /// snapshot of elements the page redraws every second.
-    async fn read(&self, script: &str) -> Value {
+    pub(crate) async fn read(&self, script: &str) -> Value {
         self.client.execute(script, vec![]).await.unwrap()
     }
 
@@ -110,13 +110,13 @@ impl Browser {
             .await;
     }
 
-    async fn screenshot(&self, name: &str) {
+    pub(crate) async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.unwrap();
         std::fs::create_dir_all(artifacts()).unwrap();
         std::fs::write(artifacts().join(name), png).unwrap();
     }
 
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         self.client.close().await.unwrap();
     }
 }
@@ -218,6 +218,19 @@ async fn the_console_shows_a_coupons_figures_as_its_result_answers_them() {
     browser
         .until_is(same_counts, OUTCOME_COUNTS, json!(expected))
         .await;
+    // The time series are uPlot's: issued against the total, the last
+    // reading at the result's rows.
+    let issued = "const p = window.consolePlots['chart-issued']; if (!p) return null; \
+         const rows = p.plot.data[1]; return [p.plot.series.map((s) => s.label), rows[rows.length - 1]];";
+    let issued = browser
+        .until_shows("the issued chart reaches the rows", issued, |shown| {
+            shown[1] == result["issueRows"]
+        })
+        .await;
+    assert_eq!(
+        issued[0],
+        json!(["since the first reading", "issue rows", "total 100"])
+    );
     browser.screenshot("console-after-spike.png").await;
     browser.client.set_window_size(390, 1500).await.unwrap();
     browser.screenshot("console-phone.png").await;
@@ -569,8 +582,51 @@ async fn the_console_lists_the_reports_and_opens_one() {
         lab.get(&path).await.fails_with(status);
     }
 
+    // A run of rounds leaves files of long names: the panel holds them.
+    for round in 1..=3 {
+        std::fs::write(
+            dir.join(format!("requests-{method}@mariadb-si-round{round}.csv")),
+            "",
+        )
+        .unwrap();
+    }
+
     let browser = Browser::start().await;
     browser.open(&format!("{}/", lab.base)).await;
+    // At 1280 px a strategy is one line high (a long cell told whole on
+    // hover) and the reports panel stays inside the page.
+    let strategy_lines = "return [...document.querySelectorAll('#strategies tbody tr[data-method]')].map(tr => \
+         tr.getBoundingClientRect().height / parseFloat(getComputedStyle(tr.querySelector('td')).lineHeight));";
+    let lines = browser
+        .until_shows("the strategy is listed", strategy_lines, |lines| {
+            lines.as_array().is_some_and(|lines| !lines.is_empty())
+        })
+        .await;
+    assert!(
+        lines
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|lines| lines.as_f64().unwrap() < 2.0),
+        "rows of more than one line: {lines}"
+    );
+    let listed =
+        format!("return document.querySelector('#reports tr[data-run=\"{run}\"]') !== null;");
+    browser
+        .until_is("the run is listed", &listed, json!(true))
+        .await;
+    let inside = browser
+        .read(
+            "const page = document.documentElement.clientWidth; \
+             const panel = document.getElementById('reports').closest('section').getBoundingClientRect(); \
+             return [panel.right <= page, document.documentElement.scrollWidth <= page];",
+        )
+        .await;
+    assert_eq!(
+        inside,
+        json!([true, true]),
+        "the reports panel runs off the page"
+    );
     let link = format!(
         "const a = document.querySelector('#reports tr[data-run=\"{run}\"] th a'); return a ? a.href : null;"
     );

@@ -35,6 +35,7 @@ mod postgres_roles;
 mod redis_faults;
 mod redis_methods;
 mod redis_server;
+mod report_charts;
 mod result_endpoint;
 mod sandbox;
 mod several_hosts;

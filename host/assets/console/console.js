@@ -103,11 +103,13 @@ async function refreshCoupons() {
   }).join('') || '<tr><td colspan="10">No coupon yet: <code>POST /lab/coupons</code>, or run <code>cargo xtask loadtest</code>.</td></tr>';
 }
 
-// A served component's canary: passed when, in how long, its calls' p50.
+// A served component's canary as a cell of one line: whether it passed,
+// and when; how long it took and its calls' p50 on hover (the title).
 function canary(report) {
-  if (!report) return 'off';
-  const when = report.remembered ? `passed before (${esc(time(report.ranAt))})` : `passed ${esc(time(report.ranAt))}`;
-  return `${when}, ${report.tookMs} ms, p50 ${report.p50Ms.toFixed(2)} ms`;
+  if (!report) return '<td data-field="canary">off</td>';
+  const when = report.remembered ? `passed before (${time(report.ranAt)})` : `passed ${time(report.ranAt)}`;
+  const detail = `${when}, ${report.tookMs} ms, p50 ${report.p50Ms.toFixed(2)} ms`;
+  return `<td data-field="canary" title="${esc(detail)}">${esc(report.remembered ? 'passed before' : when)}</td>`;
 }
 
 // The database components' SQL runs on: name, version, settings.
@@ -131,13 +133,13 @@ async function refreshStrategies() {
     `${listing.strategies.length} loaded from <code>${esc(listing.directory)}</code>; drop, replace or remove a <code>.wasm</code> there and this list follows. `
     + `Their SQL runs on <span id="engine">${esc(engineName(listing.engine))}</span>.${proving}`;
   document.querySelector('#strategies tbody').innerHTML = listing.strategies.map((s) => {
-    const refused = s.lastError ? `<br><span class="bad">replacement refused: ${esc(s.lastError)}</span>` : '';
+    const refused = s.lastError ? ` <span class="bad" title="${esc(s.lastError)}">replacement refused</span>` : '';
     const quarantined = s.quarantined
-      ? `<br><span class="bad quarantined">quarantined since ${esc(time(s.quarantined.since))}: ${esc(s.quarantined.reason)}</span>`
+      ? ` <span class="bad quarantined" title="since ${esc(time(s.quarantined.since))}: ${esc(s.quarantined.reason)}">quarantined</span>`
       : '';
     return `<tr data-method="${esc(s.method)}"><th scope="row" title="${esc(s.summary)}">${esc(s.method)}${refused}${quarantined}</th>`
-      + `<td>${esc(s.claims.join(' ')) || 'none'}</td><td data-field="canary">${canary(s.canary)}</td>`
-      + `<td>${esc(s.world)}</td><td class="mono" title="${esc(s.file)}">${esc(basename(s.file))}</td>`
+      + `<td title="${esc(s.claims.join(' '))}">${esc(s.claims.join(' ')) || 'none'}</td>${canary(s.canary)}`
+      + `<td title="${esc(s.world)}">${esc(s.world)}</td><td class="mono" title="${esc(s.file)}">${esc(basename(s.file))}</td>`
       + `<td class="mono" title="${esc(s.sha256)}">${esc(s.sha256.slice(0, 12))}</td><td>${esc(time(s.loadedAt))}</td></tr>`;
   }).join('') || '<tr><td colspan="7">None: run <code>cargo xtask strategies</code>.</td></tr>';
   document.querySelector('#rejected tbody').innerHTML = listing.rejected.map((r) =>
@@ -159,7 +161,7 @@ async function refreshReports() {
     const base = `/lab/reports/${encodeURIComponent(r.run)}/`;
     const run = r.html ? `<a href="${base}${encodeURIComponent(r.html)}">${esc(r.run)}</a>` : esc(r.run);
     const files = r.files.map((f) => `<a href="${base}${encodeURIComponent(f)}">${esc(f)}</a>`).join(' ');
-    return `<tr data-run="${esc(r.run)}"><th scope="row">${run}</th><td>${esc(r.title || '—')}</td><td>${files}</td></tr>`;
+    return `<tr data-run="${esc(r.run)}"><th scope="row">${run}</th><td>${esc(r.title || '—')}</td><td class="files">${files}</td></tr>`;
   }).join('') || '<tr><td colspan="3">No report yet: <code>cargo xtask loadtest spike --methods REDIS_LUA</code> writes one.</td></tr>';
 }
 
@@ -297,7 +299,7 @@ function drawIssued() {
     series.push({ name: 'accepted (202)', outcome: 'ACCEPTED', points: points((r) => r.accepted) });
   }
   const total = samples[samples.length - 1].result.totalCount;
-  document.getElementById('chart-issued').innerHTML = lineChart(series, { line: total, lineLabel: `total ${total}` });
+  timeSeries('chart-issued', series, { line: total, lineLabel: `total ${total}` });
 }
 
 function drawRates() {
@@ -313,50 +315,64 @@ function drawRates() {
       return [s.t, (count(s) - count(before)) / Math.max(s.t - before.t, 0.001)];
     }),
   }));
-  document.getElementById('chart-rates').innerHTML = samples.length < 2
-    ? '<p class="note">Needs two readings.</p>'
-    : lineChart(series, { unit: '/s' });
+  if (samples.length < 2) {
+    delete plots['chart-rates'];
+    document.getElementById('chart-rates').innerHTML = '<p class="note">Needs two readings.</p>';
+    return;
+  }
+  timeSeries('chart-rates', series, { unit: '/s' });
 }
 
-/** Lines over time, each named at its end; x is seconds of the samples. */
-function lineChart(series, { line = null, lineLabel = '', unit = '' } = {}) {
-  const [w, h, left, right, top, bottom] = [620, 220, 48, 150, 10, 26];
-  if (!series.some((s) => s.points.length > 0)) return '<p class="note">No request yet.</p>';
-  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
-  const x0 = Math.min(...xs);
-  const span = Math.max(Math.max(...xs) - x0, 1);
-  const ymax = niceMax(Math.max(line || 0, ...series.flatMap((s) => s.points.map((p) => p[1]))));
-  const x = (t) => left + ((t - x0) / span) * (w - left - right);
-  const y = (v) => top + (1 - v / ymax) * (h - top - bottom);
-  let svg = '';
-  for (let i = 0; i <= 4; i += 1) {
-    const v = (ymax * i) / 4;
-    svg += `<line class="grid" x1="${left}" x2="${w - right}" y1="${y(v)}" y2="${y(v)}"/><text x="${left - 4}" y="${y(v) + 4}" text-anchor="end">${num(v)}</text>`;
+// The time series are uPlot charts (vendor/uplot/, served beside this
+// script), made once and given new data each second; made again only when
+// their lines change (a new outcome appears). Kept on window.consolePlots
+// for whoever inspects them, the browser tests among them.
+const plots = {};
+window.consolePlots = plots;
+
+// An outcome's colour, from outcomes.css.
+function outcomeColour(outcome) {
+  const probe = document.createElement('span');
+  probe.dataset.outcome = outcome;
+  document.body.appendChild(probe);
+  const colour = getComputedStyle(probe).getPropertyValue('--outcome').trim();
+  probe.remove();
+  return colour || '#555';
+}
+
+/** Lines over time into the element `id`; x is seconds of the samples. */
+function timeSeries(id, series, { line = null, lineLabel = '', unit = '' } = {}) {
+  const el = document.getElementById(id);
+  const shown = series.filter((s) => s.points.length > 0);
+  if (shown.length === 0) {
+    delete plots[id];
+    el.innerHTML = '<p class="note">No request yet.</p>';
+    return;
   }
-  svg += `<line class="axis" x1="${left}" x2="${w - right}" y1="${y(0)}" y2="${y(0)}"/>`;
-  svg += `<text x="${left}" y="${h - 6}">0 s</text><text x="${w - right}" y="${h - 6}" text-anchor="end">${num(span)} s</text>`;
-  const labels = [];
-  if (line !== null) {
-    svg += `<path class="total" d="M${left},${y(line)}H${w - right}"/>`;
-    labels.push({ y: y(line), text: lineLabel });
+  const xs = [...new Set(shown.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b);
+  const columns = [xs.map((x) => x - xs[0])];
+  for (const s of shown) {
+    const at = new Map(s.points);
+    columns.push(xs.map((x) => (at.has(x) ? at.get(x) : null)));
   }
-  for (const s of series.filter((s) => s.points.length > 0)) {
-    const d = s.points.map((p, i) => `${i ? 'L' : 'M'}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join('');
-    svg += `<path data-outcome="${esc(s.outcome)}" d="${d}"><title>${esc(s.name)}</title></path>`;
-    const last = s.points[s.points.length - 1];
-    labels.push({ y: y(last[1]), text: `${s.name} ${num(last[1])}${unit}`, outcome: s.outcome });
+  if (line !== null) columns.push(xs.map(() => line));
+  const key = shown.map((s) => s.name).concat(line !== null ? [lineLabel] : []).join('|');
+  if (plots[id] && plots[id].key === key) {
+    plots[id].plot.setData(columns);
+    return;
   }
-  // End labels in order from the top, at least a line apart.
-  labels.sort((a, b) => a.y - b.y);
-  let floor = 0;
-  for (const label of labels) {
-    const at = Math.max(label.y + 4, floor + 12);
-    floor = at;
-    const mark = label.outcome ? `<rect data-outcome="${esc(label.outcome)}" x="${w - right + 4}" y="${at - 8}" width="8" height="8"/>` : '';
-    svg += `${mark}<text x="${w - right + 15}" y="${at}">${esc(label.text)}</text>`;
-  }
-  const described = labels.map((l) => l.text).join('; ');
-  return `<svg viewBox="0 0 ${w} ${Math.max(h, floor + 6)}" role="img" aria-label="${esc(described)}">${svg}</svg>`;
+  const value = (u, v) => (v == null ? '—' : `${num(v)}${unit}`);
+  const lines = shown.map((s) => ({ label: s.name, stroke: outcomeColour(s.outcome), width: 2, spanGaps: true, value }));
+  if (line !== null) lines.push({ label: lineLabel, stroke: '#1a1a1a', dash: [6, 3], value });
+  el.innerHTML = '';
+  const plot = new uPlot({
+    width: Math.max(300, Math.min(el.clientWidth || 620, 640)),
+    height: 220,
+    series: [{ label: 'since the first reading', value: (u, v) => (v == null ? '—' : `${num(v)} s`) }, ...lines],
+    scales: { x: { time: false } },
+    axes: [{ label: 'seconds' }, { size: 56 }],
+  }, columns, el);
+  plots[id] = { plot, key };
 }
 
 /** Horizontal bars of p50, p95, p99 and max for each group, value written. */

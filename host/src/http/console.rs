@@ -10,8 +10,9 @@ use axum::routing::get;
 use super::envelope::{ApiError, AppPath};
 use crate::lab::Lab;
 
-/// The page and its assets: name, content type, bytes.
-const ASSETS: [(&str, &str, &str); 3] = [
+/// The page and its assets: name, content type, bytes. The charts are
+/// uPlot's, vendored once for the console and the load reports.
+const ASSETS: [(&str, &str, &str); 5] = [
     (
         "console.js",
         "text/javascript; charset=utf-8",
@@ -26,6 +27,16 @@ const ASSETS: [(&str, &str, &str); 3] = [
         "outcomes.css",
         "text/css; charset=utf-8",
         include_str!("../../assets/console/outcomes.css"),
+    ),
+    (
+        "uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../../vendor/uplot/uPlot.iife.min.js"),
+    ),
+    (
+        "uPlot.min.css",
+        "text/css; charset=utf-8",
+        include_str!("../../../vendor/uplot/uPlot.min.css"),
     ),
 ];
 

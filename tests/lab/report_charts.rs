@@ -1,0 +1,280 @@
+//! The load report's charts in a real browser: the runner's own report
+//! code (`couponlab-loadtest loadtest redraw`) draws report.html from
+//! recorded inputs — results.json and 3,000 request records for each of
+//! three methods — and headless Chromium opens it offline. The percentile
+//! chart has a line per method, each reaching past the 99.9th percentile;
+//! hovering the chart shows a value; each method's seconds have one point
+//! per second of the run. `loadtest diff` of two such runs overlays both
+//! runs' curves beside a table of differences.
+//!
+//! Leaves `target/artifacts/report-charts.png` and `report-diff.png`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use fantoccini::Locator;
+use fantoccini::actions::{InputSource, MouseActions, PointerAction};
+use serde_json::{Value, json};
+
+use crate::common::until;
+use crate::console::Browser;
+
+const METHODS: [&str; 3] = ["REDIS_LUA", "REDIS_STREAM_ATOMIC", "PESSIMISTIC"];
+const REQUESTS: u64 = 3000;
+/// The coupon's total: the first this many members are issued.
+const TOTAL: u64 = 100;
+
+/// The load runner of this build, beside the directory of this test binary
+/// (built by the same `cargo test --release --workspace`).
+fn runner_binary() -> PathBuf {
+    let test = std::env::current_exe().expect("the test binary's path");
+    let binary = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lies in <target>/<profile>/deps")
+        .join("couponlab-loadtest");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace",
+        binary.display()
+    );
+    binary
+}
+
+fn runner(args: &[&str]) {
+    let status = Command::new(runner_binary())
+        .arg("loadtest")
+        .args(args)
+        .status()
+        .expect("the load runner starts");
+    assert!(
+        status.success(),
+        "couponlab-loadtest loadtest {args:?}: {status}"
+    );
+}
+
+/// A heavy-tailed latency (Pareto), microseconds, from a deterministic
+/// sequence: most requests fast, a few hundred times slower.
+fn latency_us(seed: &mut u64, scale: f64) -> u64 {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let uniform = ((*seed >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    (scale * 1000.0 * (0.5 + uniform.powf(-0.4))) as u64
+}
+
+/// Writes a run as the runner leaves it: each method's request records
+/// (one request sent each millisecond) and a results.json without the
+/// histograms. Returns the seconds from the first request sent to the last
+/// answer, as the report should draw them.
+fn recorded_run(dir: &Path, scale: f64) -> u64 {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut methods = serde_json::Map::new();
+    let mut last_answer_us = 0;
+    for (n, method) in METHODS.iter().enumerate() {
+        let mut seed = n as u64 + 1;
+        let mut csv = String::from("method,coupon,member,status,outcome,latency_ms,time,message\n");
+        for member in 0..REQUESTS {
+            let latency = latency_us(&mut seed, scale * (n + 1) as f64);
+            let answered = member * 1000 + latency;
+            last_answer_us = last_answer_us.max(answered);
+            let (status, outcome) = if member < TOTAL {
+                (200, "ISSUED")
+            } else {
+                (409, "SOLD_OUT")
+            };
+            csv.push_str(&format!(
+                "{method},1,{member},{status},{outcome},{}.{:03},2026-12-01T10:{:02}:{:02}.{:06}Z,\"\"\n",
+                latency / 1000,
+                latency % 1000,
+                answered / 60_000_000,
+                answered / 1_000_000 % 60,
+                answered % 1_000_000,
+            ));
+        }
+        let records = format!("requests-{method}.csv");
+        std::fs::write(dir.join(&records), csv).unwrap();
+        let k6 = json!({
+            "requests": REQUESTS, "requestsPerSecond": 1000.0, "dropped": 0,
+            "latencyMs": { "p50": 1.0, "p95": 2.0, "p99": 3.0, "max": 4.0 },
+            "statuses": { "200": TOTAL, "409": REQUESTS - TOTAL },
+        });
+        let result = json!({
+            "totalCount": TOTAL, "issueRows": TOTAL, "overIssued": 0, "duplicateMembers": 0,
+            "requests": { "byOutcome": { "ISSUED": TOTAL, "SOLD_OUT": REQUESTS - TOTAL } },
+        });
+        let fault = json!({ "fault": "kill-server@1s", "firedAtMs": 1000.0, "endedAtMs": 1400.0, "note": "" });
+        methods.insert(
+            method.to_string(),
+            json!({ "k6": k6, "result": result, "requestRecords": records, "faults": [fault] }),
+        );
+    }
+    let results = json!({
+        "title": "Event open", "description": "Recorded inputs, drawn by the runner's report code.",
+        "provenance": { "command": "cargo xtask loadtest spike", "commit": format!("scale-{scale}") },
+        "methods": methods,
+    });
+    std::fs::write(dir.join("results.json"), results.to_string()).unwrap();
+    last_answer_us / 1_000_000 + 1
+}
+
+fn url(page: &Path) -> String {
+    format!("file://{}", page.display())
+}
+
+#[tokio::test]
+async fn the_report_draws_each_methods_percentiles_and_seconds_and_a_diff_overlays_two_runs() {
+    let dir = std::env::temp_dir().join(format!("couponlab-report-charts-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let (run_a, run_b, diff) = (dir.join("a"), dir.join("b"), dir.join("diff"));
+    let seconds = recorded_run(&run_a, 1.0);
+    recorded_run(&run_b, 1.5);
+    let (a, b, out) = (
+        run_a.to_str().unwrap(),
+        run_b.to_str().unwrap(),
+        diff.to_str().unwrap(),
+    );
+    runner(&["redraw", a]);
+    runner(&["redraw", b]);
+    runner(&["diff", a, b, "--out", out]);
+
+    let page = run_a.join("report.html");
+    let bytes = std::fs::metadata(&page).unwrap().len();
+    let browser = Browser::start().await;
+    browser.open(&url(&page)).await;
+    let opened_ms = browser
+        .read("return performance.getEntriesByType('navigation')[0].loadEventEnd;")
+        .await;
+    println!("report.html of 3 methods: {bytes} bytes, opened in {opened_ms} ms (load event end)");
+
+    // A line per method (client; no server histogram in these inputs), each
+    // ending at or past the 99.9th percentile: x is 1/(1-p).
+    let lines = browser
+        .read(
+            "const u = window.couponlabCharts.percentiles;
+             return u.series.slice(1).map((s, i) => {
+               const ys = u.data[i + 1];
+               let last = ys.length - 1;
+               while (last > 0 && ys[last] == null) last--;
+               return { label: s.label, lastX: u.data[0][last], points: ys.filter(y => y != null).length };
+             });",
+        )
+        .await;
+    let lines = lines.as_array().unwrap();
+    assert_eq!(lines.len(), METHODS.len(), "{lines:?}");
+    for (line, method) in lines.iter().zip(
+        METHODS
+            .iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+    ) {
+        assert!(
+            line["label"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{method} · client")),
+            "{line}"
+        );
+        let last_percentile = 1.0 - 1.0 / line["lastX"].as_f64().unwrap();
+        assert!(
+            last_percentile >= 0.999,
+            "{method}'s line ends at p{}",
+            last_percentile * 100.0
+        );
+        assert!(line["points"].as_u64().unwrap() > 20, "{line}");
+    }
+
+    // Hovering the chart shows the percentile and each line's value there.
+    let legend = "return [...document.querySelectorAll('#percentiles .u-legend .u-value')].map(v => v.textContent);";
+    let over = browser
+        .client
+        .find(Locator::Css("#percentiles .u-over"))
+        .await
+        .unwrap();
+    let hover = MouseActions::new("mouse".into()).then(PointerAction::MoveToElement {
+        element: over,
+        duration: None,
+        x: 150.0,
+        y: 0.0,
+    });
+    browser.client.perform_actions(hover).await.unwrap();
+    // uPlot updates its legend on the next frame after the pointer moved.
+    let hovered = "return document.querySelector('#percentiles .u-legend .u-value').textContent.endsWith(' %');";
+    until(
+        "the hovered percentile is shown",
+        Duration::from_secs(5),
+        || async { browser.read(hovered).await == json!(true) },
+    )
+    .await;
+    let shown = browser.read(legend).await;
+    let shown: Vec<&str> = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        shown[0].ends_with(" %"),
+        "the percentile hovered: {shown:?}"
+    );
+    assert!(
+        shown[1..].iter().all(|value| value.ends_with(" ms")),
+        "values hovered: {shown:?}"
+    );
+
+    // Each method's seconds: one point a second, from the first request
+    // sent to the last answer.
+    let points: Value = browser
+        .read("return window.couponlabCharts.timelines.map(u => u.data[0].length);")
+        .await;
+    assert_eq!(
+        points,
+        json!(vec![seconds; 2 * METHODS.len()]),
+        "two charts a method"
+    );
+    browser.screenshot("report-charts.png").await;
+
+    // Two runs overlaid: both runs' curves, and their differences.
+    browser.open(&url(&diff.join("report.html"))).await;
+    let labels = browser
+        .read("return window.couponlabCharts.percentiles.series.slice(1).map(s => s.label);")
+        .await;
+    let labels: Vec<&str> = labels
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    for run in ["A", "B"] {
+        let of_run = labels
+            .iter()
+            .filter(|l| l.contains(&format!("client · {run} ")))
+            .count();
+        assert_eq!(of_run, METHODS.len(), "{labels:?}");
+    }
+    let differences = browser
+        .read(
+            "return [...document.querySelectorAll('#differences tr[data-method]')]
+               .map(tr => [...tr.children].map(c => c.textContent));",
+        )
+        .await;
+    let p99 = differences
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row[0] == "PESSIMISTIC · client p99.9 ms")
+        .unwrap_or_else(|| panic!("no client p99.9 row: {differences}"));
+    let (in_a, in_b): (f64, f64) = (
+        p99[1].as_str().unwrap().parse().unwrap(),
+        p99[2].as_str().unwrap().parse().unwrap(),
+    );
+    assert!(in_b > in_a, "B is the slower run: {p99}");
+    let commits = browser
+        .read("return [...document.querySelectorAll('#changed tr[data-method=\"commit\"] td')].map(c => c.textContent);")
+        .await;
+    assert_eq!(commits, json!(["scale-1", "scale-1.5", "changed"]));
+    browser.screenshot("report-diff.png").await;
+    browser.close().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
