@@ -52,17 +52,13 @@ pub fn smoke() -> anyhow::Result<()> {
     for method in ["PESSIMISTIC", "REDIS_STREAM_ATOMIC"] {
         let entry = results.method(method)?;
         // 10 issued of 10, none over, in both rounds.
-        let ten = Spread {
-            median: 10.0,
-            min: 10.0,
-            max: 10.0,
+        let flat = |value| Spread {
+            median: value,
+            min: value,
+            max: value,
         };
-        let none = Spread {
-            median: 0.0,
-            min: 0.0,
-            max: 0.0,
-        };
-        let expected = [("total", ten), ("rows", ten), ("over-issued", none)];
+        let expected = [("total", 10.0), ("rows", 10.0), ("over-issued", 0.0)]
+            .map(|(name, v)| (name, flat(v)));
         for (figure, spread) in expected {
             if entry.spread.get(figure) != Some(&spread) || entry.rounds.len() != 2 {
                 bail!(
@@ -352,4 +348,50 @@ fn results(dir: &Path) -> anyhow::Result<Results> {
 
 fn methods_named(list: &str) -> Vec<String> {
     list.split(',').map(String::from).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::report::{self, Row, figures};
+
+    /// What the smoke reads is what the report writes: the headings of the
+    /// spreads, the verification's names, the coupon and the outcomes.
+    #[test]
+    fn the_smoke_reads_results_json_as_the_report_writes_it() {
+        let round = |rows: u64| Row {
+            method: "PESSIMISTIC".into(),
+            total: 10,
+            issue_rows: rows,
+            ..Row::default()
+        };
+        let row = figures::combined(&[round(10), round(12)], 0);
+        let verification = Verification {
+            acked_but_lost: 2,
+            ..Verification::default()
+        };
+        let entry = json!({
+            "couponId": 7, "verification": verification,
+            "result": { "requests": { "byOutcome": { "ISSUED": 10 } } },
+            "rounds": [{}, {}],
+        });
+        let methods = [("PESSIMISTIC".to_string(), entry)].into_iter().collect();
+        let dir = std::env::temp_dir().join(format!("couponlab-smoke-{}", std::process::id()));
+        report::write(&dir, "t", "d", &[row], &methods, &Value::Null).unwrap();
+        let results = results(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        let read = results.method("PESSIMISTIC").unwrap();
+        let rows = read.spread["rows"];
+        assert_eq!((rows.median, rows.min, rows.max), (11.0, 10.0, 12.0));
+        assert_eq!(read.spread["total"].median, 10.0);
+        assert_eq!((read.coupon_id, read.rounds.len()), (7, 2));
+        assert_eq!(read.verification.acked_but_lost, 2);
+        assert_eq!(
+            (read.answered("ISSUED"), read.answered("SOLD_OUT")),
+            (10, 0)
+        );
+        assert!(results.method("REDIS_LUA").is_err());
+    }
 }
