@@ -119,6 +119,14 @@ fn recorded_run(dir: &Path, scale: f64) -> u64 {
     last_answer_us / 1_000_000 + 1
 }
 
+/// A list of texts the page returned.
+fn texts(list: &Value) -> Vec<&str> {
+    let list = list.as_array().expect("a list");
+    list.iter()
+        .map(|text| text.as_str().expect("a text"))
+        .collect()
+}
+
 fn url(page: &Path) -> String {
     format!("file://{}", page.display())
 }
@@ -208,12 +216,7 @@ async fn the_report_draws_each_methods_percentiles_and_seconds_and_a_diff_overla
     )
     .await;
     let shown = browser.read(legend).await;
-    let shown: Vec<&str> = shown
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let shown = texts(&shown);
     assert!(
         shown[0].ends_with(" %"),
         "the percentile hovered: {shown:?}"
@@ -240,12 +243,7 @@ async fn the_report_draws_each_methods_percentiles_and_seconds_and_a_diff_overla
     let labels = browser
         .read("return window.couponlabCharts.percentiles.series.slice(1).map(s => s.label);")
         .await;
-    let labels: Vec<&str> = labels
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap())
-        .collect();
+    let labels = texts(&labels);
     for run in ["A", "B"] {
         let of_run = labels
             .iter()
