@@ -19,8 +19,9 @@
 //! START and DURATION are durations into the load: `300ms`, `0.3s`, `2s`,
 //! `1m`. MS is milliseconds, plain (`200`) or as a duration (`0.2s`). The
 //! links are the noxious proxies of `couponlab-links`; every fault but
-//! `client-timeout` needs `--serve`, since the runner can only cut, slow or
-//! kill what it started; `redis-restart` gives the served lab a Redis of
+//! `client-timeout` and the Galera ones (which act on the cluster of `cargo
+//! xtask galera up`, whoever serves on it) needs `--serve`, since the
+//! runner can only cut, slow or kill what it started; `redis-restart` gives the served lab a Redis of
 //! the run's own (`own_redis.rs`), never the machine's shared one. Faults
 //! on one link may not overlap in time.
 //!

@@ -97,7 +97,9 @@ impl FaultPlan {
     /// Fails when a fault needs what the run does not have.
     pub fn check(&self, setup: Setup) -> anyhow::Result<()> {
         for fault in &self.faults {
-            if fault.window().is_some() && !setup.serve {
+            // The Galera faults act on the cluster of `cargo xtask galera
+            // up`, whoever serves the lab on it.
+            if fault.window().is_some() && !setup.serve && !matches!(fault, Fault::Galera(_)) {
                 bail!(
                     "--fault {fault} needs --serve: the runner can only cut, slow or kill the server and links it started itself"
                 );
