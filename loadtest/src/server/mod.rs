@@ -80,6 +80,9 @@ impl Server {
             None => database_url()?,
         };
         let redis_url = serve.redis_url.unwrap_or(REDIS_URL);
+        if serve.redis_url.is_none() {
+            empty_unless_held(REDIS_URL)?;
+        }
         let (database_url, redis_url) = match serve.links {
             // The server derives its components' users' URLs from these,
             // host and port included: they go through the links too.
@@ -235,11 +238,56 @@ impl Server {
                 bail!("the server exited while proving its components, with {status}");
             }
             if started.elapsed() > PROVING_LIMIT {
-                bail!("{awaiting} components were still unproved after {PROVING_LIMIT:?}");
+                let files: Vec<&str> = loaded["awaiting"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(serde_json::Value::as_str)
+                    .collect();
+                bail!(
+                    "{awaiting} components were still unproved after {PROVING_LIMIT:?}: {}\n\
+                     the server's last lines about them ({}):\n{}",
+                    files.join(", "),
+                    launcher::log_path().display(),
+                    last_lines_naming(&files)
+                );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// The key a live lab holds its Redis database by, renewed every few
+/// seconds and lapsing 15 s after its last host stopped
+/// (`host/src/redis_claim.rs`).
+const LAB_CLAIM_KEY: &str = "couponlab:lab";
+
+/// Empties the runner's own Redis database unless a live lab holds it.
+/// Others use the database between runs (the lab's tests take each of
+/// 1–14 in turn, 10 among them): what they leave there — a stream with a
+/// poisoned entry, a gate's counter — would be read by this lab's
+/// consumers and canaries as its own.
+fn empty_unless_held(redis_url: &str) -> anyhow::Result<()> {
+    let mut redis = redis::Client::open(redis_url)?
+        .get_connection()
+        .with_context(|| format!("Redis at {redis_url} does not answer"))?;
+    let held: bool = redis::cmd("EXISTS").arg(LAB_CLAIM_KEY).query(&mut redis)?;
+    if !held {
+        redis::cmd("FLUSHDB").exec(&mut redis)?;
+    }
+    Ok(())
+}
+
+/// The server log's last lines that name one of `files` (a canary without
+/// a verdict says why, and is tried again every two seconds).
+fn last_lines_naming(files: &[&str]) -> String {
+    const SHOWN: usize = 6;
+    let log = std::fs::read_to_string(launcher::log_path()).unwrap_or_default();
+    let naming: Vec<&str> = log
+        .lines()
+        .filter(|line| files.iter().any(|file| line.contains(file)))
+        .collect();
+    naming[naming.len().saturating_sub(SHOWN)..].join("\n")
 }
 
 /// The consumers stop first; the serving process, launched, when dropped.
