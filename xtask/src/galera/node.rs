@@ -99,6 +99,9 @@ log-error = {dir}/error.log
 bind-address = 127.0.0.1
 port = {port}
 skip-name-resolve
+# A lab's host holds dozens of connections (its own pool, the components',
+# their named locks'), and `--engines galera-1` puts three on one node.
+max_connections = 1000
 character-set-server = utf8mb4
 collation-server = utf8mb4_general_ci
 default_storage_engine = InnoDB
