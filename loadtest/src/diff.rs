@@ -20,6 +20,7 @@ use crate::report::figures::FIGURES;
 use crate::report::markup::table;
 use crate::report::{self, Row, html};
 use crate::spread::Spread;
+use crate::verification::Verification;
 
 /// `loadtest redraw DIR`.
 #[derive(Args)]
@@ -61,12 +62,15 @@ impl Results {
     }
 
     /// Each method's row: its figures as the run measured them, with the
-    /// spread over rounds where it had rounds.
+    /// spread over rounds where it had rounds (the drain, which results.json
+    /// keeps only as a spread, is left out of a run of one round).
     fn rows(&self) -> Vec<Row> {
         self.methods
             .iter()
             .map(|(method, entry)| {
-                let mut row = Row::from(method, &entry["k6"], &entry["result"], None, None);
+                let verification = Verification::deserialize(&entry["verification"]).ok();
+                let mut row = Row::from(method, &entry["k6"], &entry["result"], None, verification);
+                row.why.example = Some(entry["exampleTrace"].clone()).filter(|t| !t.is_null());
                 for figure in &FIGURES {
                     let spread = &entry["spread"][figure.heading];
                     let value = |key: &str| spread[key].as_f64();

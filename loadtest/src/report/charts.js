@@ -122,7 +122,9 @@
         })),
         { label: "issued so far", stroke: "#000", width: 2, scale: "count", value: (u, v) => count(v) },
         { label: "total", stroke: "#888", dash: [4, 4], scale: "count", value: (u, v) => count(v) }],
-      scales: { x: { time: false } },
+      // Issued counts from zero up to at least the total, not a band
+      // around the total that makes a flat line look like a change.
+      scales: { x: { time: false }, count: { range: (u, min, max) => [0, Math.max(max, 1)] } },
       axes: [timeAxis, { label: "answers per second", size: 60 },
         { scale: "count", side: 1, label: "issued", size: 60, grid: { show: false } }],
     }, [seconds,
