@@ -43,5 +43,6 @@ mod sharded;
 mod snapshot_isolation;
 mod traces;
 mod turns;
+mod wasi_imports;
 mod wit_roundtrip;
 mod write_behind;
