@@ -16,6 +16,7 @@ mod console;
 mod dashboard;
 mod drop_gate;
 mod drop_gate_fail_open;
+mod galera;
 mod hang_ups;
 mod hot_reload;
 mod idle;

@@ -18,6 +18,8 @@ const SLOWEST: usize = 10;
 pub fn main(rest: &[String]) -> anyhow::Result<()> {
     let mut phases = Phases::starting_now();
     services::ensure()?;
+    // The Galera tests' three nodes (`tests/lab/galera.rs`).
+    crate::galera::up()?;
     build_all(&crate::strategy_dir(), prepare_for_tests)?;
     cargo::nothing_left_to_build(&RELEASE_BUILD)?;
     phases.done("services, tools, build");

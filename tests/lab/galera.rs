@@ -1,0 +1,556 @@
+//! One lab on the three-node Galera cluster of `cargo xtask galera up`
+//! (127.0.0.1:3307-3309; `cargo xtask test` brings it up first): a host on
+//! each node, one database replicated to all. What a node names of itself;
+//! every method serving on every node after its canary; named locks that
+//! are each node's own; row locks that are too, their losers answered 1213
+//! at COMMIT with the certification conflict named.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::{Connection, Executor, MySqlConnection};
+use tokio::process::Child;
+
+use crate::common::{REDIS, compile_cache, component, free_port, server_binary, sharing_redis};
+use crate::turns::Turn;
+
+const NODES: [u16; 3] = [3307, 3308, 3309];
+const START: Duration = Duration::from_secs(60);
+/// A first host proves every method's claims on the cluster.
+const PROVED: Duration = Duration::from_secs(240);
+
+fn node_url(port: u16) -> String {
+    format!("mysql://root@127.0.0.1:{port}")
+}
+
+/// Waits until every node is `Synced` in a cluster of three; a test run
+/// outside `cargo xtask test` is told how to start it.
+async fn cluster_of_three() {
+    let started = Instant::now();
+    loop {
+        let mut synced = 0;
+        for port in NODES {
+            if let Ok(mut conn) = MySqlConnection::connect(&node_url(port)).await {
+                let status: Vec<(String, String)> = sqlx::query_as(
+                    "SHOW GLOBAL STATUS WHERE Variable_name IN \
+                     ('wsrep_cluster_size', 'wsrep_local_state_comment')",
+                )
+                .fetch_all(&mut conn)
+                .await
+                .unwrap_or_default();
+                let status: BTreeMap<String, String> = status.into_iter().collect();
+                if status.get("wsrep_cluster_size").map(String::as_str) == Some("3")
+                    && status.get("wsrep_local_state_comment").map(String::as_str) == Some("Synced")
+                {
+                    synced += 1;
+                }
+            }
+        }
+        if synced == NODES.len() {
+            return;
+        }
+        assert!(
+            started.elapsed() < START,
+            "the Galera cluster on 127.0.0.1:3307-3309 is not three Synced nodes: \
+             `cargo xtask galera up` starts it (`cargo xtask test` does)"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A node's conflict counters: certification failures and brute-force
+/// aborts of its own transactions since it started.
+async fn conflicts(pool: &MySqlPool) -> u64 {
+    let status: Vec<(String, String)> = sqlx::query_as(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN \
+         ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    status.iter().map(|(_, n)| n.parse::<u64>().unwrap()).sum()
+}
+
+/// A `couponlab serve` process on one node.
+struct Host {
+    base: String,
+    _process: Child,
+}
+
+/// A lab of the test's own on the cluster: its database, its components,
+/// its hosts, and a pool on each node.
+struct GaleraLab {
+    db_name: String,
+    strategy_dir: std::path::PathBuf,
+    nodes: Vec<MySqlPool>,
+    hosts: Vec<Host>,
+    client: reqwest::Client,
+    _redis: Turn,
+}
+
+impl GaleraLab {
+    async fn new(components: &[&str]) -> GaleraLab {
+        cluster_of_three().await;
+        let id = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        let db_name = format!("couponlab_test_{id}");
+        let strategy_dir = std::env::temp_dir().join(format!("couponlab-galera-{id}"));
+        std::fs::create_dir_all(&strategy_dir).unwrap();
+        for name in components {
+            std::fs::copy(component(name), strategy_dir.join(format!("{name}.wasm"))).unwrap();
+        }
+        let mut nodes = Vec::new();
+        for port in NODES {
+            // The test's reads wait until their node has applied every
+            // write set the cluster committed before them.
+            let pool = MySqlPoolOptions::new()
+                .max_connections(4)
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        conn.execute("SET SESSION wsrep_sync_wait = 1").await?;
+                        Ok(())
+                    })
+                })
+                .connect(&node_url(port))
+                .await
+                .unwrap();
+            nodes.push(pool);
+        }
+        GaleraLab {
+            db_name,
+            strategy_dir,
+            nodes,
+            hosts: Vec::new(),
+            client: reqwest::Client::new(),
+            _redis: sharing_redis().await,
+        }
+    }
+
+    /// Starts a host on node `node` (0-2) and waits until it answers.
+    async fn start_host(&mut self, node: usize, canary: &str) {
+        let url = format!("{}/{}", node_url(NODES[node]), self.db_name);
+        for _ in 0..3 {
+            let bind = format!("127.0.0.1:{}", free_port());
+            let mut process = tokio::process::Command::new(server_binary())
+                .arg("serve")
+                .env("DATABASE_URL", &url)
+                .env("REDIS_URL", format!("{REDIS}/0"))
+                .env("COUPONLAB_SHARE_REDIS_DATABASE", "true")
+                .env("COUPONLAB_STRATEGY_DIR", &self.strategy_dir)
+                .env("COUPONLAB_COMPILE_CACHE", compile_cache())
+                .env("COUPONLAB_BIND", &bind)
+                .env("COUPONLAB_WATCH", "false")
+                .env("COUPONLAB_CANARY", canary)
+                .env("COUPONLAB_MAX_INSTANCES", "100")
+                .env("COUPONLAB_DB_POOL_SIZE", "16")
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("the couponlab binary starts");
+            let base = format!("http://{bind}");
+            let started = Instant::now();
+            while process.try_wait().unwrap().is_none() {
+                if self
+                    .client
+                    .get(format!("{base}/lab/strategies"))
+                    .send()
+                    .await
+                    .is_ok()
+                {
+                    if self.hosts.is_empty() {
+                        self.ids_of_our_own().await;
+                    }
+                    self.hosts.push(Host {
+                        base,
+                        _process: process,
+                    });
+                    return;
+                }
+                assert!(started.elapsed() < START, "no answer from {base}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        panic!("the host on 127.0.0.1:{} exited three times", NODES[node]);
+    }
+
+    /// Coupon ids from a number unique to the test, so the keys the
+    /// components keep in the shared Redis database are its own.
+    async fn ids_of_our_own(&self) {
+        let first = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64
+            * 100;
+        let statement = format!(
+            "ALTER TABLE `{}`.coupons AUTO_INCREMENT = {first}",
+            self.db_name
+        );
+        self.nodes[0].execute(statement.as_str()).await.unwrap();
+    }
+
+    async fn request(&self, host: usize, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let url = format!("{}{path}", self.hosts[host].base);
+        let request = match body {
+            Some(body) => self.client.post(url).json(&body),
+            None => self.client.get(url),
+        };
+        let response = request.send().await.expect("the host answers");
+        let status = response.status();
+        (status, response.json().await.unwrap())
+    }
+
+    async fn ok(&self, host: usize, path: &str, body: Option<Value>) -> Value {
+        let (status, body) = self.request(host, path, body).await;
+        assert!(status.is_success(), "{path}: {status} {body}");
+        body["response"].clone()
+    }
+
+    /// `count` new members' ids. Galera's nodes hand out AUTO_INCREMENT
+    /// ids a cluster size apart (`wsrep_auto_increment_control`), and the
+    /// lab's `lastId` counts them one apart: they are read back.
+    async fn members(&self, count: u64) -> Vec<u64> {
+        let created = self
+            .ok(0, "/lab/members", Some(json!({ "count": count })))
+            .await;
+        let statement = format!(
+            "SELECT id FROM `{}`.members WHERE id >= ? ORDER BY id LIMIT ?",
+            self.db_name
+        );
+        let ids: Vec<i64> = sqlx::query_scalar(&statement)
+            .bind(created["firstId"].as_u64().unwrap())
+            .bind(count)
+            .fetch_all(&self.nodes[0])
+            .await
+            .unwrap();
+        assert_eq!(ids.len() as u64, count, "{created}");
+        ids.into_iter().map(|id| id as u64).collect()
+    }
+
+    async fn coupon(&self, method: &str, total: u64) -> u64 {
+        let body = json!({ "name": "galera", "totalCount": total });
+        let coupon = self.ok(0, "/lab/coupons", Some(body)).await["id"]
+            .as_u64()
+            .unwrap();
+        if method == "REDIS_LUA_GATE" {
+            let seed = json!({ "quantity": total });
+            self.ok(0, &format!("/lab/drop/coupons/{coupon}/seed"), Some(seed))
+                .await;
+        }
+        coupon
+    }
+
+    async fn issue(
+        &self,
+        host: usize,
+        coupon: u64,
+        member: u64,
+        method: &str,
+    ) -> (StatusCode, Value) {
+        let body = json!({ "memberId": member, "method": method });
+        self.request(host, &format!("/lab/coupons/{coupon}/issue"), Some(body))
+            .await
+    }
+
+    /// Issue rows of `coupon`, as node `node` holds them.
+    async fn rows(&self, node: usize, coupon: u64) -> i64 {
+        let statement = format!(
+            "SELECT COUNT(*) FROM `{}`.coupon_issues WHERE coupon_id = ?",
+            self.db_name
+        );
+        sqlx::query_scalar(&statement)
+            .bind(coupon)
+            .fetch_one(&self.nodes[node])
+            .await
+            .unwrap()
+    }
+
+    /// The result of `coupon` from host 0 once its node has applied every
+    /// issue row the cluster committed (it reads without waiting for them).
+    async fn settled_result(&self, coupon: u64) -> Value {
+        let started = Instant::now();
+        loop {
+            let rows = self.rows(0, coupon).await;
+            let path = format!("/lab/coupons/{coupon}/result");
+            let result = self.ok(0, &path, None).await;
+            if result["issueRows"] == rows {
+                return result;
+            }
+            assert!(started.elapsed() < START, "never settled: {result}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn finish(self) {
+        drop(self.hosts);
+        let drop_database = format!("DROP DATABASE IF EXISTS `{}`", self.db_name);
+        let _ = self.nodes[0].execute(drop_database.as_str()).await;
+        let _ = std::fs::remove_dir_all(&self.strategy_dir);
+    }
+}
+
+/// Each of the lab's methods, by its component.
+const EVERY_METHOD: [(&str, &str); 24] = [
+    ("atomic_update", "ATOMIC_UPDATE"),
+    ("read_committed", "READ_COMMITTED"),
+    ("repeatable_read", "REPEATABLE_READ"),
+    ("serializable", "SERIALIZABLE"),
+    ("pessimistic", "PESSIMISTIC"),
+    ("optimistic", "OPTIMISTIC"),
+    ("optimistic_retry", "OPTIMISTIC_RETRY"),
+    ("mysql_named_lock", "MYSQL_NAMED_LOCK"),
+    ("in_process_lock", "IN_PROCESS_LOCK"),
+    ("redis_set_only", "REDIS_SET_ONLY"),
+    ("redis_multi_exec", "REDIS_MULTI_EXEC"),
+    ("redis_watch", "REDIS_WATCH"),
+    ("redis_lua", "REDIS_LUA"),
+    ("redis_async", "REDIS_ASYNC"),
+    ("redis_pubsub", "REDIS_PUBSUB"),
+    ("redis_stream", "REDIS_STREAM"),
+    ("redis_stream_atomic", "REDIS_STREAM_ATOMIC"),
+    ("redis_write_behind", "REDIS_WRITE_BEHIND"),
+    ("redis_write_behind_no_tx", "REDIS_WRITE_BEHIND_NO_TX"),
+    ("redis_lua_gate", "REDIS_LUA_GATE"),
+    ("redis_lua_sharded", "REDIS_LUA_SHARDED"),
+    ("redis_incr", "REDIS_INCR"),
+    ("redis_spin_lock", "REDIS_SPIN_LOCK"),
+    ("redis_pubsub_lock", "REDIS_PUBSUB_LOCK"),
+];
+
+/// A host on each node names the engine `galera`, its node, the cluster's
+/// size and the wsrep settings; the first proves every method with its
+/// canary, the other two remember those passes (the settings they are
+/// kept under are the cluster's, the same on every node), and each host
+/// serves every method.
+#[tokio::test]
+async fn three_hosts_on_three_nodes_serve_every_method_after_its_canary() {
+    let _pubsub = crate::common::pubsub_turn().await;
+    let components: Vec<&str> = EVERY_METHOD.iter().map(|(file, _)| *file).collect();
+    let mut lab = GaleraLab::new(&components).await;
+    lab.start_host(0, "changed").await;
+    let proved = until_proved(&lab, 0).await;
+    for node in 1..3 {
+        lab.start_host(node, "changed").await;
+    }
+    let mut nodes_named = Vec::new();
+    for host in 0..3 {
+        let strategies = until_proved(&lab, host).await;
+        let engine = &strategies["engine"];
+        assert_eq!(engine["name"], "galera", "{engine}");
+        assert_eq!(engine["cluster"]["size"], 3, "{engine}");
+        assert_eq!(engine["cluster"]["primary"], true, "{engine}");
+        assert_eq!(
+            engine["cluster"]["address"],
+            format!("127.0.0.1:{}", NODES[host]),
+            "{engine}"
+        );
+        for setting in [
+            "wsrep_sync_wait",
+            "innodb_flush_log_at_trx_commit",
+            "pc.ignore_sb",
+        ] {
+            assert!(
+                engine["settings"][setting].is_string(),
+                "{setting}: {engine}"
+            );
+        }
+        assert_eq!(engine["settings"], proved["engine"]["settings"]);
+        nodes_named.push(engine["cluster"]["node"].as_str().unwrap().to_string());
+        let served = strategies["strategies"].as_array().unwrap();
+        assert_eq!(served.len(), EVERY_METHOD.len(), "{strategies}");
+        for strategy in served {
+            assert_eq!(strategy["canary"]["passed"], true, "{strategy}");
+            // The first host ran the canaries; the others found them passed
+            // under the same settings.
+            assert_eq!(strategy["canary"]["remembered"], host > 0, "{strategy}");
+        }
+    }
+    nodes_named.dedup();
+    assert_eq!(nodes_named.len(), 3, "{nodes_named:?}");
+
+    let members = lab.members(3).await;
+    for (_, method) in EVERY_METHOD {
+        let coupon = lab.coupon(method, 10).await;
+        for host in 0..3 {
+            let (status, body) = lab.issue(host, coupon, members[host], method).await;
+            assert!(
+                status == StatusCode::OK || status == StatusCode::ACCEPTED,
+                "{method} on node {}: {status} {body}",
+                host + 1
+            );
+        }
+    }
+    lab.finish().await;
+}
+
+/// `GET /lab/strategies` of `host` once no component waits for its canary.
+async fn until_proved(lab: &GaleraLab, host: usize) -> Value {
+    let started = Instant::now();
+    loop {
+        let strategies = lab.ok(host, "/lab/strategies", None).await;
+        if strategies["awaiting"].as_array().is_some_and(Vec::is_empty)
+            && strategies["onTrial"].as_array().is_some_and(Vec::is_empty)
+        {
+            return strategies;
+        }
+        assert!(started.elapsed() < PROVED, "still unproved: {strategies}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `GET_LOCK` is each node's own: while the test's session on node 1
+/// holds a coupon's lock, MYSQL_NAMED_LOCK through the host on node 1
+/// waits and gives up, and through the host on node 2 takes the same name
+/// and issues — two holders at once. A race of members over both hosts
+/// then either keeps the total (the cluster's certification refusing the
+/// second writer of the coupon row) or not, and the result counts it.
+#[tokio::test]
+async fn mysql_named_lock_on_two_nodes_has_two_holders_at_once() {
+    let mut lab = GaleraLab::new(&["mysql_named_lock"]).await;
+    lab.start_host(0, "off").await;
+    lab.start_host(1, "off").await;
+    let members = lab.members(200).await;
+    let coupon = lab.coupon("MYSQL_NAMED_LOCK", 50).await;
+
+    let mut holder = lab.nodes[0].acquire().await.unwrap();
+    let name = couponlab_contract::keys::lock(coupon);
+    let held: i64 = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+        .bind(&name)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    assert_eq!(held, 1);
+    let (status, body) = lab.issue(0, coupon, members[0], "MYSQL_NAMED_LOCK").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "node 1: {body}");
+    let (status, body) = lab.issue(1, coupon, members[1], "MYSQL_NAMED_LOCK").await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "node 2 took the lock node 1 holds: {body}"
+    );
+    let _: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+        .bind(&name)
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    drop(holder);
+
+    let racing = &members[2..];
+    let replies = join_all(
+        racing
+            .iter()
+            .enumerate()
+            .map(|(i, &member)| lab.issue(i % 2, coupon, member, "MYSQL_NAMED_LOCK")),
+    )
+    .await;
+    let issued = replies.iter().filter(|(s, _)| *s == StatusCode::OK).count() as i64 + 1;
+    let result = lab.settled_result(coupon).await;
+    let rows = lab.rows(0, coupon).await;
+    assert_eq!(rows, lab.rows(1, coupon).await, "the nodes disagree");
+    assert_eq!(result["issueRows"], rows, "{result}");
+    assert!(issued <= rows, "told issued {issued}, rows {rows}");
+    assert_eq!(result["overIssued"], (rows - 50).max(0), "{result}");
+    assert_eq!(
+        result["invariants"]["neverOverIssued"],
+        rows <= 50,
+        "{result}"
+    );
+    println!(
+        "MYSQL_NAMED_LOCK over two nodes: {rows} rows of 50, answers {:?}",
+        statuses(&replies)
+    );
+    lab.finish().await;
+}
+
+fn statuses(replies: &[(StatusCode, Value)]) -> BTreeMap<u16, usize> {
+    let mut counted = BTreeMap::new();
+    for (status, _) in replies {
+        *counted.entry(status.as_u16()).or_default() += 1;
+    }
+    counted
+}
+
+/// PESSIMISTIC and ATOMIC_UPDATE with a host on each node: a row lock is
+/// its node's own, so requests on different nodes no longer queue; the
+/// loser of two that wrote the coupon row learns it at COMMIT (1213), and
+/// its 503 names the certification conflict. The total holds, the nodes'
+/// conflict counters grew, and members answered 503 who ask again sell
+/// the coupon out.
+#[tokio::test]
+async fn pessimistic_and_atomic_update_across_three_nodes_keep_the_total_and_name_the_conflict() {
+    let mut lab = GaleraLab::new(&["pessimistic", "atomic_update"]).await;
+    for node in 0..3 {
+        lab.start_host(node, "off").await;
+    }
+    const TOTAL: i64 = 30;
+    for method in ["PESSIMISTIC", "ATOMIC_UPDATE"] {
+        let members = lab.members(120).await;
+        let coupon = lab.coupon(method, TOTAL as u64).await;
+        let before: u64 = join_all(lab.nodes.iter().map(conflicts)).await.iter().sum();
+        let mut asking = members.clone();
+        let mut conflicts_named = 0;
+        let mut answered = BTreeMap::new();
+        for _ in 0..30 {
+            let replies = join_all(
+                asking
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &member)| lab.issue(i % 3, coupon, member, method)),
+            )
+            .await;
+            let mut again = Vec::new();
+            for (&member, (status, body)) in asking.iter().zip(&replies) {
+                if *status == StatusCode::SERVICE_UNAVAILABLE {
+                    let message = body["error"]["message"].as_str().unwrap_or_default();
+                    assert!(message.starts_with("DEADLOCK"), "{method}: {body}");
+                    assert!(message.contains("certification conflict"), "{body}");
+                    conflicts_named += 1;
+                    again.push(member);
+                } else {
+                    *answered.entry(status.as_u16()).or_insert(0) += 1;
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            asking = again;
+        }
+        let after: u64 = join_all(lab.nodes.iter().map(conflicts)).await.iter().sum();
+        let result = lab.settled_result(coupon).await;
+        println!(
+            "{method} over three nodes: answers {answered:?}, {conflicts_named} 503s naming \
+             the conflict, node counters +{}",
+            after - before
+        );
+        assert!(conflicts_named > 0, "{method}: no conflict across nodes");
+        assert!(after > before, "{method}: the nodes counted no conflict");
+        assert_eq!(result["issueRows"], TOTAL, "{method}: {result}");
+        assert_eq!(
+            result["invariants"],
+            json!({ "neverOverIssued": true, "onePerMember": true, "countMatchesRows": true }),
+            "{method}: {result}"
+        );
+        let counted = &result["engine"]["cluster"];
+        assert!(
+            counted["certFailures"].is_u64() && counted["bfAborts"].is_u64(),
+            "{result}"
+        );
+        for node in 1..3 {
+            assert_eq!(
+                lab.rows(node, coupon).await,
+                TOTAL,
+                "{method}: node {}",
+                node + 1
+            );
+        }
+    }
+    lab.finish().await;
+}
