@@ -39,7 +39,10 @@ const STAGES: [(&str, &str); 10] = [
         "handler",
         "checks, the method looked up, the arrival recorded",
     ),
-    ("store", "a fresh store: host state, WASI context, limits"),
+    (
+        "store",
+        "a fresh store: host state, limits (WASI only once an interpreter calls it)",
+    ),
     (
         "instantiate",
         "a pool slot taken, the component instantiated in it",
