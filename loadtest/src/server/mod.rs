@@ -80,9 +80,7 @@ impl Server {
             None => database_url()?,
         };
         let redis_url = serve.redis_url.unwrap_or(REDIS_URL);
-        if serve.redis_url.is_none() {
-            empty_unless_held(REDIS_URL)?;
-        }
+        empty_unless_held(redis_url)?;
         let (database_url, redis_url) = match serve.links {
             // The server derives its components' users' URLs from these,
             // host and port included: they go through the links too.
@@ -262,9 +260,11 @@ impl Server {
 /// (`host/src/redis_claim.rs`).
 const LAB_CLAIM_KEY: &str = "couponlab:lab";
 
-/// Empties the runner's own Redis database unless a live lab holds it.
-/// Others use the database between runs (the lab's tests take each of
-/// 1–14 in turn, 10 among them): what they leave there — a stream with a
+/// Empties the Redis database of a lab the runner serves unless a live lab
+/// holds it (another host of this one, or another lab that the server will
+/// refuse to share it with). Others use the database between runs (the
+/// lab's tests take each of 1–14 in turn, 10 and 11 among them): what they
+/// leave there — a stream with a
 /// poisoned entry, a gate's counter — would be read by this lab's
 /// consumers and canaries as its own.
 fn empty_unless_held(redis_url: &str) -> anyhow::Result<()> {
