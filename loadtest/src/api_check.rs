@@ -83,7 +83,10 @@ fn redis_url(engine: Engine) -> String {
 pub fn check(options: &Options) -> anyhow::Result<()> {
     let schemathesis = installed_schemathesis()?;
     let version = version_of(&schemathesis).context("Schemathesis does not say its version")?;
-    let reports = target_dir().join("api-check-reports");
+    // One directory an engine: the checks of two engines may run at once.
+    let reports = target_dir()
+        .join("api-check-reports")
+        .join(options.engine.name());
     std::fs::remove_dir_all(&reports).ok();
     let run_dir = reports.join(REPORT_RUN);
     std::fs::create_dir_all(&run_dir)?;

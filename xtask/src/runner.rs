@@ -7,7 +7,8 @@
 //! The arguments go to the runner as they were given.
 
 use std::ffi::OsStr;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -37,30 +38,72 @@ pub fn main(task: &str, args: &[String]) -> anyhow::Result<()> {
 /// The checked runs `cargo xtask test` ends with, on what it built: the
 /// load runner end to end (under faults too, and on each engine), the soak
 /// and the API check on each engine (half a minute's soak and half the
-/// check's examples each: the pair takes about the time one took). Answers
-/// how long each took.
+/// check's examples each). The two engines' soaks run at once, and so do
+/// their API checks: each engine's lab has a database and a Redis of its
+/// own, and none of them keeps a core busy. Answers how long each took.
 pub fn smoke() -> anyhow::Result<Vec<(String, Duration)>> {
-    let mut took = Vec::new();
-    let mut timed = |name: String, task: &str, args: &[&str]| -> anyhow::Result<()> {
-        let started = Instant::now();
-        run(task, args)?;
-        took.push((name, started.elapsed()));
-        Ok(())
-    };
-    timed(
-        "load test smoke (engines, faults)".into(),
-        "loadtest",
-        &["smoke"],
-    )?;
-    for engine in ["mariadb", "postgres"] {
-        let args = ["smoke", "--engine", engine, "--duration", "30s"];
-        timed(format!("soak on {engine}"), "soak", &args)?;
-    }
-    for engine in ["mariadb", "postgres"] {
-        let args = ["--engine", engine, "--max-examples", API_CHECK_EXAMPLES];
-        timed(format!("api-check on {engine}"), "api-check", &args)?;
-    }
+    let started = Instant::now();
+    run("loadtest", &["smoke"])?;
+    let mut took = vec![("load test smoke (engines, faults)".into(), started.elapsed())];
+    took.extend(on_both_engines("soak", |engine| {
+        vec!["smoke", "--engine", engine, "--duration", "30s"]
+    })?);
+    took.extend(on_both_engines("api-check", |engine| {
+        vec!["--engine", engine, "--max-examples", API_CHECK_EXAMPLES]
+    })?);
     Ok(took)
+}
+
+/// The engines the checked runs cover.
+const ENGINES: [&str; 2] = ["mariadb", "postgres"];
+
+/// Runs the runner's `task` on each engine at once, each line it prints
+/// marked with its engine; answers how long each took.
+fn on_both_engines(
+    task: &'static str,
+    args: impl Fn(&'static str) -> Vec<&'static str> + Sync,
+) -> anyhow::Result<Vec<(String, Duration)>> {
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = ENGINES
+            .map(|engine| {
+                let args = args(engine);
+                scope.spawn(move || -> anyhow::Result<(String, Duration)> {
+                    let started = Instant::now();
+                    run_marked(task, &args, &format!("[{task} {engine}] "))?;
+                    Ok((format!("{task} on {engine}"), started.elapsed()))
+                })
+            })
+            .into_iter()
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().expect("a checked run's thread panicked"))
+            .collect()
+    })
+}
+
+/// [`run`], each line of the runner's output printed after `mark`.
+fn run_marked(task: &str, args: &[&str], mark: &str) -> anyhow::Result<()> {
+    let binary = release_binary(RUNNER);
+    let mut child = Command::new(&binary)
+        .arg(task)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start the load runner {}", binary.display()))?;
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    std::thread::scope(|scope| {
+        scope.spawn(|| stdout.map(|out| print_marked(out, mark)));
+        scope.spawn(|| stderr.map(|err| print_marked(err, mark)));
+    });
+    let status = child.wait()?;
+    exit_unless_passed(task, status)
+}
+
+fn print_marked(output: impl std::io::Read, mark: &str) {
+    for line in BufReader::new(output).lines().map_while(Result::ok) {
+        println!("{mark}{line}");
+    }
 }
 
 /// Examples an operation of each engine's API check in `cargo xtask test`:
@@ -76,6 +119,12 @@ fn run(task: &str, args: &[impl AsRef<OsStr>]) -> anyhow::Result<()> {
         .args(args)
         .status()
         .with_context(|| format!("cannot start the load runner {}", binary.display()))?;
+    exit_unless_passed(task, status)
+}
+
+/// A failure ends xtask with the runner's exit code, the runner having
+/// said why.
+fn exit_unless_passed(task: &str, status: ExitStatus) -> anyhow::Result<()> {
     match status.code() {
         Some(0) => Ok(()),
         Some(code) => std::process::exit(code),
