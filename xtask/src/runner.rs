@@ -44,7 +44,10 @@ pub fn main(task: &str, args: &[String]) -> anyhow::Result<()> {
 pub fn smoke() -> anyhow::Result<Vec<(String, Duration)>> {
     let started = Instant::now();
     run("loadtest", &["smoke"])?;
-    let mut took = vec![("load test smoke (engines, faults)".into(), started.elapsed())];
+    let mut took = vec![(
+        "load test smoke (engines, faults)".into(),
+        started.elapsed(),
+    )];
     took.extend(on_both_engines("soak", |engine| {
         vec!["smoke", "--engine", engine, "--duration", "30s"]
     })?);
