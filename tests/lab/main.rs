@@ -39,6 +39,7 @@ mod redis_server;
 mod report_charts;
 mod result_endpoint;
 mod sandbox;
+mod sentinel;
 mod several_hosts;
 mod sharded;
 mod snapshot_isolation;
