@@ -185,6 +185,7 @@ async fn redis_lua_follows_a_sentinel_failover_mid_burst_and_keeps_the_total_and
     // would, until it is answered otherwise.
     let worker = || async {
         while let Some(&member) = members.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let first_asked = Instant::now();
             loop {
                 let sent = Instant::now();
                 let reply = lab.issue(coupon, member, "REDIS_LUA").await;
@@ -203,6 +204,11 @@ async fn redis_lua_follows_a_sentinel_failover_mid_burst_and_keeps_the_total_and
                     break;
                 }
                 drop(seen);
+                assert!(
+                    first_asked.elapsed() < READY_LIMIT,
+                    "member {member} still answered 503 after {READY_LIMIT:?}: {}",
+                    reply.body
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
