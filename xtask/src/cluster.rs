@@ -1,8 +1,10 @@
-//! `cargo xtask cluster up|down`: a Redis Cluster of three masters on this
-//! machine, from Debian's `redis-server` — cluster-enabled nodes on ports
-//! 7000-7002, joined by `redis-cli --cluster create` — with its files under
-//! `target/redis-cluster/<port>/`. `up` prints the seed list a server takes
-//! as `REDIS_URL`; a cluster already up is left as it is.
+//! `cargo xtask cluster up|down [--replicas 1]`: a Redis Cluster of three
+//! masters on this machine, from Debian's `redis-server` — cluster-enabled
+//! nodes on ports 7000-7002, joined by `redis-cli --cluster create` — with
+//! its files under `target/redis-cluster/<port>/`. With `--replicas 1`,
+//! each master has a replica (ports 7003-7005), which the cluster promotes
+//! when its master fails. `up` prints the seed list a server takes as
+//! `REDIS_URL`; a cluster already up is left as it is.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,31 +16,46 @@ use crate::services::ensure_debian;
 use crate::target_dir;
 
 /// The nodes' ports: 7000, 7001, 7002, as Redis's own cluster tutorial has
-/// them.
+/// them, and 7003-7005 for the replicas of `--replicas 1`.
 pub const PORTS: [u16; 3] = [7000, 7001, 7002];
+const WITH_REPLICAS: [u16; 6] = [7000, 7001, 7002, 7003, 7004, 7005];
 
 /// How long the nodes may take to answer, and the cluster to agree it is up.
 const READY_LIMIT: Duration = Duration::from_secs(30);
 
 pub fn main(args: &[String]) -> anyhow::Result<()> {
+    let replicas = match &args.get(1..).unwrap_or_default() {
+        [] => 0,
+        [flag, count] if flag == "--replicas" && (count == "0" || count == "1") => count.parse()?,
+        _ => bail!("usage: cargo xtask cluster up|down [--replicas 0|1]"),
+    };
+    let ports: &[u16] = if replicas == 1 {
+        &WITH_REPLICAS
+    } else {
+        &PORTS
+    };
     match args.first().map(String::as_str) {
         Some("up") => {
-            let seeds = up(&PORTS)?;
-            println!("a Redis Cluster of 3 masters is up; its seed nodes: {seeds}");
+            let seeds = up(ports, replicas)?;
+            println!(
+                "a Redis Cluster of 3 masters, {replicas} replica each, is up; its seed nodes: {seeds}"
+            );
             Ok(())
         }
+        // Whichever way it was started, replicas too.
         Some("down") => {
-            down(&PORTS)?;
+            down(&WITH_REPLICAS)?;
             println!("the local Redis Cluster is down");
             Ok(())
         }
-        _ => bail!("usage: cargo xtask cluster up|down"),
+        _ => bail!("usage: cargo xtask cluster up|down [--replicas 0|1]"),
     }
 }
 
-/// Starts a node on each of `ports` and joins them into one cluster, unless
-/// they already form one; returns the seed list (`redis://127.0.0.1:7000,...`).
-pub fn up(ports: &[u16]) -> anyhow::Result<String> {
+/// Starts a node on each of `ports` and joins them into one cluster, each
+/// master with `replicas` replicas, unless they already form one; returns
+/// the seed list (`redis://127.0.0.1:7000,...`).
+pub fn up(ports: &[u16], replicas: u8) -> anyhow::Result<String> {
     let seeds = ports
         .iter()
         .map(|port| format!("redis://127.0.0.1:{port}"))
@@ -96,7 +113,7 @@ pub fn up(ports: &[u16]) -> anyhow::Result<String> {
         .arg("--cluster")
         .arg("create")
         .args(&nodes)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
         .output()
         .context("cannot run redis-cli --cluster create")?;
     if !created.status.success() {
@@ -108,6 +125,17 @@ pub fn up(ports: &[u16]) -> anyhow::Result<String> {
     wait_for(
         || ports.iter().all(|&port| cluster_is_ok(port)),
         "the cluster to be ok",
+    )?;
+    // A replica is told its master once the nodes met: until the others
+    // hear of it, a master's failure has no replica to promote.
+    let replicas_expected = ports.len() / (1 + usize::from(replicas)) * usize::from(replicas);
+    wait_for(
+        || {
+            ports
+                .iter()
+                .all(|&port| replicas_known(port) == replicas_expected)
+        },
+        "every node to know each master's replica",
     )?;
     Ok(seeds)
 }
@@ -150,6 +178,16 @@ fn cluster_is_ok(port: u16) -> bool {
     redis_cli(port, &["cluster", "info"]).is_some_and(|info| info.contains("cluster_state:ok"))
 }
 
+/// How many connected replicas the node on `port` knows of.
+fn replicas_known(port: u16) -> usize {
+    redis_cli(port, &["cluster", "nodes"]).map_or(0, |nodes| {
+        nodes
+            .lines()
+            .filter(|line| line.contains("slave") && line.contains(" connected"))
+            .count()
+    })
+}
+
 fn wait_for(done: impl Fn() -> bool, what: &str) -> anyhow::Result<()> {
     let since = Instant::now();
     while !done() {
@@ -180,7 +218,7 @@ mod tests {
     #[test]
     fn a_local_cluster_of_three_masters_serves_every_slot_and_goes_away() {
         down(&TEST_PORTS).unwrap();
-        let seeds = up(&TEST_PORTS).unwrap();
+        let seeds = up(&TEST_PORTS, 0).unwrap();
         assert_eq!(
             seeds,
             "redis://127.0.0.1:7100,redis://127.0.0.1:7101,redis://127.0.0.1:7102"
@@ -192,7 +230,7 @@ mod tests {
             assert_eq!(info(port, "cluster_size"), "3", "three masters");
         }
         // Up twice is the same cluster.
-        assert_eq!(up(&TEST_PORTS).unwrap(), seeds);
+        assert_eq!(up(&TEST_PORTS, 0).unwrap(), seeds);
         // A hash tag puts a coupon's keys in one slot, its shards in others.
         let slot = |key: &str| redis_cli(7100, &["cluster", "keyslot", key]).unwrap();
         assert_eq!(slot("coupon:issued:{42}"), slot("coupon:total:{42}"));

@@ -9,7 +9,8 @@
 //! - `cargo xtask services [--galera] [--sentinel]`: only make sure Redis and
 //!   MySQL/MariaDB answer (and, with `--galera`, the Galera cluster; with
 //!   `--sentinel`, the Redis primary, replicas and Sentinels).
-//! - `cargo xtask cluster up|down`: a local Redis Cluster of three masters.
+//! - `cargo xtask cluster up|down [--replicas 1]`: a local Redis Cluster of
+//!   three masters (with a replica each).
 //! - `cargo xtask sentinel up|down|status`: a local Redis primary with two
 //!   replicas behind three Sentinels.
 //! - `cargo xtask galera up|down|status`: a local MariaDB Galera cluster of
