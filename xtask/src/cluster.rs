@@ -6,7 +6,7 @@
 //! when its master fails. `up` prints the seed list a server takes as
 //! `REDIS_URL`; a cluster already up is left as it is.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -37,9 +37,12 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("up") => {
             let seeds = up(ports, replicas)?;
-            println!(
-                "a Redis Cluster of 3 masters, {replicas} replica each, is up; its seed nodes: {seeds}"
-            );
+            let each = if replicas == 1 {
+                ", a replica each,"
+            } else {
+                ""
+            };
+            println!("a Redis Cluster of 3 masters{each} is up; its seed nodes: {seeds}");
             Ok(())
         }
         // Whichever way it was started, replicas too.
@@ -76,30 +79,18 @@ pub fn up(ports: &[u16], replicas: u8) -> anyhow::Result<String> {
         // A node's nodes.conf remembers its old cluster: start afresh.
         std::fs::remove_dir_all(&dir).ok();
         std::fs::create_dir_all(&dir)?;
-        let status = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args([
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-            ])
-            .args(["--cluster-node-timeout", "5000"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "yes"])
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--logfile")
-            .arg(dir.join("redis.log"))
-            .arg("--pidfile")
-            .arg(dir.join("redis.pid"))
-            .status()
-            .context("cannot run redis-server")?;
-        if !status.success() {
-            bail!(
-                "redis-server on port {port} failed with {status}; see {}",
-                dir.join("redis.log").display()
-            );
-        }
+        start_daemon(
+            redis_daemon(port, &dir)
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .args(["--cluster-node-timeout", "5000"]),
+            port,
+            &dir,
+        )?;
     }
     wait_for(
         || ports.iter().all(|&port| answers(port)),
@@ -154,11 +145,40 @@ pub fn down(ports: &[u16]) -> anyhow::Result<()> {
     )
 }
 
+/// `redis-server` on 127.0.0.1:`port` as a daemon keeping nothing on disk,
+/// working in `dir` with its log and pid file there.
+pub fn redis_daemon(port: u16, dir: &Path) -> Command {
+    let mut command = Command::new("redis-server");
+    command
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "yes"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(dir.join("redis.log"))
+        .arg("--pidfile")
+        .arg(dir.join("redis.pid"));
+    command
+}
+
+/// Runs a `redis-server` that daemonizes, failing with where its log is.
+pub fn start_daemon(command: &mut Command, port: u16, dir: &Path) -> anyhow::Result<()> {
+    let status = command.status().context("cannot run redis-server")?;
+    if !status.success() {
+        bail!(
+            "redis-server on port {port} failed with {status}; see {}",
+            dir.join("redis.log").display()
+        );
+    }
+    Ok(())
+}
+
 fn node_dir(port: u16) -> PathBuf {
     target_dir().join("redis-cluster").join(port.to_string())
 }
 
-fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
+/// `redis-cli -p port args...`, its standard output when it succeeded.
+pub fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
     let out = Command::new("redis-cli")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
@@ -169,7 +189,7 @@ fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn answers(port: u16) -> bool {
+pub fn answers(port: u16) -> bool {
     redis_cli(port, &["ping"]).is_some_and(|reply| reply.trim() == "PONG")
 }
 

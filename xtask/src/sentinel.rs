@@ -18,8 +18,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
+use crate::cluster::{answers, redis_cli, redis_daemon, start_daemon};
 use crate::services::ensure_debian;
 use crate::target_dir;
 
@@ -185,20 +186,11 @@ fn start_missing() -> anyhow::Result<()> {
 fn start_data_node(port: u16, replica_of: Option<u16>) -> anyhow::Result<()> {
     let dir = node_dir(port);
     std::fs::create_dir_all(&dir)?;
-    let mut command = Command::new("redis-server");
-    command
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "yes"])
-        .arg("--dir")
-        .arg(&dir)
-        .arg("--logfile")
-        .arg(dir.join("redis.log"))
-        .arg("--pidfile")
-        .arg(dir.join("redis.pid"));
+    let mut command = redis_daemon(port, &dir);
     if let Some(primary) = replica_of {
         command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
     }
-    spawn_daemon(&mut command, port, &dir)
+    start_daemon(&mut command, port, &dir)
 }
 
 /// A Sentinel's config is its own state (it rewrites it with what it
@@ -227,18 +219,7 @@ fn start_sentinel(port: u16, primary: u16) -> anyhow::Result<()> {
         .arg(dir.join("redis.log"))
         .arg("--pidfile")
         .arg(dir.join("redis.pid"));
-    spawn_daemon(&mut command, port, &dir)
-}
-
-fn spawn_daemon(command: &mut Command, port: u16, dir: &std::path::Path) -> anyhow::Result<()> {
-    let status = command.status().context("cannot run redis-server")?;
-    if !status.success() {
-        bail!(
-            "redis-server on port {port} failed with {status}; see {}",
-            dir.join("redis.log").display()
-        );
-    }
-    Ok(())
+    start_daemon(&mut command, port, &dir)
 }
 
 fn print_status() {
@@ -276,18 +257,4 @@ fn base_dir() -> PathBuf {
 
 fn node_dir(port: u16) -> PathBuf {
     base_dir().join(port.to_string())
-}
-
-fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
-    let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    (out.status.success() && !text.starts_with("ERR") && !text.is_empty()).then_some(text)
-}
-
-fn answers(port: u16) -> bool {
-    redis_cli(port, &["ping"]).is_some_and(|reply| reply.trim() == "PONG")
 }
