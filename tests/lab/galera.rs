@@ -214,25 +214,29 @@ impl GaleraLab {
         body["response"].clone()
     }
 
-    /// `count` new members' ids. Galera's nodes hand out AUTO_INCREMENT
-    /// ids a cluster size apart (`wsrep_auto_increment_control`), and the
-    /// lab's `lastId` counts them one apart: they are read back.
+    /// `count` new members' ids: the run from `firstId` to `lastId`, as
+    /// every client reads it, though Galera's nodes hand out AUTO_INCREMENT
+    /// ids a cluster size apart (`wsrep_auto_increment_control`). Checked
+    /// against the rows.
     async fn members(&self, count: u64) -> Vec<u64> {
         let created = self
             .ok(0, "/lab/members", Some(json!({ "count": count })))
             .await;
+        let (first, last) = (created["firstId"].as_u64(), created["lastId"].as_u64());
+        let said: Vec<u64> = (first.unwrap()..=last.unwrap()).collect();
         let statement = format!(
             "SELECT id FROM `{}`.members WHERE id >= ? ORDER BY id LIMIT ?",
             self.db_name
         );
         let ids: Vec<i64> = sqlx::query_scalar(&statement)
-            .bind(created["firstId"].as_u64().unwrap())
+            .bind(said[0])
             .bind(count)
             .fetch_all(&self.nodes[0])
             .await
             .unwrap();
-        assert_eq!(ids.len() as u64, count, "{created}");
-        ids.into_iter().map(|id| id as u64).collect()
+        let ids: Vec<u64> = ids.into_iter().map(|id| id as u64).collect();
+        assert_eq!(ids, said, "{created}");
+        ids
     }
 
     async fn coupon(&self, method: &str, total: u64) -> u64 {

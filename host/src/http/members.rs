@@ -76,19 +76,50 @@ async fn create(
 /// Inserts `count` members, their ids one run: the first and the last.
 async fn insert_mysql(db: &MySqlPool, count: u64) -> Result<(u64, u64), sqlx::Error> {
     let mut tx = db.begin().await?;
+    // A Galera node hands out ids `wsrep_cluster_size` apart, whatever a
+    // session asks, so that nodes inserting at once never take the same
+    // one. Clients read the members as the run from the first id to the
+    // last: there the ids are given, one apart, after the highest. Another
+    // node inserting members at the same moment then fails its COMMIT (a
+    // certification conflict, a 503) rather than either handing out ids no
+    // member has.
+    let step: i64 = sqlx::query_scalar("SELECT CAST(@@auto_increment_increment AS SIGNED)")
+        .fetch_one(&mut *tx)
+        .await?;
+    let mut next_id = if step == 1 {
+        None
+    } else {
+        let highest: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM members ORDER BY id DESC LIMIT 1 FOR UPDATE")
+                .fetch_optional(&mut *tx)
+                .await?;
+        Some(highest.map_or(1, |id| id as u64 + 1))
+    };
     let mut first_id = None;
     let mut last_id = 0;
     let mut left = count;
     while left > 0 {
         let rows = left.min(CHUNK);
-        let mut insert = QueryBuilder::<MySql>::new("INSERT INTO members (name) ");
-        insert.push_values(0..rows, |mut row, _| {
-            row.push_bind("lab member");
-        });
-        let done = insert.build().execute(&mut *tx).await?;
-        // LAST_INSERT_ID() is the first id of a multi-row INSERT.
-        first_id.get_or_insert(done.last_insert_id());
-        last_id = done.last_insert_id() + rows - 1;
+        let first_of_chunk = match next_id.as_mut() {
+            None => {
+                let mut insert = QueryBuilder::<MySql>::new("INSERT INTO members (name) ");
+                insert.push_values(0..rows, |mut row, _| {
+                    row.push_bind("lab member");
+                });
+                // LAST_INSERT_ID() is the first id of a multi-row INSERT.
+                insert.build().execute(&mut *tx).await?.last_insert_id()
+            }
+            Some(next) => {
+                let mut insert = QueryBuilder::<MySql>::new("INSERT INTO members (id, name) ");
+                insert.push_values(*next..*next + rows, |mut row, id| {
+                    row.push_bind(signed(id)).push_bind("lab member");
+                });
+                insert.build().execute(&mut *tx).await?;
+                std::mem::replace(next, *next + rows)
+            }
+        };
+        first_id.get_or_insert(first_of_chunk);
+        last_id = first_of_chunk + rows - 1;
         left -= rows;
     }
     tx.commit().await?;
