@@ -18,9 +18,14 @@ const SLOWEST: usize = 10;
 pub fn main(rest: &[String]) -> anyhow::Result<()> {
     let mut phases = Phases::starting_now();
     services::ensure()?;
-    // The Galera tests' three nodes (`tests/lab/galera.rs`).
-    crate::galera::up()?;
-    build_all(&crate::strategy_dir(), prepare_for_tests)?;
+    // The Galera tests' three nodes (`tests/lab/galera.rs`) start beside
+    // the build: a quarter of a minute spent mostly waiting for each other.
+    let galera = std::thread::spawn(crate::galera::up);
+    let built = build_all(&crate::strategy_dir(), prepare_for_tests);
+    galera
+        .join()
+        .map_err(|_| anyhow::anyhow!("starting the Galera cluster panicked"))??;
+    built?;
     cargo::nothing_left_to_build(&RELEASE_BUILD)?;
     phases.done("services, tools, build");
     if !rest.is_empty() {
