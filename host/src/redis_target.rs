@@ -89,10 +89,10 @@ impl RedisTarget {
                     .context("cannot set up a Redis connection")?;
                 Ok(RedisConn::Managed(manager))
             }
-            Self::Sentinel(target) => Ok(RedisConn::Sentinel(SentinelConn::new(
+            Self::Sentinel(target) => Ok(RedisConn::Sentinel(Box::new(SentinelConn::new(
                 target.clone(),
                 own_config(response_timeout),
-            ))),
+            )))),
             Self::Cluster { client, .. } => Ok(RedisConn::Cluster(
                 client.get_pending_async_connection_with_config(cluster_config(response_timeout)),
             )),
@@ -176,8 +176,11 @@ pub enum RedisConn {
     Managed(ConnectionManager),
     /// A server, through a connection of its own.
     Own(MultiplexedConnection),
-    /// The primary the Sentinels name, followed across failovers.
-    Sentinel(SentinelConn),
+    /// The primary the Sentinels name, followed across failovers. Boxed:
+    /// the other variants are a handle or two, and every Redis call's
+    /// future holds a connection, so the largest variant's size is copied
+    /// with each of them.
+    Sentinel(Box<SentinelConn>),
     /// A cluster: each command to the node owning its key.
     Cluster(ClusterConnection),
 }
