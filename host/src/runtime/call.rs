@@ -31,6 +31,11 @@ const TIMEOUT_GRACE: Duration = Duration::from_millis(500);
 /// may take before its strategy is asked to compensate anyway.
 const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 
+/// How long loading a component waits for a free instance of the pool.
+const LOADING_WAIT: Duration = Duration::from_secs(60);
+/// How often it looks.
+const BUSY_LOOK: Duration = Duration::from_millis(20);
+
 /// An instance counted as in use for as long as this lives.
 struct InUse<'a>(&'a prometheus::IntGauge);
 
@@ -63,11 +68,10 @@ impl Runtime {
             .map_err(anyhow::Error::from)
             .context("it imports something the host does not provide")?;
         let (strategy_export, world) = World::find(component)?;
-        let mut store = self.new_store(None, Arc::from("(loading)"), TaskTracker::new());
+        let (mut store, instance) = self.instance_for_loading(&pre).await?;
         // Loading runs the guest too: under the same deadline as a call, so a
         // component that hangs in describe() is rejected, not waited for.
         let described = tokio::time::timeout(self.limits.timeout + TIMEOUT_GRACE, async {
-            let instance = self.instantiate(&pre, &mut store).await?;
             // Every export is type-checked now rather than at first use.
             world.check(&mut store, &instance)?;
             strategy_export
@@ -260,6 +264,28 @@ impl Runtime {
             result,
             scripts_killed,
             trace,
+        }
+    }
+
+    /// A store and an instance to load a component with. While every
+    /// instance of the pool serves a call (canaries bursting side by side),
+    /// loading waits for one, up to [`LOADING_WAIT`], rather than refuse a
+    /// component for the pool's moment; the store is made once the instance
+    /// is, so the wait does not eat the call's deadline.
+    async fn instance_for_loading(
+        &self,
+        pre: &InstancePre<HostState>,
+    ) -> anyhow::Result<(Store<HostState>, Instance)> {
+        let give_up = Instant::now() + LOADING_WAIT;
+        loop {
+            let mut store = self.new_store(None, Arc::from("(loading)"), TaskTracker::new());
+            match self.instantiate(pre, &mut store).await {
+                Ok(instance) => return Ok((store, instance)),
+                Err(CallError::Busy(_)) if Instant::now() < give_up => {
+                    tokio::time::sleep(BUSY_LOOK).await;
+                }
+                Err(err) => return Err(anyhow::Error::new(err).context("describe() failed")),
+            }
         }
     }
 
