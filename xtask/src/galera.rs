@@ -29,15 +29,7 @@ const SYNC_LIMIT: Duration = Duration::from_secs(120);
 const STOP_LIMIT: Duration = Duration::from_secs(60);
 
 pub fn main(args: &[String]) -> anyhow::Result<()> {
-    match args.first().map(String::as_str) {
-        Some("up") => up(),
-        Some("down") => down(),
-        Some("status") => {
-            print_status();
-            Ok(())
-        }
-        _ => bail!("usage: cargo xtask galera up|down|status"),
-    }
+    crate::up_down_status("galera", args, up, down, print_status)
 }
 
 /// What a running node says of itself and its cluster.

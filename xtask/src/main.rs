@@ -181,6 +181,26 @@ fn lower_this_threads_priority() {
         .status();
 }
 
+/// `cargo xtask <task> up|down|status` of a topology the project starts
+/// (the Galera cluster, the Sentinels and their Redis).
+fn up_down_status(
+    task: &str,
+    args: &[String],
+    up: fn() -> anyhow::Result<()>,
+    down: fn() -> anyhow::Result<()>,
+    status: fn(),
+) -> anyhow::Result<()> {
+    match args.first().map(String::as_str) {
+        Some("up") => up(),
+        Some("down") => down(),
+        Some("status") => {
+            status();
+            Ok(())
+        }
+        _ => anyhow::bail!("usage: cargo xtask {task} up|down|status"),
+    }
+}
+
 /// Builds the release binaries exactly as `cargo xtask test` builds them
 /// (the whole workspace, its tests included), so that `run`, `test` and
 /// the load runner (a binary of that build, and the server it serves) share

@@ -33,15 +33,7 @@ const SENTINEL_PORTS: [u16; 3] = [26480, 26481, 26482];
 const READY_LIMIT: Duration = Duration::from_secs(60);
 
 pub fn main(args: &[String]) -> anyhow::Result<()> {
-    match args.first().map(String::as_str) {
-        Some("up") => up(),
-        Some("down") => down(),
-        Some("status") => {
-            print_status();
-            Ok(())
-        }
-        _ => bail!("usage: cargo xtask sentinel up|down|status"),
-    }
+    crate::up_down_status("sentinel", args, up, down, print_status)
 }
 
 /// Starts what is down and waits until the topology is ready; then prints
