@@ -10,7 +10,7 @@ use couponlab_links::{Links, NATS_UPSTREAM, REDIS_UPSTREAM};
 
 use crate::api::Api;
 use crate::engines::Engine;
-use crate::faults::{FaultPlan, Subjects};
+use crate::faults::{FaultPlan, RedisTopology, Subjects};
 use crate::galera;
 use crate::k6::K6;
 use crate::own_nats::OwnNats;
@@ -60,7 +60,10 @@ impl Runner {
     /// `couponlab_loadtest_<hash>`, Redis db 10), reached through the
     /// fault proxies when a fault cuts or slows a link; with `engine`, the
     /// n-th of several engines, on that engine's database and a Redis
-    /// database of its own.
+    /// database of its own; behind the Sentinels of `cargo xtask sentinel
+    /// up` when a fault fails their primary over (the runner empties and
+    /// reads the data node that is primary when the run starts, a replica
+    /// of the new one once the fault ended).
     pub fn serving(
         faults: FaultPlan,
         roles_apart: bool,
@@ -70,10 +73,22 @@ impl Runner {
     ) -> anyhow::Result<Runner> {
         let redis_db = redis_db(engine.map_or(0, |(n, _)| n));
         let redis = faults.needs_own_redis().then(OwnRedis::start).transpose()?;
-        let redis_url = match &redis {
-            Some(redis) => redis.url(redis_db),
-            None => format!("{}/{redis_db}", server::REDIS_SERVER),
+        let redis_topology = faults
+            .needs_redis_topology()
+            .then_some(RedisTopology::Sentinel);
+        let redis_url = match (&redis, redis_topology) {
+            (Some(redis), _) => redis.url(redis_db),
+            (None, Some(topology)) => {
+                format!("redis://127.0.0.1:{}/{redis_db}", topology.primary()?)
+            }
+            (None, None) => format!("{}/{redis_db}", server::REDIS_SERVER),
         };
+        let sentinel_url = RedisTopology::sentinel_url(redis_db);
+        let mut env: Vec<(&'static str, &str)> =
+            engine.map_or(&[][..], |(_, engine)| engine.env()).to_vec();
+        if redis_topology.is_some() {
+            env.push(("REDIS_URL", &sentinel_url));
+        }
         let database_urls = match engine {
             Some((_, engine)) => engine.host_database_urls()?,
             None => vec![server::database_url()?],
@@ -104,7 +119,7 @@ impl Runner {
             redis_url: Some(&redis_url),
             nats_url: nats_url.as_deref(),
             database_url: Some(&database_url),
-            env: engine.map_or(&[], |(_, engine)| engine.env()),
+            env: &env,
             ..Serve::default()
         };
         let server = Server::start_with(serve)?;
@@ -127,6 +142,7 @@ impl Runner {
                 server: Some(Arc::new(Mutex::new(server))),
                 redis: redis.map(|redis| Arc::new(Mutex::new(redis))),
                 nats: nats.map(|nats| Arc::new(Mutex::new(nats))),
+                redis_topology,
             },
             engine: engine.map(|(_, engine)| engine.name()),
             _more_servers: more_servers,
@@ -136,7 +152,9 @@ impl Runner {
     /// A runner against servers someone else runs (`base_urls`, comma
     /// separated: the load is spread over them), whose data is at
     /// `database_url` and `redis_url` (a Redis Cluster's seed nodes when
-    /// `redis_cluster`).
+    /// `redis_cluster`); a failover fault acts on the cluster of `cargo
+    /// xtask cluster up --replicas 1` then, else on the Sentinels of `cargo
+    /// xtask sentinel up`.
     pub fn against(
         base_urls: &str,
         database_url: &str,
@@ -157,8 +175,15 @@ impl Runner {
             k6,
             sources: Sources::connect(database_url, redis_url, redis_cluster)?,
             out,
+            subjects: Subjects {
+                redis_topology: faults.needs_redis_topology().then_some(if redis_cluster {
+                    RedisTopology::Cluster
+                } else {
+                    RedisTopology::Sentinel
+                }),
+                ..Subjects::default()
+            },
             faults,
-            subjects: Subjects::default(),
             engine: None,
             _more_servers: Vec::new(),
         })

@@ -2,13 +2,14 @@
 //! API, whose figures are what is being checked), and the versions of both
 //! for the report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context;
 use couponlab_contract::{keys, shards};
 use sqlx::mysql::MySqlPool;
 use sqlx::postgres::PgPool;
 
+use crate::histograms::Confirmed;
 use crate::verification::Truth;
 
 /// Connections to the server's database and Redis.
@@ -120,11 +121,38 @@ impl Sources {
             .map(|(member, n)| (member as u64, n as u64))
             .collect();
         let total = total.max(0) as u64;
+        let sellable_in_redis = self.sellable_in_redis(coupon_id, total)?;
         Ok(Truth {
             total,
             rows,
-            sellable_in_redis: self.sellable_in_redis(coupon_id, total)?,
+            reserved_in_redis: self.reserved_in_redis(coupon_id, sellable_in_redis.is_some())?,
+            sellable_in_redis,
         })
+    }
+
+    /// The members in the coupon's reservation set and its shards' sets,
+    /// where the coupon's stock is in Redis but not behind the drop gate
+    /// (whose buyers' counts are the component's own keys).
+    fn reserved_in_redis(
+        &self,
+        coupon_id: u64,
+        stock_in_redis: bool,
+    ) -> anyhow::Result<Option<BTreeSet<u64>>> {
+        let mut redis = self.redis.connection()?;
+        let gated: bool = redis::cmd("EXISTS")
+            .arg(keys::gate_remaining(coupon_id))
+            .query(&mut *redis)?;
+        if !stock_in_redis || gated {
+            return Ok(None);
+        }
+        let sets = std::iter::once(keys::issued(coupon_id))
+            .chain((0..shards::COUNT).map(|shard| keys::shard_issued(coupon_id, shard)));
+        let mut reserved = BTreeSet::new();
+        for set in sets {
+            let members: Vec<u64> = redis::cmd("SMEMBERS").arg(set).query(&mut *redis)?;
+            reserved.extend(members);
+        }
+        Ok(Some(reserved))
     }
 
     /// How many more coupons Redis would sell: the drop gate's stock counter,
@@ -168,6 +196,31 @@ impl Sources {
             }
         }
         Ok(left)
+    }
+
+    /// The 202s of `coupon_id` the lab confirmed as issued: when each was
+    /// accepted and when its issue was recorded, ms since the Unix epoch,
+    /// as the host keeps them in Redis; in the order they were confirmed.
+    pub fn confirmations(&self, coupon_id: u64) -> anyhow::Result<Vec<Confirmed>> {
+        let mut redis = self.redis.connection()?;
+        let accepted: BTreeMap<u64, i64> = redis::cmd("HGETALL")
+            .arg(keys::accepted(coupon_id))
+            .query(&mut *redis)?;
+        let confirmed: BTreeMap<u64, String> = redis::cmd("HGETALL")
+            .arg(keys::confirmed(coupon_id))
+            .query(&mut *redis)?;
+        let mut issued: Vec<Confirmed> = confirmed
+            .iter()
+            .filter_map(|(member, value)| {
+                let at = value.strip_prefix("ISSUED ")?.parse().ok()?;
+                Some(Confirmed {
+                    accepted_at_ms: *accepted.get(member)?,
+                    confirmed_at_ms: at,
+                })
+            })
+            .collect();
+        issued.sort_by_key(|c| c.confirmed_at_ms);
+        Ok(issued)
     }
 
     /// The database server's version and Redis's `redis_version`.

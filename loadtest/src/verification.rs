@@ -19,6 +19,10 @@ pub struct Truth {
     /// How many more coupons Redis would still sell, where the method keeps
     /// its stock in Redis (`None` for the database methods).
     pub sellable_in_redis: Option<u64>,
+    /// The members Redis holds a reservation for (the coupon's set, or its
+    /// shards'), read from the primary after the drain; `None` where the
+    /// method keeps none there.
+    pub reserved_in_redis: Option<BTreeSet<u64>>,
 }
 
 /// A guarantee a method claims: its component's descriptor says which
@@ -75,6 +79,15 @@ pub struct Verification {
     /// Members served after an earlier arrival was refused as sold out (the
     /// server's fairness figure).
     pub out_of_turn: u64,
+    /// Told 2xx (issued or accepted), and Redis holds no reservation for
+    /// them after the drain: a failover promoted a replica the reservation
+    /// had not reached (0 where the method keeps no reservations in Redis).
+    #[serde(default)]
+    pub reservations_lost: u64,
+    /// Told 2xx, and later passed Redis's check again (a second 2xx, or a
+    /// refusal only the database's guard gives): Redis had forgotten them.
+    #[serde(default)]
+    pub re_reserved: u64,
     /// The guarantees that held in this run, in words.
     pub verdict: String,
 }
@@ -110,6 +123,9 @@ impl Verification {
         };
         let over_issued = row_count.saturating_sub(truth.total);
         let duplicates = truth.rows.values().map(|n| n.saturating_sub(1)).sum();
+        let reservations_lost = truth.reserved_in_redis.as_ref().map_or(0, |reserved| {
+            told_success.difference(reserved).count() as u64
+        });
         let mut verification = Verification {
             acked_but_lost,
             issued_but_refused,
@@ -119,6 +135,8 @@ impl Verification {
             over_issued,
             duplicates,
             out_of_turn,
+            reservations_lost,
+            re_reserved: re_reserved(records),
             verdict: String::new(),
         };
         verification.verdict = verification.words();
@@ -174,6 +192,27 @@ impl Verification {
     }
 }
 
+/// Members told 2xx who passed Redis's check once more: answered 2xx again,
+/// or refused by the database's guard (`SOLD_OUT_AT_DB`), which only a
+/// request Redis reserved for reaches.
+fn re_reserved(records: &[Record]) -> u64 {
+    let mut passed: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+    for record in records {
+        let (successes, refused_past_redis) = passed.entry(record.member).or_default();
+        if record.told_success() {
+            *successes += 1;
+        } else if record.outcome == "SOLD_OUT_AT_DB" {
+            *refused_past_redis = true;
+        }
+    }
+    passed
+        .values()
+        .filter(|(successes, refused_past_redis)| {
+            *successes > 1 || (*successes == 1 && *refused_past_redis)
+        })
+        .count() as u64
+}
+
 #[cfg(test)]
 mod tests {
     use std::ops::RangeInclusive;
@@ -206,7 +245,28 @@ mod tests {
             total,
             rows: rows.iter().copied().collect(),
             sellable_in_redis: Some(sellable),
+            reserved_in_redis: None,
         }
+    }
+
+    #[test]
+    fn a_2xx_the_promoted_primary_has_no_reservation_for_is_a_reservation_lost() {
+        // Members 1-4 told 2xx; a failover lost the reservations of 3 and 4,
+        // and 4 asked again: reserved anew, refused by the database's guard.
+        let mut records = told_each(1..=2, 200, "ISSUED");
+        records.extend(told_each(3..=4, 202, "ACCEPTED"));
+        records.push(told(4, 409, "SOLD_OUT_AT_DB"));
+        records.push(told(5, 409, "SOLD_OUT"));
+        let after_failover = Truth {
+            reserved_in_redis: Some([1, 2, 4].into_iter().collect()),
+            ..truth(4, &[(1, 1), (2, 1), (3, 1), (4, 1)], 0)
+        };
+        let v = Verification::join(&records, &after_failover, 0);
+        assert_eq!((v.reservations_lost, v.re_reserved), (1, 1));
+        assert_eq!(v.acked_but_lost, 0);
+        // Where the method keeps no reservation in Redis, none is lost.
+        let unreserved = Verification::join(&records, &truth(4, &[(1, 1)], 0), 0);
+        assert_eq!(unreserved.reservations_lost, 0);
     }
 
     #[test]

@@ -8,9 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use anyhow::bail;
-
-use super::injector::Cancel;
+use super::cancel::{Cancel, ended_early};
+use super::parts::{KillOrPause, Parts};
 use crate::galera::Node;
 
 /// The node the faults act on.
@@ -24,28 +23,13 @@ pub enum GaleraFault {
 }
 
 impl GaleraFault {
-    /// The fault of `kind` (`value` none), at `instant` or over `window`,
-    /// each asked only of the kind that takes it: the kinds `spec.rs` leaves
-    /// are the Galera ones, or unknown.
-    pub fn parse(
-        kind: &str,
-        value: Option<&str>,
-        instant: impl FnOnce() -> anyhow::Result<Duration>,
-        window: impl FnOnce() -> anyhow::Result<(Duration, Duration)>,
-    ) -> anyhow::Result<GaleraFault> {
-        if !matches!(kind, "galera-kill" | "galera-pause") {
-            bail!("unknown fault {kind:?}");
-        }
-        if let Some(value) = value {
-            bail!("{kind} takes no value, got ={value}");
-        }
-        Ok(match kind {
-            "galera-kill" => GaleraFault::Kill { start: instant()? },
-            _ => {
-                let (start, duration) = window()?;
-                GaleraFault::Pause { start, duration }
-            }
-        })
+    /// The fault `parts` names, `None` when its kind is neither.
+    pub(super) fn parse(parts: &Parts<'_>) -> Option<anyhow::Result<GaleraFault>> {
+        let fault = parts.kill_or_pause("galera-kill", "galera-pause")?;
+        Some(fault.map(|fault| match fault {
+            KillOrPause::Kill { start } => GaleraFault::Kill { start },
+            KillOrPause::Pause { start, duration } => GaleraFault::Pause { start, duration },
+        }))
     }
 
     pub fn window(self) -> (Duration, Duration) {
@@ -86,14 +70,7 @@ impl GaleraFault {
                 FAULTED.signal("STOP")?;
                 let early = cancel.sleep_until(end);
                 FAULTED.signal("CONT")?;
-                Ok(format!(
-                    "SIGSTOP, then SIGCONT{}",
-                    if early {
-                        "; ended early: the run stopped"
-                    } else {
-                        ""
-                    }
-                ))
+                Ok(format!("SIGSTOP, then SIGCONT{}", ended_early(early)))
             }
         }
     }

@@ -2,94 +2,23 @@
 //! of its own from the moment the load starts, every one ended (early, at
 //! once, when the run stops first) before the run is reported.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use couponlab_links::Links;
-use serde_json::{Value, json};
 
+use super::cancel::Cancel;
 use super::plan::FaultPlan;
+use super::processes::ProcessFault;
 use super::spec::Fault;
+use super::subjects::{Fired, Subjects};
 use super::target::Target;
-use crate::own_nats::OwnNats;
-use crate::own_redis::OwnRedis;
-use crate::server::Server;
-
-/// What a fault did, in milliseconds from the load's start.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Fired {
-    /// The fault's spec (canonical form).
-    pub fault: String,
-    pub fired_at_ms: f64,
-    pub ended_at_ms: f64,
-    /// What happened, e.g. "restarted, answering after 850 ms".
-    pub note: String,
-}
-
-impl Fired {
-    pub fn to_json(&self) -> Value {
-        json!({
-            "fault": self.fault,
-            "firedAtMs": self.fired_at_ms,
-            "endedAtMs": self.ended_at_ms,
-            "note": self.note,
-        })
-    }
-}
-
-/// What the faults act on, as far as the run has it.
-#[derive(Clone, Default)]
-pub struct Subjects {
-    /// The proxies the served lab talks through.
-    pub links: Option<Arc<Links>>,
-    /// `--serve`'s server, for the faults that kill it.
-    pub server: Option<Arc<Mutex<Server>>>,
-    /// The Redis of the run's own, for `redis-restart`.
-    pub redis: Option<Arc<Mutex<OwnRedis>>>,
-    /// The NATS server of the run's own, for `nats-restart`.
-    pub nats: Option<Arc<Mutex<OwnNats>>>,
-}
 
 /// Runs the timed faults of a plan while the load runs.
 pub struct Injector {
     cancel: Arc<Cancel>,
     threads: Vec<(String, JoinHandle<anyhow::Result<Option<Fired>>>)>,
-}
-
-/// Set when the run stops early: faults not fired yet are skipped, and
-/// those under way end at once.
-#[derive(Default)]
-pub(super) struct Cancel {
-    cancelled: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl Cancel {
-    /// Sleeps until `deadline`; true when cancelled first.
-    pub(super) fn sleep_until(&self, deadline: Instant) -> bool {
-        let mut cancelled = self.cancelled.lock().expect("cancel poisoned");
-        loop {
-            if *cancelled {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            cancelled = self
-                .wake
-                .wait_timeout(cancelled, deadline - now)
-                .expect("cancel poisoned")
-                .0;
-        }
-    }
-
-    fn cancel(&self) {
-        *self.cancelled.lock().expect("cancel poisoned") = true;
-        self.wake.notify_all();
-    }
 }
 
 impl Injector {
@@ -103,6 +32,7 @@ impl Injector {
             server,
             redis,
             nats,
+            redis_topology,
         } = &subjects;
         if plan.needs_own_redis() && redis.is_none() {
             bail!("the faults restart Redis, but the run has no Redis of its own (--serve)");
@@ -113,10 +43,17 @@ impl Injector {
         if plan.needs_links() && links.is_none() {
             bail!("the faults cut or slow links, but the server does not run through links");
         }
+        if plan.needs_redis_topology() && redis_topology.is_none() {
+            bail!(
+                "the faults fail the Redis primary over, but the lab runs on no Redis with replicas"
+            );
+        }
         let kills = plan.faults().iter().any(|fault| {
             matches!(
                 fault,
-                Fault::KillServer { .. } | Fault::KillConsumers { .. }
+                Fault::Process(
+                    ProcessFault::KillServer { .. } | ProcessFault::KillConsumers { .. }
+                )
             )
         });
         if kills && server.is_none() {
@@ -194,7 +131,8 @@ mod tests {
     use std::net::TcpStream;
     use std::time::Duration;
 
-    use couponlab_links::{Link, REDIS_UPSTREAM};
+    use couponlab_links::{Link, Links, REDIS_UPSTREAM};
+    use serde_json::json;
 
     use super::*;
 
@@ -209,6 +147,7 @@ mod tests {
             "redis-restart@1s",
             "nats-restart@1s",
             "kill-server@1s",
+            "redis-failover@1s",
         ] {
             let plan = FaultPlan::parse(&[spec]).unwrap();
             assert!(

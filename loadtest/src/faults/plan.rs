@@ -4,6 +4,7 @@
 
 use anyhow::bail;
 
+use super::processes::ProcessFault;
 use super::spec::Fault;
 
 /// Every `--fault` of a run.
@@ -77,34 +78,46 @@ impl FaultPlan {
     pub fn needs_own_redis(&self) -> bool {
         self.faults
             .iter()
-            .any(|fault| matches!(fault, Fault::RedisRestart { .. }))
+            .any(|fault| matches!(fault, Fault::Process(ProcessFault::RedisRestart { .. })))
     }
 
     /// Whether the served lab needs a NATS server of the run's own.
     pub fn needs_own_nats(&self) -> bool {
         self.faults
             .iter()
-            .any(|fault| matches!(fault, Fault::NatsRestart { .. }))
+            .any(|fault| matches!(fault, Fault::Process(ProcessFault::NatsRestart { .. })))
+    }
+
+    /// Whether the lab must run on a Redis with replicas (the Sentinels'
+    /// primary, or a cluster's masters with a replica each).
+    pub fn needs_redis_topology(&self) -> bool {
+        self.faults
+            .iter()
+            .any(|fault| matches!(fault, Fault::RedisFailover(_)))
     }
 
     /// Whether the consumers must run in processes of their own.
     pub fn needs_roles_apart(&self) -> bool {
         self.faults
             .iter()
-            .any(|fault| matches!(fault, Fault::KillConsumers { .. }))
+            .any(|fault| matches!(fault, Fault::Process(ProcessFault::KillConsumers { .. })))
     }
 
     /// Fails when a fault needs what the run does not have.
     pub fn check(&self, setup: Setup) -> anyhow::Result<()> {
         for fault in &self.faults {
-            // The Galera faults act on the cluster of `cargo xtask galera
-            // up`, whoever serves the lab on it.
-            if fault.window().is_some() && !setup.serve && !matches!(fault, Fault::Galera(_)) {
+            // The Galera and failover faults act on the cluster of `cargo
+            // xtask galera up` and the Redis of `cargo xtask sentinel up` or
+            // `cluster up --replicas 1`, whoever serves the lab on it.
+            let on_a_topology = matches!(fault, Fault::Galera(_) | Fault::RedisFailover(_));
+            if fault.window().is_some() && !setup.serve && !on_a_topology {
                 bail!(
                     "--fault {fault} needs --serve: the runner can only cut, slow or kill the server and links it started itself"
                 );
             }
-            if matches!(fault, Fault::KillConsumers { .. }) && !setup.roles_apart {
+            if matches!(fault, Fault::Process(ProcessFault::KillConsumers { .. }))
+                && !setup.roles_apart
+            {
                 bail!(
                     "--fault {fault} needs the consumers in processes of their own: add --roles-apart (serve --consumers false, consume pubsub|stream|write-behind)"
                 );

@@ -1,47 +1,36 @@
-//! One `--fault` value: parsed, written back in a canonical form (which
-//! parses to the same fault), and described for the report.
+//! One `--fault` value: parsed by the family its kind belongs to, written
+//! back in a canonical form (which parses to the same fault), and described
+//! for the report.
 
 use std::fmt;
 use std::time::Duration;
 
-use super::galera::GaleraFault;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use couponlab_links::Link;
+
+use super::galera::GaleraFault;
+use super::links::LinkFault;
+use super::parts::Parts;
+use super::processes::ProcessFault;
+use super::redis_failover::RedisFailoverFault;
 
 /// The accepted forms, for error messages.
 const FORMS: &str = "redis-cut@START+DURATION, db-cut@START+DURATION, amqp-cut@START+DURATION, \
-nats-cut@START+DURATION, redis-latency=MS@START+DURATION, db-latency=MS@START+DURATION, kill-server@START, kill-consumers@START, redis-restart@START, nats-restart@START, galera-kill@START, galera-pause@START+DURATION, client-timeout=MS (START and DURATION like 300ms, 0.3s, 2s, 1m)";
+nats-cut@START+DURATION, redis-latency=MS@START+DURATION, db-latency=MS@START+DURATION, kill-server@START, kill-consumers@START, redis-restart@START, nats-restart@START, redis-failover@START, redis-pause@START+DURATION, galera-kill@START, galera-pause@START+DURATION, client-timeout=MS (START and DURATION like 300ms, 0.3s, 2s, 1m)";
 
-/// One fault of a run.
+/// One fault of a run, by family.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fault {
-    /// The link's proxy stops for `duration` from `start`.
-    Cut {
-        link: Link,
-        start: Duration,
-        duration: Duration,
-    },
-    /// `ms` more on each answer over the link for `duration` from `start`.
-    Latency {
-        link: Link,
-        ms: u64,
-        start: Duration,
-        duration: Duration,
-    },
-    /// SIGKILL of the server at `start`, restarted at once.
-    KillServer { start: Duration },
-    /// SIGKILL of every consumer process at `start`, restarted at once.
-    KillConsumers { start: Duration },
-    /// The run's own Redis shut down without saving at `start` and started
-    /// again at once, empty.
-    RedisRestart { start: Duration },
-    /// The run's own NATS server killed (SIGKILL) at `start` and started
-    /// again at once on the same JetStream store.
-    NatsRestart { start: Duration },
+    /// A link cut or slowed.
+    Link(LinkFault),
+    /// A process the runner started killed and started again.
+    Process(ProcessFault),
     /// Clients give up on a request after `ms`.
     ClientTimeout { ms: u64 },
     /// A node of the Galera cluster killed or paused.
     Galera(GaleraFault),
+    /// The Redis primary killed or paused, a replica promoted.
+    RedisFailover(RedisFailoverFault),
 }
 
 impl Fault {
@@ -52,169 +41,49 @@ impl Fault {
     }
 
     fn parse_inner(spec: &str) -> anyhow::Result<Fault> {
-        let (head, when) = match spec.split_once('@') {
-            Some((head, when)) => (head, Some(when)),
-            None => (spec, None),
-        };
-        let (kind, value) = match head.split_once('=') {
-            Some((kind, value)) => (kind, Some(value)),
-            None => (head, None),
-        };
-        let link = match kind {
-            "redis-cut" | "redis-latency" => Some(Link::Redis),
-            "db-cut" | "db-latency" => Some(Link::Database),
-            "amqp-cut" | "amqp-latency" => Some(Link::Amqp),
-            "nats-cut" | "nats-latency" => Some(Link::Nats),
-            _ => None,
-        };
-        let ms = || -> anyhow::Result<u64> {
-            let value = value.with_context(|| format!("{kind} needs a value: {kind}=MS"))?;
-            let ms = milliseconds(value)?;
-            if ms == 0 {
-                bail!("{kind}={value}: MS must be more than 0");
-            }
-            Ok(ms)
-        };
-        let no_value = || match value {
-            Some(value) => bail!("{kind} takes no value, got ={value}"),
-            None => Ok(()),
-        };
-        let window = || -> anyhow::Result<(Duration, Duration)> {
-            let when =
-                when.with_context(|| format!("{kind} needs a time: {kind}@START+DURATION"))?;
-            let (start, duration) = when.split_once('+').with_context(|| {
-                format!("{kind}@{when} needs a duration: {kind}@START+DURATION")
-            })?;
-            let (start, duration) = (duration_of(start)?, duration_of(duration)?);
-            if duration.is_zero() {
-                bail!("{kind}@{when}: the duration must be more than 0");
-            }
-            Ok((start, duration))
-        };
-        let instant = || -> anyhow::Result<Duration> {
-            let when = when.with_context(|| format!("{kind} needs a time: {kind}@START"))?;
-            if when.contains('+') {
-                bail!("{kind}@{when}: {kind} happens at one moment and takes no duration");
-            }
-            duration_of(when)
-        };
-        Ok(match (kind, link) {
-            ("redis-cut" | "db-cut" | "amqp-cut" | "nats-cut", Some(link)) => {
-                no_value()?;
-                let (start, duration) = window()?;
-                Fault::Cut {
-                    link,
-                    start,
-                    duration,
-                }
-            }
-            ("redis-latency" | "db-latency" | "amqp-latency" | "nats-latency", Some(link)) => {
-                let ms = ms()?;
-                let (start, duration) = window()?;
-                Fault::Latency {
-                    link,
-                    ms,
-                    start,
-                    duration,
-                }
-            }
-            ("kill-server", _) => {
-                no_value()?;
-                Fault::KillServer { start: instant()? }
-            }
-            ("kill-consumers", _) => {
-                no_value()?;
-                Fault::KillConsumers { start: instant()? }
-            }
-            ("redis-restart", _) => {
-                no_value()?;
-                Fault::RedisRestart { start: instant()? }
-            }
-            ("nats-restart", _) => {
-                no_value()?;
-                Fault::NatsRestart { start: instant()? }
-            }
-            ("client-timeout", _) => {
-                if let Some(when) = when {
-                    bail!("client-timeout holds for the whole load, it takes no time: got @{when}");
-                }
-                Fault::ClientTimeout { ms: ms()? }
-            }
-            _ => Fault::Galera(GaleraFault::parse(kind, value, instant, window)?),
-        })
+        let parts = Parts::of(spec);
+        if parts.kind == "client-timeout" {
+            parts.no_time()?;
+            return Ok(Fault::ClientTimeout { ms: parts.ms()? });
+        }
+        let fault = None
+            .or_else(|| LinkFault::parse(&parts).map(|f| f.map(Fault::Link)))
+            .or_else(|| ProcessFault::parse(&parts).map(|f| f.map(Fault::Process)))
+            .or_else(|| GaleraFault::parse(&parts).map(|f| f.map(Fault::Galera)))
+            .or_else(|| RedisFailoverFault::parse(&parts).map(|f| f.map(Fault::RedisFailover)));
+        fault.unwrap_or_else(|| Err(anyhow::anyhow!("unknown fault {:?}", parts.kind)))
     }
 
     /// When the fault starts, and ends, into the load (`None`: it is no
     /// timed fault).
     pub fn window(&self) -> Option<(Duration, Duration)> {
         match *self {
-            Fault::Cut {
-                start, duration, ..
-            }
-            | Fault::Latency {
-                start, duration, ..
-            } => Some((start, start + duration)),
-            Fault::KillServer { start }
-            | Fault::KillConsumers { start }
-            | Fault::RedisRestart { start }
-            | Fault::NatsRestart { start } => Some((start, start)),
+            Fault::Link(fault) => Some(fault.window()),
+            Fault::Process(fault) => Some((fault.start(), fault.start())),
             Fault::ClientTimeout { .. } => None,
             Fault::Galera(fault) => Some(fault.window()),
+            Fault::RedisFailover(fault) => Some(fault.window()),
         }
     }
 
     /// The link the fault acts on.
     pub fn link(&self) -> Option<Link> {
         match *self {
-            Fault::Cut { link, .. } | Fault::Latency { link, .. } => Some(link),
+            Fault::Link(fault) => Some(fault.link()),
             _ => None,
         }
     }
 
     /// A sentence for the report.
     pub fn describe(&self) -> String {
-        match self {
-            Fault::Cut {
-                link,
-                start,
-                duration,
-            } => format!(
-                "the {} link is cut at {} for {}: open connections closed, new ones refused",
-                link.service(),
-                seconds(*start),
-                seconds(*duration)
-            ),
-            Fault::Latency {
-                link,
-                ms,
-                start,
-                duration,
-            } => format!(
-                "{ms} ms of latency on every answer from {} (downstream) at {} for {}",
-                link.service(),
-                seconds(*start),
-                seconds(*duration)
-            ),
-            Fault::KillServer { start } => format!(
-                "the server is killed (SIGKILL) at {} and restarted at once",
-                seconds(*start)
-            ),
-            Fault::KillConsumers { start } => format!(
-                "the consumer processes are killed (SIGKILL) at {} and restarted at once",
-                seconds(*start)
-            ),
-            Fault::RedisRestart { start } => format!(
-                "Redis (the run's own) is shut down without saving at {} and started again at once, empty",
-                seconds(*start)
-            ),
-            Fault::NatsRestart { start } => format!(
-                "NATS (the run's own) is killed (SIGKILL) at {} and started again at once on the same JetStream store",
-                seconds(*start)
-            ),
+        match *self {
+            Fault::Link(fault) => fault.describe(),
+            Fault::Process(fault) => fault.describe(),
             Fault::ClientTimeout { ms } => {
                 format!("clients give up on a request after {ms} ms")
             }
             Fault::Galera(fault) => fault.describe(),
+            Fault::RedisFailover(fault) => fault.describe(),
         }
     }
 }
@@ -223,81 +92,13 @@ impl Fault {
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Fault::Cut {
-                link,
-                start,
-                duration,
-            } => write!(
-                f,
-                "{}-cut@{}+{}",
-                link.name(),
-                spec(*start),
-                spec(*duration)
-            ),
-            Fault::Latency {
-                link,
-                ms,
-                start,
-                duration,
-            } => write!(
-                f,
-                "{}-latency={ms}@{}+{}",
-                link.name(),
-                spec(*start),
-                spec(*duration)
-            ),
-            Fault::KillServer { start } => write!(f, "kill-server@{}", spec(*start)),
-            Fault::KillConsumers { start } => write!(f, "kill-consumers@{}", spec(*start)),
-            Fault::RedisRestart { start } => write!(f, "redis-restart@{}", spec(*start)),
-            Fault::NatsRestart { start } => write!(f, "nats-restart@{}", spec(*start)),
+            Fault::Link(fault) => write!(f, "{fault}"),
+            Fault::Process(fault) => write!(f, "{fault}"),
             Fault::ClientTimeout { ms } => write!(f, "client-timeout={ms}"),
             Fault::Galera(fault) => write!(f, "{fault}"),
+            Fault::RedisFailover(fault) => write!(f, "{fault}"),
         }
     }
-}
-
-/// `300ms`, `0.3s`, `2s`, `1m`, `1.5m`.
-fn duration_of(text: &str) -> anyhow::Result<Duration> {
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let wrong = || format!("{text:?} is no duration: write it like 300ms, 0.3s, 2s or 1m");
-    let number: f64 = number.parse().with_context(wrong)?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "s" => number,
-        "m" => number * 60.0,
-        _ => bail!(wrong()),
-    };
-    Duration::try_from_secs_f64(seconds).with_context(wrong)
-}
-
-/// MS: `200` or a duration (`0.2s`), in whole milliseconds.
-fn milliseconds(text: &str) -> anyhow::Result<u64> {
-    if let Ok(ms) = text.parse::<u64>() {
-        return Ok(ms);
-    }
-    let duration = duration_of(text)
-        .with_context(|| format!("{text:?} is no number of milliseconds (200, or 0.2s)"))?;
-    if !duration.as_nanos().is_multiple_of(1_000_000) {
-        bail!("{text:?} is not a whole number of milliseconds");
-    }
-    Ok(duration.as_millis() as u64)
-}
-
-/// A duration as a spec writes it: `300ms`, or `0.0005s` below a millisecond.
-fn spec(duration: Duration) -> String {
-    if duration.as_nanos().is_multiple_of(1_000_000) {
-        format!("{}ms", duration.as_millis())
-    } else {
-        format!("{}s", duration.as_secs_f64())
-    }
-}
-
-/// A duration for a sentence: `1.5 s`.
-fn seconds(duration: Duration) -> String {
-    format!("{} s", duration.as_secs_f64())
 }
 
 #[cfg(test)]
@@ -326,32 +127,32 @@ mod tests {
         assert_eq!(
             parsed,
             [
-                Fault::Cut {
+                Fault::Link(LinkFault::Cut {
                     link: Link::Redis,
                     start: ms(300),
                     duration: ms(500)
-                },
-                Fault::Cut {
+                }),
+                Fault::Link(LinkFault::Cut {
                     link: Link::Database,
                     start: ms(60_000),
                     duration: ms(1500)
-                },
-                Fault::Latency {
+                }),
+                Fault::Link(LinkFault::Latency {
                     link: Link::Redis,
                     ms: 200,
                     start: ms(2000),
                     duration: ms(1000)
-                },
-                Fault::Latency {
+                }),
+                Fault::Link(LinkFault::Latency {
                     link: Link::Database,
                     ms: 250,
                     start: ms(300),
                     duration: ms(100)
-                },
-                Fault::KillServer { start: ms(2500) },
-                Fault::KillConsumers { start: ms(4000) },
-                Fault::RedisRestart { start: ms(3000) },
-                Fault::NatsRestart { start: ms(1500) },
+                }),
+                Fault::Process(ProcessFault::KillServer { start: ms(2500) }),
+                Fault::Process(ProcessFault::KillConsumers { start: ms(4000) }),
+                Fault::Process(ProcessFault::RedisRestart { start: ms(3000) }),
+                Fault::Process(ProcessFault::NatsRestart { start: ms(1500) }),
                 Fault::ClientTimeout { ms: 1500 },
             ]
         );

@@ -3,39 +3,28 @@
 //! its charts as inline SVG, so it opens offline, mailed or archived. The
 //! outcome colours are the console's own stylesheet, compiled in.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use couponlab_contract::results::Latency;
 
 use super::charts::{self, CHARTS_CSS, Run, UPLOT_CSS};
+use super::distribution::Entry;
 use super::figures::FIGURES;
-use super::markup::{REPORT_CSS, esc, stacked_bars, table};
-use super::{self as report, Row, svg};
+use super::markup::{REPORT_CSS, Table, esc, stacked_bars};
+use super::{Provenance, Row, shown, svg, verification_rows};
+use crate::k6::ClientLatency;
 
 /// One colour and dash pattern per outcome, shared with the console.
 const OUTCOMES_CSS: &str = include_str!("../../../host/assets/console/outcomes.css");
-
-/// The verification figures the runner records per method, in the order
-/// shown: (field of `verification`, column heading).
-const VERIFICATION: [(&str, &str); 8] = [
-    ("ackedButLost", "acked but lost"),
-    ("issuedButRefused", "issued but refused"),
-    ("outcomeUnknown", "outcome unknown"),
-    ("strandedStock", "stranded stock"),
-    ("overIssued", "over-issued"),
-    ("duplicates", "duplicates"),
-    ("outOfTurn", "out of turn"),
-    ("verdict", "verdict"),
-];
 
 /// The whole page for a run: what `report::write` writes as report.html.
 pub fn render(
     title: &str,
     description: &str,
     rows: &[Row],
-    raw: &Value,
-    provenance: &Value,
+    entries: &BTreeMap<String, Entry>,
+    provenance: &Provenance,
 ) -> String {
     let mut out = page_start(title, description);
     summary(&mut out, rows);
@@ -45,12 +34,12 @@ pub fn render(
         &mut out,
         &[Run {
             run: None,
-            methods: raw,
+            methods: entries,
         }],
     );
-    outcomes(&mut out, rows, raw);
-    latency(&mut out, rows, raw);
-    verification(&mut out, rows, raw);
+    outcomes(&mut out, rows, entries);
+    latency(&mut out, rows, entries);
+    verification(&mut out, rows);
     super::why::html(&mut out, rows);
     reproduction(&mut out, provenance);
     out.push_str(
@@ -83,21 +72,23 @@ fn summary(out: &mut String, rows: &[Row]) {
         (row.method.clone(), cells)
     });
     out.push_str("<h2>Figures</h2>\n");
-    table(out, "summary", "method", &headings, body);
+    Table::of_methods("summary", headings, body).html(out);
 }
 
 /// Answers by outcome per method, as stacked bars named in text and as a
 /// table; then what became of the 202s, when any method answered 202.
-fn outcomes(out: &mut String, rows: &[Row], raw: &Value) {
+fn outcomes(out: &mut String, rows: &[Row], entries: &BTreeMap<String, Entry>) {
     let counts = |row: &Row, field: &str| -> Vec<(String, u64)> {
-        let map = match field {
-            "asyncResults" => &raw[&row.method]["result"]["asyncResults"],
-            _ => &raw[&row.method]["result"]["requests"]["byOutcome"],
+        let Some(result) = entries.get(&row.method).map(|entry| &entry.result) else {
+            return Vec::new();
         };
-        map.as_object()
-            .into_iter()
+        let map = match field {
+            "asyncResults" => result.confirmations.as_ref().map(|c| &c.async_results),
+            _ => Some(&result.requests.by_outcome),
+        };
+        map.into_iter()
             .flatten()
-            .map(|(name, count)| (name.clone(), count.as_u64().unwrap_or(0)))
+            .map(|(name, count)| (name.clone(), *count))
             .collect()
     };
     for (field, heading) in [
@@ -130,23 +121,24 @@ fn outcomes(out: &mut String, rows: &[Row], raw: &Value) {
                 .collect();
             (row.method.clone(), cells)
         });
-        table(out, field, "method", &headings, body);
+        Table::of_methods(field, headings, body).html(out);
     }
 }
 
 /// Client and server latency percentiles, and the confirmation lag of the
 /// methods that answer 202.
-fn latency(out: &mut String, rows: &[Row], raw: &Value) {
+fn latency(out: &mut String, rows: &[Row], entries: &BTreeMap<String, Entry>) {
     const KEYS: [&str; 4] = ["p50", "p95", "p99", "max"];
-    let figures = |value: &Value| -> Vec<String> {
-        KEYS.iter()
-            .map(|key| {
-                value[key]
-                    .as_f64()
-                    .map_or("—".into(), |ms| format!("{ms:.1}"))
-            })
+    let figures = |latency: [Option<f64>; 4]| -> Vec<String> {
+        latency
+            .iter()
+            .map(|ms| ms.map_or("—".into(), |ms| format!("{ms:.1}")))
             .collect()
     };
+    let server = |latency: Option<&Latency>| {
+        latency.map_or([None; 4], |l| [l.p50, l.p95, l.p99, l.max].map(Some))
+    };
+    let client = |l: &ClientLatency| [l.p50, l.p95, l.p99, l.max];
     let headings = [
         "client p50",
         "client p95",
@@ -157,59 +149,48 @@ fn latency(out: &mut String, rows: &[Row], raw: &Value) {
         "server p99",
         "server max",
     ];
-    let body = rows.iter().map(|row| {
-        let run = &raw[&row.method];
-        let mut cells = figures(&run["k6"]["latencyMs"]);
-        cells.extend(figures(&run["result"]["requests"]["latencyMs"]));
+    let measured: Vec<(&Row, &Entry)> = rows
+        .iter()
+        .filter_map(|row| Some((row, entries.get(&row.method)?)))
+        .collect();
+    let body = measured.iter().map(|(row, entry)| {
+        let mut cells = figures(client(&entry.k6.latency_ms));
+        cells.extend(figures(server(entry.result.requests.latency_ms.as_ref())));
         (row.method.clone(), cells)
     });
     out.push_str("<h2>Latency (ms)</h2>\n");
-    table(out, "latency", "method", &headings, body);
-    let lagging: Vec<&Row> = rows
+    Table::of_methods("latency", headings.to_vec(), body).html(out);
+    let lagging: Vec<(&Row, &Latency)> = measured
         .iter()
-        .filter(|row| raw[&row.method]["result"]["confirmationLagMs"].is_object())
+        .filter_map(|(row, entry)| {
+            let lag = entry.result.confirmations.as_ref()?.confirmation_lag_ms.as_ref()?;
+            Some((*row, lag))
+        })
         .collect();
     if lagging.is_empty() {
         return;
     }
-    let body = lagging.iter().map(|row| {
-        let lag = &raw[&row.method]["result"]["confirmationLagMs"];
-        (row.method.clone(), figures(lag))
-    });
+    let body = lagging
+        .iter()
+        .map(|(row, lag)| (row.method.clone(), figures(server(Some(lag)))));
     out.push_str("<h2>Confirmation lag (ms, 202 → committed)</h2>\n");
-    table(out, "lag", "method", &KEYS, body);
+    Table::of_methods("lag", KEYS.to_vec(), body).html(out);
 }
 
 /// The runner's verification of each method, for the methods it verified.
-fn verification(out: &mut String, rows: &[Row], raw: &Value) {
-    let verified: Vec<(&Row, &Value)> = rows
-        .iter()
-        .map(|row| (row, &raw[&row.method]["verification"]))
-        .filter(|(_, v)| v.is_object())
-        .collect();
-    if verified.is_empty() {
+fn verification(out: &mut String, rows: &[Row]) {
+    let table = verification_rows(rows);
+    if table.rows.is_empty() {
         return;
     }
-    let headings: Vec<&str> = VERIFICATION.iter().map(|(_, heading)| *heading).collect();
-    let body = verified.iter().map(|(row, v)| {
-        let cells = VERIFICATION
-            .iter()
-            .map(|(field, _)| match &v[field] {
-                Value::String(text) => text.clone(),
-                Value::Null => "—".to_string(),
-                other => other.to_string(),
-            })
-            .collect();
-        (row.method.clone(), cells)
-    });
     out.push_str("<h2>Verification</h2>\n");
-    table(out, "verification", "method", &headings, body);
+    table.html(out);
 }
 
 /// The faults that fired, and the command, commit and versions behind the
 /// figures.
-fn reproduction(out: &mut String, provenance: &Value) {
-    let faults = report::faults(provenance);
+fn reproduction(out: &mut String, provenance: &Provenance) {
+    let faults = &provenance.faults;
     if !faults.is_empty() {
         out.push_str("<h2>Faults</h2>\n<ul id=\"faults\">\n");
         for fault in faults {
@@ -220,42 +201,43 @@ fn reproduction(out: &mut String, provenance: &Value) {
     let _ = write!(
         out,
         "<h2>Reproduce</h2>\n<pre id=\"command\">{}</pre>\n<p>{}</p>\n",
-        esc(&report::text(&provenance["command"])),
-        esc(&report::environment(provenance))
+        esc(shown(&provenance.command)),
+        esc(&provenance.environment())
     );
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
+    use crate::report::tests::entry;
 
-    fn row(method: &str) -> Row {
-        let k6 = json!({
-            "requests": 300, "requestsPerSecond": 3000.0,
-            "latencyMs": { "p50": 2.0, "p95": 8.0, "p99": 9.5, "max": 20.0 },
-            "statuses": { "202": 100, "409": 200 }, "dropped": 0,
-        });
-        Row::from(method, &k6, &result(), Some(80.0), None)
+    /// A 202 method's entry: 100 accepted and issued, 200 sold out.
+    fn accepting() -> Value {
+        let mut entry = entry(7, json!({ "ACCEPTED": 100, "SOLD_OUT": 200 }));
+        let result = entry["result"].as_object_mut().unwrap();
+        result.insert("accepted".into(), json!(100));
+        result.insert("asyncResults".into(), json!({ "ISSUED": 100 }));
+        result.insert("pending".into(), json!(0));
+        let lag = json!({ "p50": 5.0, "p95": 9.0, "p99": 12.0, "max": 30.0 });
+        result.insert("confirmationLagMs".into(), lag);
+        entry
     }
 
-    fn result() -> Value {
-        json!({
-            "totalCount": 100, "issueRows": 100, "overIssued": 0, "duplicateMembers": 0,
-            "requests": {
-                "byOutcome": { "ACCEPTED": 100, "SOLD_OUT": 200 },
-                "latencyMs": { "p50": 1.0, "p95": 3.0, "p99": 4.0, "max": 7.5 },
-                "fairness": { "servedAfterEarlierSoldOut": 0 },
-            },
-            "accepted": 100, "asyncResults": { "ISSUED": 100 }, "pending": 0,
-            "confirmationLagMs": { "p50": 5.0, "p95": 9.0, "p99": 12.0, "max": 30.0 },
-        })
+    fn read(entries: &[(&str, Value)]) -> BTreeMap<String, Entry> {
+        entries
+            .iter()
+            .map(|(method, value)| (method.to_string(), Entry::read(method, value).unwrap()))
+            .collect()
+    }
+
+    fn row(method: &str, entry: &Entry) -> Row {
+        Row::from(method, &entry.k6, &entry.result, Some(80.0), entry.verification.clone())
     }
 
     #[test]
     fn the_page_is_self_contained_with_every_section() {
-        let rows = [row("REDIS_STREAM"), row("REDIS_LUA <x>")];
         let verification = json!({
             "ackedButLost": 0, "issuedButRefused": 0, "outcomeUnknown": 0, "outcomeUnknownIssued": 0, "strandedStock": 0, "overIssued": 0,
             "duplicates": 0, "outOfTurn": 0, "verdict": "kept",
@@ -268,15 +250,15 @@ mod tests {
             time: "2026-12-01T10:00:00.100Z".into(),
             message: String::new(),
         }]);
-        let charted = json!({ "client": crate::histograms::encode(&latencies) });
-        let raw = json!({
-            "REDIS_STREAM": { "k6": {}, "result": result(), "verification": verification,
-                              "latencyHistograms": charted, "perSecond": [{ "second": 0,
-                              "outcomes": { "ACCEPTED": 1 }, "p50Ms": 2.5, "p99Ms": 2.5, "issuedSoFar": 1 }] },
-            "REDIS_LUA <x>": { "k6": {}, "result": result() },
-        });
-        let provenance = json!({ "command": "cargo xtask loadtest spike --fault kill-server@0.3s", "faults": ["REDIS_LUA: `kill-server@300ms` fired at 300 ms"] });
-        let page = render("Event open", "a test run", &rows, &raw, &provenance);
+        let mut stream = accepting();
+        stream["verification"] = verification;
+        stream["latencyHistograms"] = json!({ "client": crate::histograms::encode(&latencies) });
+        stream["perSecond"] = json!([{ "second": 0, "outcomes": { "ACCEPTED": 1 }, "p50Ms": 2.5,
+                                       "p99Ms": 2.5, "issuedSoFar": 1 }]);
+        let entries = read(&[("REDIS_STREAM", stream), ("REDIS_LUA <x>", accepting())]);
+        let rows: Vec<Row> = entries.iter().map(|(method, entry)| row(method, entry)).collect();
+        let provenance = Provenance::read(&json!({ "command": "cargo xtask loadtest spike --fault kill-server@0.3s", "faults": ["REDIS_LUA: `kill-server@300ms` fired at 300 ms"] })).unwrap();
+        let page = render("Event open", "a test run", &rows, &entries, &provenance);
         assert!(
             page.contains(
                 "<pre id=\"command\">cargo xtask loadtest spike --fault kill-server@0.3s</pre>"
@@ -331,9 +313,9 @@ mod tests {
 
     #[test]
     fn a_run_without_202s_or_verification_leaves_those_sections_out() {
-        let rows = [row("PESSIMISTIC")];
-        let raw = json!({ "PESSIMISTIC": { "k6": {}, "result": { "requests": { "byOutcome": { "ISSUED": 3 } } } } });
-        let page = render("t", "d", &rows, &raw, &Value::Null);
+        let entries = read(&[("PESSIMISTIC", entry(7, json!({ "ISSUED": 3 })))]);
+        let rows = [row("PESSIMISTIC", &entries["PESSIMISTIC"])];
+        let page = render("t", "d", &rows, &entries, &Provenance::default());
         for section in ["id=\"asyncResults\"", "id=\"lag\"", "id=\"verification\""] {
             assert!(!page.contains(section), "{section}");
         }

@@ -13,11 +13,17 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use anyhow::Context;
+use couponlab_contract::results::CouponResult;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use self::chart::svg;
+use self::distribution::Entry;
+use self::markup::Table;
 use self::figures::{FIGURES, Ranges};
 use self::why::Why;
+use crate::k6;
 use crate::verification::Verification;
 
 /// One method's figures in one run, or over its rounds.
@@ -58,32 +64,33 @@ impl Row {
     /// Combines k6's figures with the server's result for the method's coupon.
     pub fn from(
         method: &str,
-        k6: &Value,
-        result: &Value,
+        k6: &k6::Figures,
+        result: &CouponResult,
         drain_ms: Option<f64>,
         verification: Option<Verification>,
     ) -> Row {
-        let status = |code: &str| k6["statuses"][code].as_u64().unwrap_or(0);
-        let number = |value: &Value| value.as_u64().unwrap_or(0);
-        let requests = number(&k6["requests"]);
+        let status = |code: &str| k6.statuses.get(code).copied().unwrap_or(0);
         let (accepted, conflicts, unavailable) =
             (status("200") + status("202"), status("409"), status("503"));
+        let count = |figure: i64| figure.max(0) as u64;
         Row {
             method: method.to_string(),
-            requests,
-            requests_per_second: k6["requestsPerSecond"].as_f64().unwrap_or(0.0),
-            p50_ms: k6["latencyMs"]["p50"].as_f64().unwrap_or(0.0),
-            p99_ms: k6["latencyMs"]["p99"].as_f64().unwrap_or(0.0),
+            requests: k6.requests,
+            requests_per_second: k6.requests_per_second,
+            p50_ms: k6.latency_ms.p50.unwrap_or(0.0),
+            p99_ms: k6.latency_ms.p99.unwrap_or(0.0),
             accepted,
             conflicts,
             unavailable,
-            errors: requests.saturating_sub(accepted + conflicts + unavailable),
-            dropped: number(&k6["dropped"]),
-            total: number(&result["totalCount"]),
-            issue_rows: number(&result["issueRows"]),
-            over_issued: number(&result["overIssued"]),
-            duplicates: number(&result["duplicateMembers"]),
-            out_of_turn: number(&result["requests"]["fairness"]["servedAfterEarlierSoldOut"]),
+            errors: k6
+                .requests
+                .saturating_sub(accepted + conflicts + unavailable),
+            dropped: k6.dropped,
+            total: count(result.total_count),
+            issue_rows: count(result.issue_rows),
+            over_issued: count(result.over_issued),
+            duplicates: count(result.duplicate_members),
+            out_of_turn: result.requests.fairness.served_after_earlier_sold_out,
             drain_ms,
             verification,
             why: Why::of(result),
@@ -100,15 +107,14 @@ impl Row {
     }
 }
 
-pub fn markdown(title: &str, description: &str, rows: &[Row], provenance: &Value) -> String {
+pub fn markdown(title: &str, description: &str, rows: &[Row], provenance: &Provenance) -> String {
     let mut out = format!("# {title}\n\n{description}\n\n![chart](chart.svg)\n\n");
     let headings: Vec<&str> = FIGURES.iter().map(|figure| figure.heading).collect();
-    let _ = writeln!(out, "| method | {} |", headings.join(" | "));
-    let _ = writeln!(out, "|---|{}", "---:|".repeat(FIGURES.len()));
-    for r in rows {
+    let body = rows.iter().map(|r| {
         let cells: Vec<String> = FIGURES.iter().map(|figure| figure.cell(r)).collect();
-        let _ = writeln!(out, "| {} | {} |", r.method, cells.join(" | "));
-    }
+        (r.method.clone(), cells)
+    });
+    Table::of_methods("summary", headings, body).markdown(&mut out);
     out.push_str(
         "\n2xx: issued (200) or accepted (202). Latencies are k6's, client side. *Out of turn*: \
          members served after an earlier arrival was refused as sold out. *Drain*: from the end \
@@ -120,37 +126,42 @@ pub fn markdown(title: &str, description: &str, rows: &[Row], provenance: &Value
     out
 }
 
+/// The verification figures the runner records per method, in the order
+/// shown: (column heading, the figure).
+const VERIFICATION: [(&str, fn(&Verification) -> String); 8] = [
+    ("acked but lost", |v| v.acked_but_lost.to_string()),
+    ("issued but refused", |v| v.issued_but_refused.to_string()),
+    ("outcome unknown (issued)", |v| {
+        format!("{} ({})", v.outcome_unknown, v.outcome_unknown_issued)
+    }),
+    ("stranded stock", |v| v.stranded_stock.to_string()),
+    ("over-issued", |v| v.over_issued.to_string()),
+    ("duplicates", |v| v.duplicates.to_string()),
+    ("out of turn", |v| v.out_of_turn.to_string()),
+    ("verdict", |v| v.verdict.clone()),
+];
+
+/// The verified methods' figures, a row each.
+pub fn verification_rows(rows: &[Row]) -> Table<'static> {
+    let body = rows.iter().filter_map(|row| {
+        let v = row.verification.as_ref()?;
+        let cells = VERIFICATION.iter().map(|(_, figure)| figure(v)).collect();
+        Some((row.method.clone(), cells))
+    });
+    let headings = VERIFICATION.iter().map(|(heading, _)| *heading).collect();
+    Table::of_methods("verification", headings, body)
+}
+
 /// What every client was told against what the database and Redis hold.
 fn verification_table(out: &mut String, rows: &[Row]) {
-    let verified: Vec<(&Row, &Verification)> = rows
-        .iter()
-        .filter_map(|r| r.verification.as_ref().map(|v| (r, v)))
-        .collect();
-    if verified.is_empty() {
+    if rows.iter().all(|row| row.verification.is_none()) {
         return;
     }
     out.push_str(
         "\n## Verification\n\nEach client's answer (k6's record of every request, `requests-<METHOD>.csv`) \
-         joined with the issue rows and the Redis stock, read directly after the drain.\n\n\
-         | method | acked but lost | issued but refused | outcome unknown (issued) | stranded stock | over-issued | duplicates | out of turn | verdict |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+         joined with the issue rows and the Redis stock, read directly after the drain.\n\n",
     );
-    for (r, v) in verified {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} |",
-            r.method,
-            v.acked_but_lost,
-            v.issued_but_refused,
-            v.outcome_unknown,
-            v.outcome_unknown_issued,
-            v.stranded_stock,
-            v.over_issued,
-            v.duplicates,
-            v.out_of_turn,
-            v.verdict
-        );
-    }
+    verification_rows(rows).markdown(out);
     out.push_str(
         "\n*Acked but lost*: told 2xx, no issue row. *Issued but refused*: has a row, but was told \
          a failure, timed out or got no answer. *Outcome unknown*: told that the answer to its COMMIT \
@@ -160,49 +171,73 @@ fn verification_table(out: &mut String, rows: &[Row]) {
 }
 
 /// The faults, the commit, the command and the versions behind the figures.
-fn reproduction(out: &mut String, provenance: &Value) {
-    let faults = faults(provenance);
-    if !faults.is_empty() {
+fn reproduction(out: &mut String, provenance: &Provenance) {
+    if !provenance.faults.is_empty() {
         out.push_str("\n## Faults\n\n");
-        for fault in faults {
+        for fault in &provenance.faults {
             let _ = writeln!(out, "- {fault}");
         }
     }
     let _ = write!(
         out,
         "\n## Reproduce\n\n```sh\n{}\n```\n\n{}\n",
-        text(&provenance["command"]),
-        environment(provenance)
+        shown(&provenance.command),
+        provenance.environment()
     );
 }
 
-/// The faults that fired, one line each.
-pub fn faults(provenance: &Value) -> Vec<String> {
-    provenance["faults"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(text)
-        .collect()
+/// What results.json's `provenance` says of how the figures came about;
+/// what it leaves out reads as unknown.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Provenance {
+    pub command: Option<String>,
+    pub commit: Option<String>,
+    pub cores: Option<u64>,
+    pub seeds: Option<String>,
+    pub versions: Versions,
+    /// The faults that fired, one line each.
+    pub faults: Vec<String>,
 }
 
-/// The commit, versions, cores and seeds, as one sentence.
-pub fn environment(provenance: &Value) -> String {
-    let versions = &provenance["versions"];
-    format!(
-        "commit {}; Redis {}, database {}, {}, {}; {} cores; seeds: {}.",
-        text(&provenance["commit"]),
-        text(&versions["redis"]),
-        text(&versions["database"]),
-        text(&versions["k6"]),
-        text(&versions["rust"]),
-        provenance["cores"],
-        text(&provenance["seeds"]),
-    )
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Versions {
+    pub redis: Option<String>,
+    pub database: Option<String>,
+    pub k6: Option<String>,
+    pub rust: Option<String>,
 }
 
-pub fn text(value: &Value) -> String {
-    value.as_str().unwrap_or("unknown").to_string()
+impl Provenance {
+    /// The provenance as the runner wrote it; one of another shape is
+    /// refused by the name of the field that differs.
+    pub fn read(value: &Value) -> anyhow::Result<Provenance> {
+        if value.is_null() {
+            return Ok(Provenance::default());
+        }
+        Provenance::deserialize(value).context("an unreadable provenance")
+    }
+
+    /// The commit, versions, cores and seeds, as one sentence.
+    pub fn environment(&self) -> String {
+        let versions = &self.versions;
+        format!(
+            "commit {}; Redis {}, database {}, {}, {}; {} cores; seeds: {}.",
+            shown(&self.commit),
+            shown(&versions.redis),
+            shown(&versions.database),
+            shown(&versions.k6),
+            shown(&versions.rust),
+            self.cores.map_or("unknown".to_string(), |cores| cores.to_string()),
+            shown(&self.seeds),
+        )
+    }
+}
+
+/// A figure of the provenance as the report writes it.
+pub fn shown(text: &Option<String>) -> &str {
+    text.as_deref().unwrap_or("unknown")
 }
 
 /// Writes `report.md`, `chart.svg`, `report.html` and `results.json`
@@ -217,16 +252,21 @@ pub fn write(
     provenance: &Value,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
+    let read_provenance = Provenance::read(provenance)?;
     std::fs::write(
         dir.join("report.md"),
-        markdown(title, description, rows, provenance),
+        markdown(title, description, rows, &read_provenance),
     )?;
     std::fs::write(dir.join("chart.svg"), svg(rows))?;
     let mut methods = methods.clone();
     distribution::enrich(dir, &mut methods)?;
+    let entries = methods
+        .iter()
+        .map(|(method, value)| Ok((method.clone(), Entry::read(method, value)?)))
+        .collect::<anyhow::Result<BTreeMap<String, Entry>>>()?;
     std::fs::write(
         dir.join("report.html"),
-        html::render(title, description, rows, &json!(methods), provenance),
+        html::render(title, description, rows, &entries, &read_provenance),
     )?;
     // Over rounds, each method's entry carries its figures' spreads.
     for row in rows.iter().filter(|row| !row.ranges.is_empty()) {
@@ -245,22 +285,62 @@ pub fn write(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
 
-    fn row(method: &str) -> Row {
-        let k6 = json!({
-            "requests": 500, "requestsPerSecond": 250.0,
-            "latencyMs": { "p50": 2.0, "p99": 9.5, "max": 20.0 },
+    /// A coupon's result as the lab serves it: a total of 100, the rows
+    /// given, and `by_outcome` as its requests' outcomes.
+    pub fn result(issue_rows: i64, by_outcome: Value) -> Value {
+        json!({
+            "couponId": 7, "name": "loadtest", "engine": { "name": "mariadb", "version": "11.8.3", "settings": {} },
+            "totalCount": 100, "issuedCount": issue_rows, "issueRows": issue_rows,
+            "distinctMembers": issue_rows, "overIssued": (issue_rows - 100).max(0),
+            "duplicateMembers": 0, "countMismatch": 0,
+            "invariants": { "neverOverIssued": issue_rows <= 100, "onePerMember": true, "countMatchesRows": true },
+            "requests": {
+                "total": 500, "byOutcome": by_outcome,
+                "latencyMs": { "p50": 1.0, "p95": 3.0, "p99": 4.0, "max": 7.5 },
+                "fairness": { "firstSoldOutArrivalUs": null, "servedAfterEarlierSoldOut": 4 },
+                "byMethod": {}, "hosts": { "merged": [], "gatePermits": 0 },
+            },
+            "anomalies": [],
+        })
+    }
+
+    /// k6's figures of a run of 500 requests.
+    pub fn k6() -> Value {
+        json!({
+            "method": "REDIS_LUA", "mode": "spike", "requests": 500, "requestsPerSecond": 250.0, "loadMs": 2000,
+            "latencyMs": { "p50": 2.0, "p95": 8.0, "p99": 9.5, "max": 20.0 },
             "statuses": { "200": 100, "409": 390, "503": 7, "0": 3 }, "dropped": 1,
-        });
-        let result = json!({
-            "totalCount": 100, "issueRows": 103, "overIssued": 3, "duplicateMembers": 0,
-            "requests": { "fairness": { "servedAfterEarlierSoldOut": 4 } },
-        });
+        })
+    }
+
+    /// A method's entry in results.json, as a run writes it.
+    pub fn entry(coupon_id: u64, by_outcome: Value) -> Value {
+        json!({ "couponId": coupon_id, "k6": k6(), "result": result(103, by_outcome) })
+    }
+
+    fn row(method: &str) -> Row {
+        let k6 = k6::Figures::read(&k6()).unwrap();
+        let result = CouponResult::deserialize(result(103, json!({}))).unwrap();
         Row::from(method, &k6, &result, Some(120.0), None)
+    }
+
+    #[test]
+    fn the_lab_s_result_reads_as_the_contract_types_it() {
+        let served = result(103, json!({ "ISSUED": 100, "SOLD_OUT": 400 }));
+        let read = CouponResult::deserialize(&served).unwrap();
+        assert_eq!(read.requests.answered("SOLD_OUT"), 400);
+        // A renamed field fails the read by its name.
+        let mut renamed = served.clone();
+        let requests = renamed["requests"].as_object_mut().unwrap();
+        let by_outcome = requests.remove("byOutcome").unwrap();
+        requests.insert("outcomes".into(), by_outcome);
+        let refused = CouponResult::deserialize(&renamed).unwrap_err().to_string();
+        assert!(refused.contains("byOutcome"), "{refused}");
     }
 
     #[test]
