@@ -80,7 +80,7 @@ impl Limits {
     /// BEGIN with `characteristics`, its statements cut after `left`, and
     /// the session's id, as one batch. MySQL's `SET TRANSACTION` applies to
     /// the next transaction and its limit to the session, which
-    /// [`Limits::end`] restores; PostgreSQL's `SET LOCAL` lasts to the
+    /// [`Lent::finish`] restores; PostgreSQL's `SET LOCAL` lasts to the
     /// transaction's end.
     fn begin(&self, left: Duration, characteristics: &str) -> String {
         match self.statement {
@@ -95,12 +95,13 @@ impl Limits {
         }
     }
 
-    /// `end` (COMMIT or ROLLBACK), with the session's limit back to its
-    /// default where BEGIN changed it.
-    fn end(&self, end: &str) -> String {
+    /// What puts the session's limit back to its default after the
+    /// transaction's end, where BEGIN changed it (PostgreSQL's lasts only
+    /// the transaction).
+    fn restore(&self) -> Option<String> {
         match self.statement {
-            StatementLimit::Postgres => end.to_string(),
-            _ => format!("{end}; {}", self.session_default()),
+            StatementLimit::Postgres => None,
+            _ => Some(self.session_default()),
         }
     }
 }
@@ -292,16 +293,32 @@ impl Lent {
         Ok(())
     }
 
-    /// COMMIT or ROLLBACK, and the session's statement limit back to its
-    /// default, in one round trip. Only a clean end makes the connection
-    /// reusable; a failed one leaves it to be closed.
+    /// COMMIT or ROLLBACK, then the session's statement limit back to its
+    /// default. Only a clean end makes the connection reusable; a failed one
+    /// leaves it to be closed.
+    ///
+    /// The end travels alone, so its answer is its own: a Galera node
+    /// answers OK to a COMMIT that failed certification followed by another
+    /// statement in one batch, reports the failure at that statement, and,
+    /// as it is an autocommit one, runs it again (`wsrep_retry_autocommit`)
+    /// and answers OK — a client told of a commit that never happened
+    /// (docs/learning/19-past-one-node.md).
     pub async fn finish(&mut self, limits: Limits, end: &'static str) -> Result<(), sqlx::Error> {
-        let finish = limits.end(end);
         // After a refusal, whether the server ended the transaction is not known.
         self.on(State::Clean, State::Unknown, async |conn| {
-            conn.batch(&finish).await.map(drop)
+            conn.batch(end).await.map(drop)
         })
-        .await
+        .await?;
+        if let Some(restore) = limits.restore() {
+            // The transaction has ended either way: a session whose limit
+            // was not restored is closed rather than lent again.
+            let _ = self
+                .on(State::Clean, State::Unknown, async |conn| {
+                    conn.batch(&restore).await.map(drop)
+                })
+                .await;
+        }
+        Ok(())
     }
 }
 
