@@ -1,16 +1,14 @@
-//! How an issue request ended: the component's answer (a WIT `outcome`) or
-//! why there was none (a [`CallError`]), the name results and responses
-//! use, and the HTTP status it is answered with. Every mapping between
-//! them is here, once. And the [`Ending`] of a request or a confirmation,
-//! as the recorder counts it and the traces keep it.
+//! Every way an issue request can end ([`Outcome`]): the name results and
+//! responses use, the HTTP status it is answered with and what a refusal
+//! says in the host's words; the runtime maps its answers onto it
+//! (`runtime::Ended`). And the [`Ending`] of a request or a confirmation,
+//! as the recorder counts it and the traces keep it. It takes nothing from
+//! the crate: every floor speaks of outcomes.
 
 use std::sync::Arc;
 
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-
-use crate::runtime::CallError;
-use crate::runtime::bindings::types::Outcome as WitOutcome;
 
 /// How one request ended, or the confirmation of one answered 202.
 pub struct Ending {
@@ -80,38 +78,6 @@ pub enum Outcome {
     TimedOut,
     /// No instance slot was free.
     Busy,
-}
-
-impl From<WitOutcome> for Outcome {
-    fn from(outcome: WitOutcome) -> Self {
-        match outcome {
-            WitOutcome::Issued => Outcome::Issued,
-            WitOutcome::Accepted => Outcome::Accepted,
-            WitOutcome::SoldOut => Outcome::SoldOut,
-            WitOutcome::SoldOutAtDb => Outcome::SoldOutAtDb,
-            WitOutcome::Duplicate => Outcome::Duplicate,
-            WitOutcome::VersionConflict => Outcome::VersionConflict,
-            WitOutcome::Deadlock => Outcome::Deadlock,
-            WitOutcome::LockWaitTimeout => Outcome::LockWaitTimeout,
-            WitOutcome::SerializationFailure => Outcome::SerializationFailure,
-            WitOutcome::Throttled => Outcome::Throttled,
-            WitOutcome::QueueFull => Outcome::QueueFull,
-            WitOutcome::Unavailable => Outcome::Unavailable,
-            WitOutcome::UnknownMember => Outcome::UnknownMember,
-            WitOutcome::UnknownCoupon => Outcome::UnknownCoupon,
-        }
-    }
-}
-
-impl From<&CallError> for Outcome {
-    fn from(error: &CallError) -> Self {
-        match error {
-            CallError::Trapped(_) | CallError::Unsupported { .. } => Outcome::Failed,
-            CallError::DeadlineExceeded(_) => Outcome::TimedOut,
-            CallError::Busy(_) => Outcome::Busy,
-            CallError::Quarantined(_) => Outcome::Unavailable,
-        }
-    }
 }
 
 /// How sqlx opens every error a database returned, which the `sql`

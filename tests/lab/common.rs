@@ -498,11 +498,6 @@ impl Reply {
         &self.body["response"]
     }
 
-    /// The former name of [`Reply::expect_ok`], kept while callers move.
-    pub fn ok(&self) -> &Value {
-        self.expect_ok()
-    }
-
     /// Asserts a failure envelope with `status` and returns its message.
     pub fn fails_with(&self, status: u16) -> &str {
         assert_eq!(self.status.as_u16(), status, "{}", self.body);

@@ -355,13 +355,13 @@ async fn the_console_draws_a_requests_calls_and_an_anomalys_witnesses_as_the_api
     // One REDIS_LUA request: its waterfall is its trace's calls, one bar
     // each, in order; the coupon's anomalies are the result's (none).
     let coupon = lab.coupon(5).await;
-    lab.issue(coupon, members[0], "REDIS_LUA").await.ok();
+    lab.issue(coupon, members[0], "REDIS_LUA").await.expect_ok();
     let listed = lab
         .get(&format!(
             "/lab/coupons/{coupon}/traces?outcome=ISSUED&method=REDIS_LUA"
         ))
         .await;
-    let trace = listed.ok()["traces"][0].clone();
+    let trace = listed.expect_ok()["traces"][0].clone();
     let ops = trace["calls"].as_array().unwrap();
     assert!(ops.iter().any(|c| c["op"] == "EVALSHA"), "{trace:#}");
     assert!(ops.iter().any(|c| c["op"] == "COMMIT"), "{trace:#}");
@@ -431,7 +431,7 @@ async fn the_console_draws_a_requests_calls_and_an_anomalys_witnesses_as_the_api
             "/lab/coupons/{coupon}/traces?anomaly=lost-update&limit=1000"
         ))
         .await;
-    let trace = listed.ok()["traces"]
+    let trace = listed.expect_ok()["traces"]
         .as_array()
         .unwrap()
         .iter()
@@ -487,7 +487,7 @@ async fn the_strategies_list_follows_the_directory_without_a_reload() {
         .await;
 
     // The engine the lab's SQL runs on, as the lab names it.
-    let engine = lab.get("/lab/strategies").await.ok()["engine"].clone();
+    let engine = lab.get("/lab/strategies").await.expect_ok()["engine"].clone();
     let engine_shown = format!(
         "{} {} (innodb_snapshot_isolation={})",
         engine["name"].as_str().unwrap(),
@@ -529,10 +529,10 @@ async fn until_rejected(lab: &TestLab, file: &str) -> String {
             .map(|r| r["reason"].as_str().unwrap().to_string())
     };
     until("the file is refused", SHOWN, || async {
-        rejected(lab.get("/lab/strategies").await.ok()).is_some()
+        rejected(lab.get("/lab/strategies").await.expect_ok()).is_some()
     })
     .await;
-    rejected(lab.get("/lab/strategies").await.ok()).unwrap()
+    rejected(lab.get("/lab/strategies").await.expect_ok()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -160,15 +160,15 @@ async fn every_family(lab: &TestLab) {
     let streamed = lab.coupon(5).await;
     lab.issue(streamed, members[10], "REDIS_STREAM_ATOMIC")
         .await
-        .ok();
+        .expect_ok();
     lab.issue(coupon, members[11], "TEST_SPIN")
         .await
         .fails_with(504);
     let dropped = lab.coupon(5).await;
-    lab.seed_drop(dropped, 5).await.ok();
+    lab.seed_drop(dropped, 5).await.expect_ok();
     lab.issue_keyed(dropped, members[12], "REDIS_LUA_GATE", "dashboard")
         .await
-        .ok();
+        .expect_ok();
 }
 
 /// Where the shipped Prometheus configuration finds the lab: the host's

@@ -179,15 +179,25 @@ async fn ask(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64, member: u64, part
         idempotency_key: None,
         quantity: 1,
     };
-    let answered = issuing::issue(lab, strategy, request, Asker::Canary).await;
+    let ended = issuing::issue(lab, strategy, request, Asker::Canary).await;
+    let outcome = ended.outcome();
+    let mut detail = ended.detail();
+    // The canary judges a 202 by its confirmation, which it waits for: one
+    // not recorded cannot be judged, and says so.
+    if outcome == Outcome::Accepted
+        && let Err(err) =
+            confirmations::record_accepted(lab.redis(), coupon, member, &strategy.method).await
+    {
+        detail = Some(format!("the canary could not record its 202: {err}"));
+    }
     Asked {
         part,
         coupon,
         member,
-        outcome: answered.outcome,
-        detail: answered.detail,
-        settle_later: answered.settle_later,
-        took: answered.took,
+        outcome,
+        detail,
+        settle_later: ended.settle_later(),
+        took: ended.took,
     }
 }
 

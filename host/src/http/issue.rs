@@ -198,9 +198,12 @@ async fn issue(
         idempotency_key: body.idempotency_key,
         quantity: quantity as u32,
     };
-    let answered = issuing::issue(&lab, &strategy, request, Asker::User).await;
-    let outcome = answered.outcome;
+    let arrival = lab.recorder.arrive(coupon_id, member_id);
+    let sequence = arrival.sequence;
+    let ended = issuing::issue(&lab, &strategy, request, Asker::User(arrival)).await;
+    let outcome = ended.outcome();
     let status = outcome.status();
+    let told = ended.told();
     if status.is_success() {
         Ok(Answer(
             status,
@@ -209,14 +212,13 @@ async fn issue(
                 member_id,
                 method: strategy.method.to_string(),
                 outcome: outcome.name(),
-                // A user's request always has its arrival order.
-                sequence: answered.sequence.unwrap_or_default(),
-                detail: answered.detail,
-                retries: answered.retries,
+                sequence,
+                detail: told,
+                retries: ended.retries(),
             },
         ))
     } else {
-        Err(refused(outcome, answered.detail, coupon_id, member_id))
+        Err(ApiError::refused(outcome, told.unwrap_or_default()))
     }
 }
 
@@ -257,22 +259,6 @@ fn not_served(lab: &Lab, method: &str, sent: &str) -> ApiError {
     ))
 }
 
-/// The answer to a request refused as `outcome`: in the component's words
-/// when it gave some, but in the host's for a refusal of the client's input
-/// (which names the member or coupon, and never the database).
-fn refused(outcome: Outcome, detail: Option<String>, coupon_id: u64, member_id: u64) -> ApiError {
-    let told = outcome.default_message(coupon_id, member_id);
-    let detail = match detail {
-        // Which guard refused it is the lesson; the key's text is not.
-        Some(detail) if outcome.hides_the_databases_words(&detail) => {
-            format!("{told} (the database's unique key refused it)")
-        }
-        Some(detail) if !outcome.names_its_own_message() => detail,
-        _ => told,
-    };
-    ApiError::refused(outcome, detail)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,32 +270,5 @@ mod tests {
                 assert_eq!(outcome.status(), status, "{}", outcome.name());
             }
         }
-    }
-
-    #[test]
-    fn an_unknown_member_is_told_by_its_id_not_by_the_database() {
-        let leaked = "foreign key: error returned from database: 1452 (23000): Cannot add or \
-                      update a child row: a foreign key constraint fails (`lab`.`coupon_issues`, \
-                      CONSTRAINT `fk_coupon_issues_member` ...)";
-        let answer = refused(Outcome::UnknownMember, Some(leaked.into()), 7, 42);
-        assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(answer.message, "UNKNOWN_MEMBER: member 42 does not exist");
-        let duplicate = "duplicate key: error returned from database: 1062 (23000): Duplicate \
-                         entry '7-42' for key 'uq_coupon_member'";
-        let answer = refused(Outcome::Duplicate, Some(duplicate.into()), 7, 42);
-        assert_eq!(
-            answer.message,
-            "DUPLICATE: member 42 already has coupon 7 (the database's unique key refused it)"
-        );
-        // A duplicate the component decided keeps its words.
-        let limit = "PER_USER_LIMIT_EXCEEDED: member 42 holds 1 of 1";
-        let answer = refused(Outcome::Duplicate, Some(limit.into()), 7, 42);
-        assert_eq!(answer.message, format!("DUPLICATE: {limit}"));
-        let answer = refused(Outcome::UnknownCoupon, None, 7, 42);
-        assert_eq!(answer.status, StatusCode::NOT_FOUND);
-        assert_eq!(answer.message, "UNKNOWN_COUPON: coupon 7 does not exist");
-        // Other refusals keep what the component said of them.
-        let answer = refused(Outcome::SoldOut, Some("stock 0".into()), 7, 42);
-        assert_eq!(answer.message, "SOLD_OUT: stock 0");
     }
 }

@@ -1,8 +1,8 @@
 //! One call into a component: a fresh store and instance, the deadline, the
 //! clean-up of what the call left open, the issue call and its
 //! compensation. Loading a component is a call too (`describe`). The other
-//! exports' typed calls are [`super::exports`]'; how a call that produced
-//! no answer ended is [`super::ended`]'s.
+//! exports' typed calls are [`super::exports`]'; what a call's end is made
+//! of, and what is read from it, is [`super::ended`]'s.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use wasmtime::component::{Component, Instance, InstancePre};
 use wasmtime::{PoolConcurrencyLimitError, Store, UpdateDeadline};
 
 use super::bindings::types::{Compensation, IssueRequest};
-use super::ended::{CallError, Ended, IssueCall, Unanswered};
+use super::ended::{CallError, Ended, Run};
 use super::engine::Runtime;
 use super::exports::Export;
 use super::loaded::{Prepared, Strategy};
@@ -105,9 +105,10 @@ impl Runtime {
     /// rolled back — and then the strategy's `compensate` runs with the same
     /// request in a fresh instance, so it can undo what the database does
     /// not hold.
-    pub async fn issue(&self, strategy: &Arc<Strategy>, request: &IssueRequest) -> IssueCall {
+    pub async fn issue(&self, strategy: &Arc<Strategy>, request: &IssueRequest) -> Ended {
+        let started = Instant::now();
         let export = Some(&strategy.strategy_export);
-        let Ended {
+        let Run {
             result,
             scripts_killed,
             mut trace,
@@ -116,27 +117,24 @@ impl Runtime {
                 export.issue(store, instance, request).await
             })
             .await;
-        let answer = match result {
-            Ok(result) => Ok(result),
-            Err(error) if !error.ended_midway() => Err(Unanswered {
-                error,
-                compensation: None,
-            }),
-            Err(error) => {
+        let compensation = match &result {
+            Err(error) if error.ended_midway() => {
                 let compensated = self.compensation(strategy, request).await;
                 trace.append_compensation(compensated.trace);
                 if let Err(failed) = &compensated.result {
                     tracing::error!(method = %strategy.method, error = %failed, "compensation failed");
                 }
-                Err(Unanswered {
-                    error,
-                    compensation: Some(compensated.result),
-                })
+                Some(compensated.result)
             }
+            _ => None,
         };
-        IssueCall {
-            answer,
+        Ended {
+            coupon_id: request.coupon_id,
+            member_id: request.member_id,
+            answer: result,
+            compensation,
             scripts_killed,
+            took: started.elapsed(),
             trace,
         }
     }
@@ -155,7 +153,7 @@ impl Runtime {
         &self,
         strategy: &Arc<Strategy>,
         request: &IssueRequest,
-    ) -> Ended<Compensation> {
+    ) -> Run<Compensation> {
         let export = Some(&strategy.strategy_export);
         self.call_export(strategy, export, async |export, store, instance| {
             export.compensate(store, instance, request).await
@@ -170,9 +168,9 @@ impl Runtime {
         strategy: &Arc<Strategy>,
         export: Option<&E>,
         body: impl AsyncFnOnce(&E, &mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
-    ) -> Ended<R> {
+    ) -> Run<R> {
         let Some(export) = export else {
-            return Ended::without_running(CallError::Unsupported {
+            return Run::without_running(CallError::Unsupported {
                 method: strategy.method.to_string(),
                 world: strategy.world.name(),
                 export: E::NAME,
@@ -197,9 +195,9 @@ impl Runtime {
         &self,
         strategy: &Arc<Strategy>,
         body: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> wasmtime::Result<R>,
-    ) -> Ended<R> {
+    ) -> Run<R> {
         if let Some(quarantine) = strategy.quarantined() {
-            return Ended::without_running(CallError::Quarantined(quarantine.reason.clone()));
+            return Run::without_running(CallError::Quarantined(quarantine.reason.clone()));
         }
         budget::call_starts(&strategy.method);
         let cleanup = TaskTracker::new();
@@ -229,7 +227,7 @@ impl Runtime {
             // reset in place) goes after the answer, off the request's path.
             tokio::spawn(async move { drop(store) });
             budget::lap(Stage::Teardown);
-            return Ended {
+            return Run {
                 result,
                 scripts_killed,
                 trace,
@@ -260,7 +258,7 @@ impl Runtime {
                 .inc();
         }
         budget::lap(Stage::Teardown);
-        Ended {
+        Run {
             result,
             scripts_killed,
             trace,

@@ -38,7 +38,7 @@ pub mod watcher;
 mod world;
 
 pub use self::capabilities::{Admin, Capabilities, CapabilityArgs};
-pub use self::ended::{CallError, IssueCall, Traced, Unanswered};
+pub use self::ended::{CallError, Ended, Traced};
 pub use self::engine::{Limits, Runtime};
 pub use self::loaded::{Quarantine, Strategy};
 pub use self::registry::Registry;
