@@ -4,7 +4,7 @@
 //! # Layers
 //!
 //! The modules stand on floors, and a module imports only from the floors
-//! below its own (`docs/architecture.md`, *Layers*; the `layers` test
+//! below its own (`docs/architecture.md`, *Layers*; xtask's `layers` test
 //! keeps it so). Lowest first:
 //!
 //! 1. Leaves, which import no other module of the crate:
@@ -17,8 +17,8 @@
 //!    - [`db_target`]: the lab's database as the host reaches it: a URL
 //!      without its password, the pools' settings, a bound on each step.
 //!    - [`recently`]: keys done at most once an interval.
-//!    - [`optional_fields`]: the OpenAPI schema of a flattened optional
-//!      field.
+//!    - [`outcome`]: every way a request ends, its name and its status,
+//!      and a request's ending as the record keeps it.
 //! 2. [`runtime`]: the wasmtime engine, the WIT bindings, the world a
 //!    component implements, one call into it, one module per capability
 //!    given to components (`redis`, `sql` with its named locks, `broker`,
@@ -26,7 +26,6 @@
 //!    what each call did, and the registry of loaded strategies, watched
 //!    and tried.
 //! 3. The lab's state, each module above the one before:
-//!    - [`outcome`]: how a request ended, its name and its status.
 //!    - [`traces`]: what each request's component did, call by call.
 //!    - [`config`]: command line and environment configuration; each
 //!      capability's settings come from its own module.
@@ -55,9 +54,6 @@
 //! 5. [`http`]: the `/lab` API, one module per resource, and the response
 //!    envelope every route answers with.
 //! 6. This file: the commands, and a server's start and stop.
-//!
-//! Beside the floors, `layers` (tests only) is the check that every import
-//! points down.
 
 pub mod announcements;
 pub mod budget;
@@ -70,10 +66,7 @@ pub mod db_target;
 pub mod http;
 pub mod issuing;
 pub mod lab;
-#[cfg(test)]
-mod layers;
 pub mod metrics;
-pub mod optional_fields;
 pub mod outcome;
 pub mod recently;
 pub mod recorder;

@@ -29,12 +29,15 @@
 //! their nodes, `galera` the Galera cluster; `suite`
 //! runs the whole test suite and times its phases; `runner`
 //! runs the load runner after what its task needs, `tools` installs the
-//! Python tools it calls.
+//! Python tools it calls; `layers`, a test, keeps the host's floors and
+//! the load runner and the sdk free of circles.
 
 mod cargo;
 mod cluster;
 mod galera;
 mod installed;
+#[cfg(test)]
+mod layers;
 mod new;
 mod polyglot;
 mod runner;

@@ -1,10 +1,12 @@
-//! Building an [`IssueResult`], and the outcome each capability error means.
+//! Building an [`IssueResult`], and the outcome each capability error, or
+//! a Redis reply a strategy cannot decide on, means.
 //!
 //! Strategies are written as functions returning [`Step`]: `?` on a Redis or
 //! SQL call ends the request with the outcome the contract gives that error.
 
 use crate::bindings::couponlab::strategy::types::{Confirmation, IssueResult, Outcome};
 use crate::redis::RedisError;
+use crate::reply::Reply;
 use crate::sql::SqlError;
 
 /// A step of a strategy: `Err` ends the request early with that result.
@@ -101,6 +103,18 @@ impl From<SqlError> for IssueResult {
 impl From<RedisError> for IssueResult {
     fn from(err: RedisError) -> Self {
         IssueResult::of(Outcome::Unavailable).detail(format!("Redis: {}", err.message()))
+    }
+}
+
+impl Reply {
+    /// The reply as an integer, or the request ends as UNAVAILABLE naming the
+    /// command whose reply was not one: a strategy cannot decide on it.
+    pub fn expect_int(&self, command: &str) -> Step<i64> {
+        self.as_int().ok_or_else(|| {
+            IssueResult::of(Outcome::Unavailable).detail(format!(
+                "Redis answered {command} with {self}, not an integer"
+            ))
+        })
     }
 }
 

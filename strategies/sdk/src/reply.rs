@@ -1,11 +1,11 @@
 //! Redis replies as a tree, rebuilt from the flat pre-order list the WIT
-//! interface carries (WIT has no recursive types).
+//! interface carries (WIT has no recursive types). What a reply a strategy
+//! cannot decide on means for its request is [`crate::outcome`]'s
+//! (`Reply::expect_int`).
 
 use std::fmt;
 
 use crate::bindings::couponlab::strategy::redis::Value;
-use crate::bindings::couponlab::strategy::types::{IssueResult, Outcome};
-use crate::outcome::Step;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
@@ -50,16 +50,6 @@ impl Reply {
             Reply::Status(s) => s.trim().parse().ok(),
             _ => None,
         }
-    }
-
-    /// The reply as an integer, or the request ends as UNAVAILABLE naming the
-    /// command whose reply was not one: a strategy cannot decide on it.
-    pub fn expect_int(&self, command: &str) -> Step<i64> {
-        self.as_int().ok_or_else(|| {
-            IssueResult::of(Outcome::Unavailable).detail(format!(
-                "Redis answered {command} with {self}, not an integer"
-            ))
-        })
     }
 
     /// The reply as text: a bulk or status string.
