@@ -10,10 +10,22 @@
 //! keys) stay with that side. The one sum here is REDIS_LUA_SHARDED's
 //! split of a coupon's stock ([`shards`]), which the component applies and
 //! the host and the load runner read back.
+//!
+//! With the `results` feature, [`results`]: the result of a coupon as the
+//! lab serves it, which the host writes and the load runner and the tests
+//! read; with `schema`, its OpenAPI schema too. Without them the crate has
+//! no dependency, as the wasm32 components build it.
 
-#![no_std]
+// utoipa's derived schemas need std's prelude: with `schema`, the crate
+// is the host's alone.
+#![cfg_attr(not(feature = "schema"), no_std)]
 
 extern crate alloc;
+
+#[cfg(feature = "results")]
+pub mod results;
+#[cfg(feature = "schema")]
+pub mod schema;
 
 pub mod keys {
     //! Redis keys of one coupon, under the `coupon:` namespace the
@@ -78,6 +90,18 @@ pub mod keys {
     /// buyers' counts and idempotency markers).
     pub fn gate(coupon_id: u64) -> String {
         format!("coupon:gate:{{{coupon_id}}}:")
+    }
+
+    /// Hash: member → when the host answered its request 202 (ms since the
+    /// Unix epoch), which the host writes and the load runner reads.
+    pub fn accepted(coupon_id: u64) -> String {
+        format!("coupon:accepted:{{{coupon_id}}}")
+    }
+
+    /// Hash: member → the first outcome of its 202's confirmation and when
+    /// it was recorded (`ISSUED 1765000000000`, ms since the Unix epoch).
+    pub fn confirmed(coupon_id: u64) -> String {
+        format!("coupon:confirmed:{{{coupon_id}}}")
     }
 
     /// String: the stock REDIS_LUA_GATE's drop has left to sell, which the

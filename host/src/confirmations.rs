@@ -29,14 +29,6 @@ use crate::recorder::LatencySummary;
 use crate::redis_target::RedisConn;
 use crate::runtime::bindings::types::Confirmation;
 
-fn accepted_key(coupon_id: u64) -> String {
-    format!("coupon:accepted:{}", keys::tag(coupon_id))
-}
-
-fn confirmed_key(coupon_id: u64) -> String {
-    format!("coupon:confirmed:{}", keys::tag(coupon_id))
-}
-
 fn methods_key(coupon_id: u64) -> String {
     format!("coupon:accepted-methods:{}", keys::tag(coupon_id))
 }
@@ -57,7 +49,7 @@ pub async fn record_accepted(
     method: &str,
 ) -> Result<(), RedisError> {
     redis::pipe()
-        .hset(accepted_key(coupon_id), member_id, now_ms())
+        .hset(keys::accepted(coupon_id), member_id, now_ms())
         .ignore()
         .sadd(methods_key(coupon_id), method)
         .ignore()
@@ -90,11 +82,14 @@ pub async fn record_confirmed(
     let now = now_ms();
     let (first, accepted): (bool, Option<i64>) = redis::pipe()
         .hset_nx(
-            confirmed_key(confirmation.coupon_id),
+            keys::confirmed(confirmation.coupon_id),
             confirmation.member_id,
             format!("{} {now}", outcome.name()),
         )
-        .hget(accepted_key(confirmation.coupon_id), confirmation.member_id)
+        .hget(
+            keys::accepted(confirmation.coupon_id),
+            confirmation.member_id,
+        )
         .query_async(&mut redis.clone())
         .await?;
     let lag = accepted
@@ -194,8 +189,8 @@ pub async fn summary(
     redis: &RedisConn,
     coupon_id: u64,
 ) -> Result<Option<AsyncSummary>, RedisError> {
-    let accepted: HashMap<u64, i64> = hash(redis, &accepted_key(coupon_id)).await?;
-    let confirmed: HashMap<u64, String> = hash(redis, &confirmed_key(coupon_id)).await?;
+    let accepted: HashMap<u64, i64> = hash(redis, &keys::accepted(coupon_id)).await?;
+    let confirmed: HashMap<u64, String> = hash(redis, &keys::confirmed(coupon_id)).await?;
     if accepted.is_empty() && confirmed.is_empty() {
         return Ok(None);
     }

@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use anyhow::bail;
 use clap::Args;
 
+use crate::answers::Strategies;
 use crate::api::Api;
 use crate::durations::duration_text;
 use crate::progress::Progress;
 use crate::provenance;
-use crate::report;
+use crate::report::{self, Provenance};
 use crate::rounds::{self, MethodRounds};
 use crate::run::{Arrivals, Measured, Run};
 use crate::runner::Runner;
@@ -175,7 +176,7 @@ pub fn compare(runners: &[Runner], comparison: &Comparison) -> anyhow::Result<Re
     println!("\nreport: {}", runner.out.join("report.md").display());
     print!(
         "{}",
-        report::markdown(title, &description, &rows, &provenance)
+        report::markdown(title, &description, &rows, &Provenance::read(&provenance)?)
             .lines()
             .skip(6)
             .collect::<Vec<_>>()
@@ -189,8 +190,8 @@ pub fn compare(runners: &[Runner], comparison: &Comparison) -> anyhow::Result<Re
 fn engines_described(runners: &[Runner]) -> anyhow::Result<String> {
     let mut engines = Vec::new();
     for runner in runners {
-        let loaded = runner.api.get("/lab/strategies")?;
-        engines.push((runner.engine.unwrap_or("?"), loaded["engine"].clone()));
+        let loaded = Strategies::read(&runner.api)?;
+        engines.push((runner.engine.unwrap_or("?"), loaded.engine));
     }
     let named: Vec<(&str, &serde_json::Value)> = engines
         .iter()
@@ -221,15 +222,14 @@ fn said(measured: &Measured) {
 
 /// `--methods all`: every method the server has loaded, in its order.
 fn loaded_methods(api: &Api) -> anyhow::Result<Vec<String>> {
-    let loaded = api.get("/lab/strategies")?;
-    let methods: Vec<String> = loaded["strategies"]
-        .as_array()
+    let loaded = Strategies::read(api)?;
+    let methods: Vec<String> = loaded
+        .strategies
         .into_iter()
-        .flatten()
-        .filter_map(|strategy| strategy["method"].as_str().map(String::from))
+        .map(|strategy| strategy.method)
         .collect();
     if methods.is_empty() {
-        bail!("--methods all: the server has no method loaded ({loaded})");
+        bail!("--methods all: the server has no method loaded");
     }
     Ok(methods)
 }

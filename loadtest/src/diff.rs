@@ -4,23 +4,17 @@
 //! each method's percentile curves and seconds from both, the figures'
 //! differences with their spreads, and what changed between the runs.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::Args;
-use serde::Deserialize;
-use serde_json::Value;
 
 use crate::histograms;
 use crate::paths;
 use crate::report::charts::{self, Run};
-use crate::report::distribution::Entry;
+use crate::report::distribution::Results;
 use crate::report::figures::FIGURES;
-use crate::report::markup::table;
-use crate::report::{self, Row, html};
-use crate::spread::Spread;
-use crate::verification::Verification;
+use crate::report::markup::Table;
+use crate::report::{self, Column, Provenance, Row, html, shown};
 
 /// `loadtest redraw DIR`.
 #[derive(Args)]
@@ -41,44 +35,20 @@ pub struct Diff {
     out: Option<PathBuf>,
 }
 
-/// A run's results.json, as the report wrote it.
-#[derive(Deserialize)]
-struct Results {
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    description: String,
-    #[serde(default)]
-    provenance: Value,
-    methods: BTreeMap<String, Value>,
-}
-
 impl Results {
-    fn read(dir: &Path) -> anyhow::Result<Results> {
-        let path = dir.join("results.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("no results.json in {}", dir.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("unreadable {}", path.display()))
-    }
-
     /// Each method's row: its figures as the run measured them, with the
     /// spread over rounds where it had rounds (the drain, which results.json
     /// keeps only as a spread, is left out of a run of one round).
     fn rows(&self) -> Vec<Row> {
-        self.methods
+        self.entries
             .iter()
             .map(|(method, entry)| {
-                let verification = Verification::deserialize(&entry["verification"]).ok();
-                let mut row = Row::from(method, &entry["k6"], &entry["result"], None, verification);
-                row.why.example = Some(entry["exampleTrace"].clone()).filter(|t| !t.is_null());
+                let verification = entry.verification.clone();
+                let mut row = Row::from(method, &entry.k6, &entry.result, None, verification);
+                row.why.example = entry.example_trace.clone();
                 for figure in &FIGURES {
-                    let spread = &entry["spread"][figure.heading];
-                    let value = |key: &str| spread[key].as_f64();
-                    if let (Some(median), Some(min), Some(max)) =
-                        (value("median"), value("min"), value("max"))
-                    {
-                        row.ranges
-                            .insert(figure.heading, Spread { median, min, max });
+                    if let Some(spread) = entry.spread.get(figure.heading) {
+                        row.ranges.insert(figure.heading, *spread);
                     }
                 }
                 row
@@ -118,21 +88,21 @@ pub fn diff(options: &Diff) -> anyhow::Result<()> {
             .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into())
     };
     let (name_a, name_b) = (name(&options.run_a), name(&options.run_b));
-    let page = render(&a, &b, &name_a, &name_b);
+    let page = render(&a, &b, &name_a, &name_b)?;
     std::fs::write(out.join("report.html"), page)?;
     println!("report: {}", out.join("report.html").display());
     Ok(())
 }
 
 /// The page: what changed, the differences, then the charts of both runs.
-fn render(a: &Results, b: &Results, name_a: &str, name_b: &str) -> String {
+fn render(a: &Results, b: &Results, name_a: &str, name_b: &str) -> anyhow::Result<String> {
     let description = format!(
         "A: {name_a} ({}); B: {name_b} ({}). A's lines are solid, B's dotted; the server's dashed.",
         a.title, b.title
     );
     let mut out = html::page_start("Two runs side by side", &description);
     out.push_str("<h2>What changed</h2>\n");
-    changed(&mut out, a, b);
+    changed(&mut out, a, b)?;
     out.push_str("<h2>Differences (B − A)</h2>\n");
     differences(&mut out, a, b);
     charts::section(
@@ -140,43 +110,54 @@ fn render(a: &Results, b: &Results, name_a: &str, name_b: &str) -> String {
         &[
             Run {
                 run: Some("A"),
-                methods: &serde_json::json!(a.methods),
+                methods: &a.entries,
             },
             Run {
                 run: Some("B"),
-                methods: &serde_json::json!(b.methods),
+                methods: &b.entries,
             },
         ],
     );
     out.push_str("</body>\n</html>\n");
-    out
+    Ok(out)
 }
 
 /// The provenance of both runs, field by field, and each method's engine.
-fn changed(out: &mut String, a: &Results, b: &Results) {
-    let field = |results: &Results, path: &[&str]| {
-        plain(
-            path.iter()
-                .fold(&results.provenance, |value, key| &value[key]),
-        )
-    };
-    let mut lines: Vec<(String, String, String)> = [
-        ("commit", &["commit"][..]),
-        ("command", &["command"]),
-        ("cores", &["cores"]),
-        ("Redis", &["versions", "redis"]),
-        ("database", &["versions", "database"]),
-        ("k6", &["versions", "k6"]),
-        ("Rust", &["versions", "rust"]),
-    ]
-    .iter()
-    .map(|(name, path)| (name.to_string(), field(a, path), field(b, path)))
-    .collect();
+fn changed(out: &mut String, a: &Results, b: &Results) -> anyhow::Result<()> {
+    let (provenance_a, provenance_b) = (
+        Provenance::read(&a.provenance)?,
+        Provenance::read(&b.provenance)?,
+    );
+    let fields: [Column<Provenance>; 7] = [
+        ("commit", |p| shown(&p.commit).to_string()),
+        ("command", |p| shown(&p.command).to_string()),
+        ("cores", |p| {
+            p.cores.map_or("—".to_string(), |c| c.to_string())
+        }),
+        ("Redis", |p| shown(&p.versions.redis).to_string()),
+        ("database", |p| shown(&p.versions.database).to_string()),
+        ("k6", |p| shown(&p.versions.k6).to_string()),
+        ("Rust", |p| shown(&p.versions.rust).to_string()),
+    ];
+    let mut lines: Vec<(String, String, String)> = fields
+        .iter()
+        .map(|(name, field)| (name.to_string(), field(&provenance_a), field(&provenance_b)))
+        .collect();
     let engine = |results: &Results, method: &str| {
         results
-            .methods
+            .entries
             .get(method)
-            .map_or("—".to_string(), |entry| plain(&entry["engine"]))
+            .map_or("—".to_string(), |entry| {
+                let engine = &entry.result.engine;
+                let settings: Vec<String> = engine
+                    .settings
+                    .iter()
+                    .map(|(name, value)| format!("{name}={value}"))
+                    .collect();
+                format!("{} {} {}", engine.name, engine.version, settings.join(" "))
+                    .trim_end()
+                    .to_string()
+            })
     };
     for method in methods_of(a, b) {
         lines.push((
@@ -189,18 +170,17 @@ fn changed(out: &mut String, a: &Results, b: &Results) {
         let verdict = if in_a == in_b { "same" } else { "changed" };
         (name, vec![in_a, in_b, verdict.to_string()])
     });
-    table(
-        out,
-        "changed",
-        "",
-        &["run A", "run B", "between them"],
-        body,
-    );
+    Table {
+        first: "",
+        ..Table::of_methods("changed", vec!["run A", "run B", "between them"], body)
+    }
+    .html(out);
+    Ok(())
 }
 
 /// Every method of either run, in order.
 fn methods_of(a: &Results, b: &Results) -> Vec<String> {
-    let mut methods: Vec<String> = a.methods.keys().chain(b.methods.keys()).cloned().collect();
+    let mut methods: Vec<String> = a.entries.keys().chain(b.entries.keys()).cloned().collect();
     methods.sort();
     methods.dedup();
     methods
@@ -231,14 +211,13 @@ fn differences(out: &mut String, a: &Results, b: &Results) {
         ];
         for (side, quantile, name) in percentiles {
             let percentile = |results: &Results| {
-                let entry = Entry::deserialize(results.methods.get(&method)?).ok()?;
-                let encoded = entry.latency_histograms?;
+                let encoded = results.entries.get(&method)?.latency_histograms.as_ref()?;
                 let text = if side == "client" {
-                    Some(encoded.client)
+                    Some(&encoded.client)
                 } else {
-                    encoded.server
+                    encoded.server.as_ref()
                 };
-                let histogram = histograms::decode(&text?).ok()?;
+                let histogram = histograms::decode(text?).ok()?;
                 Some(histograms::percentile_ms(&histogram, quantile))
             };
             let (value_a, value_b) = (percentile(a), percentile(b));
@@ -254,13 +233,15 @@ fn differences(out: &mut String, a: &Results, b: &Results) {
     let body = body
         .into_iter()
         .filter(|(_, cells)| cells[..2] != ["—", "—"]);
-    table(
-        out,
-        "differences",
-        "figure",
-        &["run A", "run B", "B − A", "change"],
-        body,
-    );
+    Table {
+        first: "figure",
+        ..Table::of_methods(
+            "differences",
+            vec!["run A", "run B", "B − A", "change"],
+            body,
+        )
+    }
+    .html(out);
 }
 
 /// A figure's cells in both runs, its difference and its relative change.
@@ -277,13 +258,4 @@ fn change(cell_a: String, cell_b: String, a: Option<f64>, b: Option<f64>) -> Vec
         _ => ("—".to_string(), "—".to_string()),
     };
     vec![cell_a, cell_b, difference, relative]
-}
-
-/// A value as a cell: text as it is, anything else as JSON.
-fn plain(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        Value::Null => "—".to_string(),
-        other => other.to_string(),
-    }
 }

@@ -124,11 +124,33 @@ pub struct Second {
     pub p99_ms: f64,
     /// Told issued or accepted (200 or 202), up to the end of this second.
     pub issued_so_far: u64,
+    /// 202s whose issue was recorded in this second.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub confirmed: u64,
+    /// Their confirmation lag, from the 202 to the recorded issue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_p99_ms: Option<f64>,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+/// A 202 confirmed as issued: when it was accepted and when its issue was
+/// recorded, ms since the Unix epoch (the host's clock, which on this
+/// machine is k6's).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Confirmed {
+    pub accepted_at_ms: i64,
+    pub confirmed_at_ms: i64,
 }
 
 /// The run second by second, from the first request sent to the last
-/// answer; seconds without an answer are there with none.
-pub fn per_second(records: &[Record]) -> anyhow::Result<Vec<Second>> {
+/// answer or confirmation; seconds without one are there with none.
+pub fn per_second(records: &[Record], confirmations: &[Confirmed]) -> anyhow::Result<Vec<Second>> {
     let mut answered = Vec::with_capacity(records.len());
     for record in records {
         let at = DateTime::parse_from_rfc3339(&record.time)
@@ -144,22 +166,30 @@ pub fn per_second(records: &[Record]) -> anyhow::Result<Vec<Second>> {
         return Ok(Vec::new());
     };
     let second_of = |at_us: i64| ((at_us - start_us).max(0) / 1_000_000) as usize;
+    let confirmed_us = |c: &Confirmed| c.confirmed_at_ms * 1000;
     let last = answered
         .iter()
         .map(|(at, _, _)| second_of(*at))
+        .chain(confirmations.iter().map(|c| second_of(confirmed_us(c))))
         .max()
         .unwrap_or(0);
-    let mut seconds: Vec<(Second, Histogram<u64>)> = (0..=last)
+    let mut seconds: Vec<(Second, Histogram<u64>, Histogram<u64>)> = (0..=last)
         .map(|second| {
             let second = Second {
                 second: second as u64,
                 ..Second::default()
             };
-            (second, empty())
+            (second, empty(), empty())
         })
         .collect();
+    for confirmed in confirmations {
+        let (second, _, lags) = &mut seconds[second_of(confirmed_us(confirmed))];
+        second.confirmed += 1;
+        let lag_ms = (confirmed.confirmed_at_ms - confirmed.accepted_at_ms).max(0);
+        record_ms(lags, lag_ms as f64);
+    }
     for (at, _, record) in &answered {
-        let (second, latencies) = &mut seconds[second_of(*at)];
+        let (second, latencies, _) = &mut seconds[second_of(*at)];
         *second.outcomes.entry(record.outcome.clone()).or_default() += 1;
         if record.told_success() {
             second.issued_so_far += 1;
@@ -169,12 +199,16 @@ pub fn per_second(records: &[Record]) -> anyhow::Result<Vec<Second>> {
     let mut issued = 0;
     Ok(seconds
         .into_iter()
-        .map(|(mut second, latencies)| {
+        .map(|(mut second, latencies, lags)| {
             issued += second.issued_so_far;
             second.issued_so_far = issued;
             if !latencies.is_empty() {
                 second.p50_ms = percentile_ms(&latencies, 0.50);
                 second.p99_ms = percentile_ms(&latencies, 0.99);
+            }
+            if !lags.is_empty() {
+                second.lag_p50_ms = Some(percentile_ms(&lags, 0.50));
+                second.lag_p99_ms = Some(percentile_ms(&lags, 0.99));
             }
             second
         })
@@ -269,7 +303,7 @@ mod tests {
             answer("2026-12-01T10:00:00.900Z", 4.0, 200),
             answer("2026-12-01T10:00:02.500+00:00", 1.0, 409),
         ];
-        let seconds = per_second(&records).unwrap();
+        let seconds = per_second(&records, &[]).unwrap();
         assert_eq!(seconds.len(), 3, "{seconds:?}");
         assert_eq!(seconds[0].outcomes["ISSUED"], 2);
         // Within HdrHistogram's precision, 1 part in 1,000.
@@ -279,12 +313,55 @@ mod tests {
         assert_eq!(seconds[2].outcomes["SOLD_OUT"], 1);
         let issued: Vec<u64> = seconds.iter().map(|s| s.issued_so_far).collect();
         assert_eq!(issued, [2, 2, 2]);
-        let answers: u64 = per_second(&super::tests::records())
+        let answers: u64 = per_second(&super::tests::records(), &[])
             .unwrap()
             .iter()
             .flat_map(|s| s.outcomes.values())
             .sum();
         assert_eq!(answers, 3000);
+    }
+
+    #[test]
+    fn each_second_has_the_lag_of_the_202s_confirmed_in_it() {
+        let accepted = Record {
+            member: 1,
+            status: 202,
+            outcome: "ACCEPTED".into(),
+            latency_ms: 1.0,
+            time: "2026-12-01T10:00:00.001Z".into(),
+            message: String::new(),
+        };
+        // The run starts at 10:00:00.000 (ms since the epoch below); two
+        // 202s confirmed in its second second, one in its fourth.
+        let start_ms = 1_796_119_200_000;
+        let confirmed = |accepted: i64, confirmed: i64| Confirmed {
+            accepted_at_ms: start_ms + accepted,
+            confirmed_at_ms: start_ms + confirmed,
+        };
+        let confirmations = [
+            confirmed(0, 1_100),
+            confirmed(0, 1_900),
+            confirmed(500, 3_500),
+        ];
+        let seconds = per_second(&[accepted], &confirmations).unwrap();
+        assert_eq!(
+            seconds.len(),
+            4,
+            "the run lasts until its last confirmation"
+        );
+        let confirmed: Vec<u64> = seconds.iter().map(|s| s.confirmed).collect();
+        assert_eq!(confirmed, [0, 2, 0, 1]);
+        assert_eq!(seconds[0].lag_p50_ms, None);
+        let lag = |second: &Second| (second.lag_p50_ms.unwrap(), second.lag_p99_ms.unwrap());
+        let (p50, p99) = lag(&seconds[1]);
+        assert!(
+            (p50 - 1100.0).abs() <= 1.1 && (p99 - 1900.0).abs() <= 1.9,
+            "{seconds:?}"
+        );
+        assert!((lag(&seconds[3]).0 - 3000.0).abs() <= 3.0, "{seconds:?}");
+        // A second without a confirmation writes none of its figures.
+        let written = serde_json::to_value(&seconds[0]).unwrap();
+        assert_eq!(written.get("confirmed"), None);
     }
 
     #[test]

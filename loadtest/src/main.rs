@@ -33,6 +33,7 @@
 //!   written into a document; `process_log`: a child's log; `proc_stats`: a
 //!   process's figures from `/proc`.
 
+mod answers;
 mod api;
 mod api_check;
 mod bench;

@@ -5,8 +5,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use couponlab_contract::results::CouponResult;
+use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::answers::{Coupon, Members, Strategies, TraceList, read};
 use crate::api::Api;
 use crate::durations::seconds;
 use crate::engines;
@@ -78,23 +81,28 @@ pub struct Measured {
 
 /// What the component serving `method` claims, as the server says.
 fn claims_of(api: &Api, method: &str) -> anyhow::Result<Vec<Claim>> {
-    let loaded = api.get("/lab/strategies")?;
-    let served = loaded["strategies"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|strategy| strategy["method"] == method)
+    let loaded = Strategies::read(api)?;
+    let served = loaded
+        .strategies
+        .iter()
+        .find(|strategy| strategy.method == method)
         .with_context(|| format!("the server does not serve {method}"))?;
-    served["claims"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    served
+        .claims
+        .iter()
         .map(|word| {
-            let word = word.as_str().unwrap_or_default();
             Claim::from_word(word)
                 .with_context(|| format!("{method} claims {word:?}, which the runner cannot check"))
         })
         .collect()
+}
+
+/// The requests one host's result counts.
+#[derive(Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct HostSaid {
+    base_url: String,
+    requests: u64,
 }
 
 impl Run<'_> {
@@ -107,12 +115,12 @@ impl Run<'_> {
         let key = self.key();
         let api = &runner.api;
         let created = api.post("/lab/members", &json!({ "count": self.members }))?;
-        let first_member = created["firstId"].as_u64().context("no firstId")?;
+        let first_member = read::<Members>(created, "POST /lab/members")?.first_id;
         let coupon = api.post(
             "/lab/coupons",
             &json!({ "name": format!("loadtest {}", self.method), "totalCount": self.total }),
         )?;
-        let coupon_id = coupon["id"].as_u64().context("no coupon id")?;
+        let coupon_id = read::<Coupon>(coupon, "POST /lab/coupons")?.id;
 
         std::fs::create_dir_all(&runner.out)?;
         let hosts: Vec<String> = runner.hosts.iter().map(Api::base_url).collect();
@@ -164,7 +172,7 @@ impl Run<'_> {
             told.extend(records::read_k6_json(records)?);
             std::fs::remove_file(records).ok();
         }
-        let figures = k6::merge(parts, &told);
+        let figures = k6::merge(parts, &told)?;
         for fired in &fired {
             println!(
                 "      fault {}: fired at {:.0} ms, ended at {:.0} ms; {}",
@@ -182,11 +190,15 @@ impl Run<'_> {
 
         let accepting = told.iter().any(|record| record.status == 202);
         let hosts_said = hosts_said(runner, &path_of(coupon_id), told.len())?;
-        let (result, drain_ms) = settle(api, coupon_id, accepting)?;
+        let (said, drain_ms) = settle(api, coupon_id, accepting)?;
+        let result = &said.typed;
         let truth = runner.sources.truth(coupon_id)?;
-        let out_of_turn = result["requests"]["fairness"]["servedAfterEarlierSoldOut"]
-            .as_u64()
-            .unwrap_or(0);
+        let confirmations = if accepting {
+            runner.sources.confirmations(coupon_id)?
+        } else {
+            Vec::new()
+        };
+        let out_of_turn = result.requests.fairness.served_after_earlier_sold_out;
         let verification = Verification::join(&told, &truth, out_of_turn);
         let claims = claims_of(api, self.method)?;
         let broken: Vec<&str> = verification
@@ -197,25 +209,26 @@ impl Run<'_> {
         let claimed: Vec<&str> = claims.iter().map(|c| c.word()).collect();
         let mut row = Row::from(
             &key,
-            &figures,
-            &result,
+            &k6::Figures::read(&figures)?,
+            result,
             drain_ms,
             Some(verification.clone()),
         );
         row.why.example = example_trace(api, coupon_id, &row.why);
         let raw = json!({
             "couponId": coupon_id,
-            "engine": result["engine"],
+            "engine": said.raw["engine"],
             "firstMember": first_member,
             "requestRecords": records_file,
             "k6": figures,
-            "result": result,
+            "result": said.raw,
             "verification": verification,
             "claims": claimed,
             "brokenClaims": broken,
             "faults": fired.iter().map(Fired::to_json).collect::<Vec<_>>(),
             "hosts": hosts_said,
             "exampleTrace": row.why.example,
+            "confirmations": confirmations,
         });
         Ok(Measured { row, raw, claims })
     }
@@ -229,20 +242,31 @@ fn example_trace(api: &Api, coupon_id: u64, why: &Why) -> Option<Value> {
         let listed = api
             .get(&format!("/lab/coupons/{coupon_id}/traces?{query}"))
             .ok()?;
-        listed["traces"].get(0).cloned()
+        read::<TraceList>(listed, "GET /lab/coupons/{id}/traces")
+            .ok()?
+            .traces
+            .into_iter()
+            .next()
     })
+}
+
+/// A coupon's result as the lab answered it, kept whole for results.json,
+/// and as the runner reads it.
+struct Said {
+    raw: Value,
+    typed: CouponResult,
 }
 
 /// Waits until every accepted request has its outcome and the stream, if
 /// any, owes nothing, or until the pending figure stops moving with nothing
 /// owed; returns the coupon's result and, for a method that answers 202
 /// (`accepting`: k6 saw one), how long that took.
-fn settle(api: &Api, coupon_id: u64, accepting: bool) -> anyhow::Result<(Value, Option<f64>)> {
+fn settle(api: &Api, coupon_id: u64, accepting: bool) -> anyhow::Result<(Said, Option<f64>)> {
     let path = path_of(coupon_id);
     let drained_at = Instant::now();
     let mut result = read_whole(api, &path)?;
-    let asynchronous = accepting || result.get("accepted").is_some();
-    let waiting = |result: &Value| (pending(result), stream_owes(result));
+    let asynchronous = accepting || result.typed.confirmations.is_some();
+    let waiting = |said: &Said| (said.typed.pending(), stream_owes(&said.typed));
     let (mut last, mut last_change) = (waiting(&result), Instant::now());
     while last != (0, 0) {
         if drained_at.elapsed() > DRAIN_LIMIT {
@@ -273,12 +297,14 @@ fn settle(api: &Api, coupon_id: u64, accepting: bool) -> anyhow::Result<(Value, 
 /// (for [`SETTLED_AFTER`] at most): without Redis it has no `pending`, and
 /// right after a cut link the server's first Redis command fails once
 /// while its connection comes back.
-fn read_whole(api: &Api, path: &str) -> anyhow::Result<Value> {
+fn read_whole(api: &Api, path: &str) -> anyhow::Result<Said> {
     let since = Instant::now();
     loop {
-        let result = api.get(path)?;
-        if result["redis"]["readable"] != false || since.elapsed() > SETTLED_AFTER {
-            return Ok(result);
+        let raw = api.get(path)?;
+        let typed: CouponResult = read(raw.clone(), path)?;
+        let unreadable = typed.redis.as_ref().is_some_and(|redis| !redis.readable);
+        if !unreadable || since.elapsed() > SETTLED_AFTER {
+            return Ok(Said { raw, typed });
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -294,19 +320,22 @@ fn path_of(coupon_id: u64) -> String {
 /// the load one host's result may not have the last of another's yet. A
 /// host whose count still differs says the lab does not report as one.
 /// Nothing with one host.
-fn hosts_said(runner: &Runner, path: &str, sent: usize) -> anyhow::Result<Vec<Value>> {
+fn hosts_said(runner: &Runner, path: &str, sent: usize) -> anyhow::Result<Vec<HostSaid>> {
     if runner.hosts.len() < 2 {
         return Ok(Vec::new());
     }
+    let sent = sent as u64;
     let since = Instant::now();
     let said = loop {
         let mut said = Vec::new();
         for host in &runner.hosts {
             let result = read_whole(host, path)?;
-            let requests = result["requests"]["total"].as_u64().unwrap_or(0);
-            said.push(json!({ "baseUrl": host.base_url(), "requests": requests }));
+            said.push(HostSaid {
+                base_url: host.base_url(),
+                requests: result.typed.requests.total,
+            });
         }
-        let agree = said.iter().all(|host| host["requests"] == json!(sent));
+        let agree = said.iter().all(|host| host.requests == sent);
         if agree || since.elapsed() > HOSTS_AGREE_LIMIT {
             break said;
         }
@@ -314,31 +343,20 @@ fn hosts_said(runner: &Runner, path: &str, sent: usize) -> anyhow::Result<Vec<Va
     };
     let counts: Vec<String> = said
         .iter()
-        .map(|host| {
-            format!(
-                "{} {}",
-                host["baseUrl"].as_str().unwrap_or("?"),
-                host["requests"]
-            )
-        })
+        .map(|host| format!("{} {}", host.base_url, host.requests))
         .collect();
     println!(
         "      requests each host's result counts: {}",
         counts.join(", ")
     );
-    if said.iter().any(|host| host["requests"] != json!(sent)) {
+    if said.iter().any(|host| host.requests != sent) {
         println!("      !!! k6 sent {sent}: the hosts' results do not cover every host's requests");
     }
     Ok(said)
 }
 
-fn pending(result: &Value) -> u64 {
-    result["pending"].as_u64().unwrap_or(0)
-}
-
 /// Entries of the coupon's stream delivered and not acked, or not delivered
 /// yet.
-fn stream_owes(result: &Value) -> u64 {
-    let stream = &result["stream"];
-    stream["pending"].as_u64().unwrap_or(0) + stream["undelivered"].as_u64().unwrap_or(0)
+fn stream_owes(result: &CouponResult) -> u64 {
+    result.stream.as_ref().map_or(0, |stream| stream.owed())
 }

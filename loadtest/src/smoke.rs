@@ -3,13 +3,11 @@
 //! spike on two engines side by side, then short spikes under faults whose verification figures are checked against a recount
 //! of the per-request records and the rows.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
-use serde::Deserialize;
-use serde_json::Value;
 
 use crate::comparison::{Comparison, compare};
 use crate::engines::Engine;
@@ -17,6 +15,8 @@ use crate::faults::FaultPlan;
 use crate::k6::K6;
 use crate::paths::{root, target_dir};
 use crate::records;
+use crate::report::distribution::{Entry, Results};
+use crate::report::why::Trace;
 use crate::run::Arrivals;
 use crate::runner::Runner;
 use crate::spread::Spread;
@@ -45,8 +45,7 @@ pub fn smoke() -> anyhow::Result<()> {
     };
     compare(std::slice::from_ref(&runner), &comparison)?.check_claims(false)?;
     drop(runner);
-    let results = results(&out)?;
-    let report = std::fs::read_to_string(out.join("report.md"))?;
+    let results = Results::read(&out)?;
     let chart = std::fs::read_to_string(out.join("chart.svg"))?;
     let html = std::fs::read_to_string(out.join("report.html"))?;
     for method in ["PESSIMISTIC", "REDIS_STREAM_ATOMIC"] {
@@ -79,13 +78,13 @@ pub fn smoke() -> anyhow::Result<()> {
             bail!("the smoke run recorded too few successes for {method}");
         }
         // Why: one request's calls, read from the server's traces.
-        let why = report.split("\n### ").find(|part| part.starts_with(method));
-        let traced = |part: &str| {
-            part.contains("Example: member")
-                && (part.contains("| sql ") || part.contains("| redis "))
+        let example = entry.example_trace.as_ref().map(Trace::read).transpose()?;
+        let traced = |trace: &Trace| {
+            let capabilities = trace.calls.iter().map(|call| call.capability.as_str());
+            capabilities.into_iter().any(|c| c == "sql" || c == "redis")
         };
-        if !why.is_some_and(traced) {
-            bail!("the smoke report's Why section has no example trace for {method}");
+        if !example.as_ref().is_some_and(traced) {
+            bail!("the smoke results have no example trace for {method} with its calls");
         }
     }
     screenshot(&out.join("report.html"), "report.png")?;
@@ -130,20 +129,19 @@ fn engines() -> anyhow::Result<()> {
     };
     compare(&runners, &comparison)?.check_claims(false)?;
     drop(runners);
-    let results = results(&out)?;
-    let report = std::fs::read_to_string(out.join("report.md"))?;
-    if !report.contains("Engines side by side: **mariadb**") {
+    let results = Results::read(&out)?;
+    if !results
+        .description
+        .contains("Engines side by side: **mariadb**")
+    {
         bail!("the engines' report does not open with its engines");
     }
     let over_issued = |key: &str| -> anyhow::Result<u64> {
         let entry = results.method(key)?;
-        if !report.contains(&format!("| {key} |")) {
-            bail!("the engines' report has no row for {key}");
-        }
         if !entry.spread.contains_key("over-issued") {
             bail!("{key} has no spread over its rounds: {:?}", entry.spread);
         }
-        Ok(entry.verification.over_issued)
+        Ok(verification(entry)?.over_issued)
     };
     for key in [
         "READ_COMMITTED@mariadb",
@@ -156,7 +154,7 @@ fn engines() -> anyhow::Result<()> {
     }
     for engine in ["mariadb-si", "postgres"] {
         let key = format!("REPEATABLE_READ@{engine}");
-        let refused = results.method(&key)?.answered("SERIALIZATION_FAILURE");
+        let refused = answered(results.method(&key)?, "SERIALIZATION_FAILURE");
         if over_issued(&key)? != 0 || refused == 0 {
             bail!("{key} over-issued or refused nothing");
         }
@@ -164,7 +162,7 @@ fn engines() -> anyhow::Result<()> {
     for method in ["PESSIMISTIC", "REDIS_LUA"] {
         for engine in ["mariadb", "mariadb-si", "postgres"] {
             let key = format!("{method}@{engine}");
-            let issued = results.method(&key)?.answered("ISSUED");
+            let issued = answered(results.method(&key)?, "ISSUED");
             if over_issued(&key)? != 0 || issued != 50 {
                 bail!("{key} did not sell out exactly: {issued} issued");
             }
@@ -210,7 +208,7 @@ fn under_faults() -> anyhow::Result<()> {
     println!("load test smoke run: redis-cut during a spike");
     let dir = out.join("redis-cut");
     spike(&["redis-cut@0.1s+1s"], "REDIS_LUA", 3000, 1500, &dir)?;
-    let verification = results(&dir)?.method("REDIS_LUA")?.verification.clone();
+    let verification = verification(Results::read(&dir)?.method("REDIS_LUA")?)?.clone();
     if verification.over_issued != 0 || verification.stranded_stock != 0 {
         bail!("REDIS_LUA after redis-cut: {verification:?}");
     }
@@ -266,9 +264,9 @@ fn screenshot(page: &Path, name: &str) -> anyhow::Result<()> {
 /// The runner's `ackedButLost` for `method`, and the same figure counted
 /// here from the CSV of records and the rows read again.
 fn acked_but_lost(runner: &Runner, dir: &Path, method: &str) -> anyhow::Result<(u64, u64)> {
-    let results = results(dir)?;
+    let results = Results::read(dir)?;
     let figures = results.method(method)?;
-    let (reported, coupon) = (figures.verification.acked_but_lost, figures.coupon_id);
+    let (reported, coupon) = (verification(figures)?.acked_but_lost, figures.coupon_id);
     let rows = runner.sources.truth(coupon)?.rows;
     let recounted = told_success(dir, method)?
         .iter()
@@ -288,62 +286,17 @@ fn told_success(dir: &Path, run: &str) -> anyhow::Result<BTreeSet<u64>> {
         .collect())
 }
 
-/// results.json as the smoke reads it: typed, so a renamed or missing
-/// field fails the read by its name instead of reading as nothing.
-#[derive(Deserialize)]
-struct Results {
-    methods: BTreeMap<String, MethodResults>,
+/// The runner's verification of a run, which every run of the smoke has.
+fn verification(entry: &Entry) -> anyhow::Result<&Verification> {
+    entry
+        .verification
+        .as_ref()
+        .context("a run without its verification")
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct MethodResults {
-    coupon_id: u64,
-    verification: Verification,
-    result: ServerResult,
-    /// Over rounds: each figure's median and range, by its heading.
-    #[serde(default)]
-    spread: BTreeMap<String, Spread<f64>>,
-    #[serde(default)]
-    rounds: Vec<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ServerResult {
-    requests: ServerRequests,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ServerRequests {
-    by_outcome: BTreeMap<String, u64>,
-}
-
-impl Results {
-    fn method(&self, key: &str) -> anyhow::Result<&MethodResults> {
-        self.methods
-            .get(key)
-            .with_context(|| format!("results.json has no {key}"))
-    }
-}
-
-impl MethodResults {
-    /// The requests the server answered with `outcome`.
-    fn answered(&self, outcome: &str) -> u64 {
-        self.result
-            .requests
-            .by_outcome
-            .get(outcome)
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-fn results(dir: &Path) -> anyhow::Result<Results> {
-    let path = dir.join("results.json");
-    let text = std::fs::read_to_string(&path)?;
-    serde_json::from_str(&text).with_context(|| format!("unreadable {}", path.display()))
+/// The requests the server answered with `outcome`.
+fn answered(entry: &Entry, outcome: &str) -> u64 {
+    entry.result.requests.answered(outcome)
 }
 
 fn methods_named(list: &str) -> Vec<String> {
@@ -352,7 +305,7 @@ fn methods_named(list: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::report::{self, Row, figures};
@@ -368,28 +321,26 @@ mod tests {
             ..Row::default()
         };
         let row = figures::combined(&[round(10), round(12)], 0);
-        let verification = Verification {
+        let verified = Verification {
             acked_but_lost: 2,
             ..Verification::default()
         };
-        let entry = json!({
-            "couponId": 7, "verification": verification,
-            "result": { "requests": { "byOutcome": { "ISSUED": 10 } } },
-            "rounds": [{}, {}],
-        });
+        let mut entry = report::tests::entry(7, json!({ "ISSUED": 10 }));
+        entry["verification"] = json!(verified);
+        entry["rounds"] = json!([entry.clone(), entry.clone()]);
         let methods = [("PESSIMISTIC".to_string(), entry)].into_iter().collect();
         let dir = std::env::temp_dir().join(format!("couponlab-smoke-{}", std::process::id()));
         report::write(&dir, "t", "d", &[row], &methods, &Value::Null).unwrap();
-        let results = results(&dir).unwrap();
+        let results = Results::read(&dir).unwrap();
         std::fs::remove_dir_all(&dir).ok();
         let read = results.method("PESSIMISTIC").unwrap();
         let rows = read.spread["rows"];
         assert_eq!((rows.median, rows.min, rows.max), (11.0, 10.0, 12.0));
         assert_eq!(read.spread["total"].median, 10.0);
         assert_eq!((read.coupon_id, read.rounds.len()), (7, 2));
-        assert_eq!(read.verification.acked_but_lost, 2);
+        assert_eq!(verification(read).unwrap().acked_but_lost, 2);
         assert_eq!(
-            (read.answered("ISSUED"), read.answered("SOLD_OUT")),
+            (answered(read, "ISSUED"), answered(read, "SOLD_OUT")),
             (10, 0)
         );
         assert!(results.method("REDIS_LUA").is_err());

@@ -4,8 +4,9 @@
 //! three methods — and headless Chromium opens it offline. The percentile
 //! chart has a line per method, each reaching past the 99.9th percentile;
 //! hovering the chart shows a value; each method's seconds have one point
-//! per second of the run. `loadtest diff` of two such runs overlays both
-//! runs' curves beside a table of differences.
+//! per second of the run, and the 202 method's confirmation lag its own
+//! chart. `loadtest diff` of two such runs overlays both runs' curves
+//! beside a table of differences.
 //!
 //! Leaves `target/artifacts/report-charts.png` and `report-diff.png`.
 
@@ -21,6 +22,10 @@ use crate::common::until;
 use crate::console::Browser;
 
 const METHODS: [&str; 3] = ["REDIS_LUA", "REDIS_STREAM_ATOMIC", "PESSIMISTIC"];
+/// The method of the three that answers 202.
+const ACCEPTING: &str = "REDIS_STREAM_ATOMIC";
+/// The run's first request, 2026-12-01T10:00:00Z, in ms since the epoch.
+const START_MS: u64 = 1_796_119_200_000;
 const REQUESTS: u64 = 3000;
 /// The coupon's total: the first this many members are issued.
 const TOTAL: u64 = 100;
@@ -73,6 +78,15 @@ fn recorded_run(dir: &Path, scale: f64) -> u64 {
     let mut methods = serde_json::Map::new();
     let mut last_answer_us = 0;
     for (n, method) in METHODS.iter().enumerate() {
+        let accepting = *method == ACCEPTING;
+        let (served, served_outcome) = if accepting {
+            (202, "ACCEPTED")
+        } else {
+            (200, "ISSUED")
+        };
+        // The 202s are confirmed as issued 20 ms after they were accepted,
+        // and 5 ms more for each member before: a lag that grows.
+        let mut confirmations = Vec::new();
         let mut seed = n as u64 + 1;
         let mut csv = String::from("method,coupon,member,status,outcome,latency_ms,time,message\n");
         for member in 0..REQUESTS {
@@ -80,10 +94,17 @@ fn recorded_run(dir: &Path, scale: f64) -> u64 {
             let answered = member * 1000 + latency;
             last_answer_us = last_answer_us.max(answered);
             let (status, outcome) = if member < TOTAL {
-                (200, "ISSUED")
+                (served, served_outcome)
             } else {
                 (409, "SOLD_OUT")
             };
+            if accepting && member < TOTAL {
+                let accepted_at_ms = START_MS + answered / 1000;
+                let confirmed_at_ms = accepted_at_ms + 20 + 5 * member;
+                confirmations.push(
+                    json!({ "acceptedAtMs": accepted_at_ms, "confirmedAtMs": confirmed_at_ms }),
+                );
+            }
             csv.push_str(&format!(
                 "{method},1,{member},{status},{outcome},{}.{:03},2026-12-01T10:{:02}:{:02}.{:06}Z,\"\"\n",
                 latency / 1000,
@@ -96,19 +117,38 @@ fn recorded_run(dir: &Path, scale: f64) -> u64 {
         let records = format!("requests-{method}.csv");
         std::fs::write(dir.join(&records), csv).unwrap();
         let k6 = json!({
-            "requests": REQUESTS, "requestsPerSecond": 1000.0, "dropped": 0,
+            "method": method, "mode": "spike", "requests": REQUESTS, "requestsPerSecond": 1000.0,
+            "loadMs": 3000.0, "dropped": 0,
             "latencyMs": { "p50": 1.0, "p95": 2.0, "p99": 3.0, "max": 4.0 },
-            "statuses": { "200": TOTAL, "409": REQUESTS - TOTAL },
+            "statuses": { served.to_string(): TOTAL, "409": REQUESTS - TOTAL },
         });
-        let result = json!({
-            "totalCount": TOTAL, "issueRows": TOTAL, "overIssued": 0, "duplicateMembers": 0,
-            "requests": { "byOutcome": { "ISSUED": TOTAL, "SOLD_OUT": REQUESTS - TOTAL } },
+        let mut result = json!({
+            "couponId": 1, "name": "loadtest", "engine": { "name": "mariadb", "version": "11.8.3", "settings": {} },
+            "totalCount": TOTAL, "issuedCount": TOTAL, "issueRows": TOTAL, "distinctMembers": TOTAL,
+            "overIssued": 0, "duplicateMembers": 0, "countMismatch": 0,
+            "invariants": { "neverOverIssued": true, "onePerMember": true, "countMatchesRows": true },
+            "requests": {
+                "total": REQUESTS, "byOutcome": { served_outcome: TOTAL, "SOLD_OUT": REQUESTS - TOTAL },
+                "latencyMs": null, "fairness": { "firstSoldOutArrivalUs": null, "servedAfterEarlierSoldOut": 0 },
+                "byMethod": {}, "hosts": { "merged": [], "gatePermits": 0 },
+            },
+            "anomalies": [],
         });
+        if accepting {
+            let lag = json!({ "p50": 270.0, "p95": 495.0, "p99": 515.0, "max": 515.0 });
+            let confirmed = json!({ "accepted": TOTAL, "asyncResults": { "ISSUED": TOTAL },
+                                    "pending": 0, "confirmationLagMs": lag });
+            result
+                .as_object_mut()
+                .unwrap()
+                .extend(confirmed.as_object().unwrap().clone());
+        }
         let fault = json!({ "fault": "kill-server@1s", "firedAtMs": 1000.0, "endedAtMs": 1400.0, "note": "" });
-        methods.insert(
-            method.to_string(),
-            json!({ "k6": k6, "result": result, "requestRecords": records, "faults": [fault] }),
-        );
+        let entry = json!({
+            "couponId": 1, "k6": k6, "result": result, "requestRecords": records,
+            "faults": [fault], "confirmations": confirmations,
+        });
+        methods.insert(method.to_string(), entry);
     }
     let results = json!({
         "title": "Event open", "description": "Recorded inputs, drawn by the runner's report code.",
@@ -233,8 +273,32 @@ async fn the_report_draws_each_methods_percentiles_and_seconds_and_a_diff_overla
         .await;
     assert_eq!(
         points,
-        json!(vec![seconds; 2 * METHODS.len()]),
-        "two charts a method"
+        json!(vec![seconds; 2 * METHODS.len() + 1]),
+        "two charts a method, and the lag of the one answering 202"
+    );
+    // The 202s' lag: all confirmed in the first second, 20 to 515 ms after
+    // their 202, so its p50 and p99 lie there; none after.
+    let lag = browser
+        .read(
+            "const lag = window.couponlabCharts.timelines
+               .filter(u => u.root.parentElement.classList.contains('lag'));
+             return lag.map(u => ({ method: u.root.parentElement.dataset.method,
+                                    p50: u.data[1], p99: u.data[2], confirmed: u.data[3] }));",
+        )
+        .await;
+    let lag = lag.as_array().unwrap();
+    assert_eq!(lag.len(), 1, "{lag:?}");
+    assert_eq!(lag[0]["method"], json!(ACCEPTING));
+    let first = |series: &str| lag[0][series][0].as_f64().unwrap();
+    assert!((20.0..=530.0).contains(&first("p50")), "{lag:?}");
+    assert!(
+        first("p50") < first("p99") && first("p99") <= 530.0,
+        "{lag:?}"
+    );
+    assert_eq!(first("confirmed"), TOTAL as f64, "{lag:?}");
+    assert!(
+        lag[0]["p50"][1].is_null(),
+        "no confirmation after the first second"
     );
     browser.screenshot("report-charts.png").await;
 

@@ -23,6 +23,9 @@ use super::{
     coupons, data, drop, gate, issue, members, reports, results, strategies, traces, write_behind,
 };
 use crate::lab::Lab;
+use crate::recorder::RequestSummary;
+use crate::runtime::sql::engine::Engine;
+use crate::traces::anomalies::Anomaly;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/openapi.json", get(document))
@@ -93,6 +96,8 @@ fn name_the_methods(document: &mut Document, methods: &[String]) {
         reports::file,
         document,
     ),
-    components(schemas(ApiError, ErrorBody))
+    // The result's parts the host fills in the contract's generic result:
+    // utoipa lists a generic type's own fields' schemas, not its arguments'.
+    components(schemas(ApiError, ErrorBody, RequestSummary, Engine, Anomaly))
 )]
 pub struct ApiDoc;

@@ -128,7 +128,7 @@ async fn traces(
         )));
     };
     let mut witnessed: HashMap<u64, Vec<&'static str>> = HashMap::new();
-    for anomaly in result.anomalies() {
+    for anomaly in &result.anomalies {
         for witness in &anomaly.witnesses {
             let kinds = witnessed.entry(witness.trace_id).or_default();
             if !kinds.contains(&anomaly.kind) {

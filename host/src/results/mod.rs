@@ -9,13 +9,15 @@
 //! of 202s, then the rows, then the reservation set. A reservation whose
 //! confirm is still running shows up as Redis-only, but a committed issue
 //! never shows up as DB-only for having committed between the two reads.
+//!
+//! The result's types are the contract's (`couponlab_contract::results`),
+//! which the load runner and the tests read it through.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use couponlab_contract::keys;
-use serde::Serialize;
-use utoipa::ToSchema;
+use couponlab_contract::results::{self, Invariants};
 
 use crate::announcements;
 use crate::confirmations::{self, AsyncSummary};
@@ -33,79 +35,13 @@ mod reservations;
 mod shards;
 mod stream;
 
-use self::reservations::{RedisFigures, noting_failure, redis_figures};
-use self::shards::{ShardFigures, shard_figures};
-pub use self::stream::{StreamSummary, stream_summary};
+use self::reservations::{noting_failure, redis_figures};
+use self::shards::shard_figures;
+pub use self::stream::stream_summary;
 
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CouponResult {
-    coupon_id: u64,
-    name: String,
-    /// The database the rows were read from and components' SQL ran on; on
-    /// Galera with its cluster as the host's node reads it now, whose
-    /// conflict counters, read before and after a run, say how many of its
-    /// 1213s were the cluster's.
-    engine: Engine,
-    total_count: i64,
-    /// The `issued_count` column.
-    issued_count: i64,
-    /// Rows in `coupon_issues` for this coupon.
-    issue_rows: i64,
-    distinct_members: i64,
-    /// Rows beyond the total (0 when the total held).
-    over_issued: i64,
-    /// Rows beyond one per member.
-    duplicate_members: i64,
-    /// `issued_count` minus the rows: non-zero when the counter and the rows disagree.
-    count_mismatch: i64,
-    invariants: Invariants,
-    /// Requests every host answered for this coupon (`hosts` says which).
-    requests: RequestSummary,
-    /// The Redis reservation set against the issue rows.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    redis: Option<RedisFigures>,
-    /// The stock's shards, for a coupon whose stock is split over them
-    /// (REDIS_LUA_SHARDED), in shard order.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    shards: Option<Vec<ShardFigures>>,
-    /// Requests answered 202 and what became of them (every process's).
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = crate::optional_fields::optional_fields::<AsyncSummary>)]
-    confirmations: Option<AsyncSummary>,
-    /// The labels the serving methods' descriptors ask to total, each under
-    /// its field: value → requests (REDIS_PUBSUB's `publishReceivers`:
-    /// requests by how many subscribers received the message). Left out of
-    /// the document's schema: their names are the components' to choose,
-    /// and a schema of "any other field" would also claim the fields the
-    /// confirmations flatten in.
-    #[serde(flatten)]
-    #[schema(ignore)]
-    label_totals: BTreeMap<String, BTreeMap<String, u64>>,
-    /// The stream a stream or write-behind method served this coupon through.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream: Option<StreamSummary>,
-    /// What went wrong, each with the requests that witness it, from this
-    /// host's traces (`GET /lab/coupons/{couponId}/traces` shows them).
-    anomalies: Vec<Anomaly>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct Invariants {
-    /// Never more issued than the total (rows and counter alike).
-    never_over_issued: bool,
-    /// At most one coupon per member.
-    one_per_member: bool,
-    /// The counter equals the rows.
-    count_matches_rows: bool,
-}
-
-impl CouponResult {
-    pub fn anomalies(&self) -> &[Anomaly] {
-        &self.anomalies
-    }
-}
+/// The result as the host serves it: the contract's, filled with the
+/// host's own request figures, confirmations, engine and anomalies.
+pub type CouponResult = results::CouponResult<RequestSummary, AsyncSummary, Engine, Anomaly>;
 
 /// Reads the result of `coupon_id`; `None` when there is no such coupon.
 /// Only the database failing fails it: Redis being down is a figure of the
@@ -250,6 +186,8 @@ fn label_totals<'a>(
 
 #[cfg(test)]
 mod tests {
+    use serde::Serialize;
+
     use super::*;
     use crate::outcome::{Ending, Outcome};
     use crate::recorder::Recorder;

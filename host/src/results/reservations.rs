@@ -4,80 +4,9 @@
 use std::collections::BTreeSet;
 
 use couponlab_contract::keys;
-use serde::Serialize;
-use utoipa::ToSchema;
+use couponlab_contract::results::{Difference, RedisFigures, SetComparison};
 
 use crate::lab::Lab;
-
-/// How many member ids each list of differences shows.
-const SAMPLE: usize = 10;
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RedisFigures {
-    /// False when Redis could not be read; `error` then says why, and the
-    /// figures above still come from the database.
-    readable: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-    /// Times this host found Redis without the components' user (Redis
-    /// restarted empty, a cluster node came back) and set it up again.
-    /// Whatever only Redis held then — reservations, streams, the records
-    /// of 202s — was lost: the rows it no longer matches show as
-    /// `dbOnlyMembers`.
-    set_up_again: u64,
-    #[serde(flatten)]
-    #[schema(schema_with = crate::optional_fields::optional_fields::<SetComparison>)]
-    comparison: Option<SetComparison>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct SetComparison {
-    /// Members in `coupon:issued:{id}`.
-    set_size: usize,
-    /// Reserved in Redis, with no issue row: a confirm in flight, or a
-    /// reservation a failed confirm did not take back.
-    redis_only_members: Difference,
-    /// Issued in the database, missing from the set: Redis lost the
-    /// reservation (restart without persistence, deleted keys), or the coupon
-    /// was issued by a method that does not reserve in Redis.
-    db_only_members: Difference,
-    /// Reserved in Redis only, with no 202 waiting for its confirmation and
-    /// no call running for it on any host (by the hosts' latest records):
-    /// left by a process that died between two steps. Nothing releases them
-    /// on its own — only the strategy may decide that, and no process can be
-    /// sure that another has no call in flight — so they stay stock that
-    /// cannot be sold, counted here.
-    stranded_members: Difference,
-}
-
-#[derive(Serialize, ToSchema)]
-struct Difference {
-    count: usize,
-    /// The smallest member ids, at most [`SAMPLE`].
-    sample: Vec<u64>,
-}
-
-impl Difference {
-    fn between(these: &BTreeSet<u64>, those: &BTreeSet<u64>) -> Self {
-        let mut only = these.difference(those).copied();
-        let sample: Vec<u64> = only.by_ref().take(SAMPLE).collect();
-        Difference {
-            count: sample.len() + only.count(),
-            sample,
-        }
-    }
-}
-
-impl RedisFigures {
-    /// The smallest stranded members, when the set could be compared.
-    pub(super) fn stranded_sample(&self) -> &[u64] {
-        self.comparison
-            .as_ref()
-            .map_or(&[], |c| c.stranded_members.sample.as_slice())
-    }
-}
 
 /// A figure read from Redis, or `None` with the failure noted in the Redis
 /// section.
@@ -87,19 +16,17 @@ pub(super) fn noting_failure<T>(
     redis: &mut Option<RedisFigures>,
 ) -> Option<T> {
     read.unwrap_or_else(|err| {
-        *redis = Some(RedisFigures::unreadable(lab, err));
+        *redis = Some(unreadable(lab, err));
         None
     })
 }
 
-impl RedisFigures {
-    fn unreadable(lab: &Lab, err: redis::RedisError) -> Self {
-        RedisFigures {
-            readable: false,
-            error: Some(format!("Redis could not be read: {err}")),
-            set_up_again: lab.runtime.capabilities().redis.set_ups_again(),
-            comparison: None,
-        }
+fn unreadable(lab: &Lab, err: redis::RedisError) -> RedisFigures {
+    RedisFigures {
+        readable: false,
+        error: Some(format!("Redis could not be read: {err}")),
+        set_up_again: lab.runtime.capabilities().redis.set_ups_again(),
+        comparison: None,
     }
 }
 
@@ -134,6 +61,6 @@ pub(super) async fn redis_figures(
                 }
             }),
         }),
-        Err(err) => Some(RedisFigures::unreadable(lab, err)),
+        Err(err) => Some(unreadable(lab, err)),
     }
 }

@@ -5,26 +5,10 @@
 
 use std::collections::BTreeSet;
 
+use couponlab_contract::results::ShardFigures;
 use couponlab_contract::{keys, shards};
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::redis_target::RedisConn;
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ShardFigures {
-    shard: u32,
-    /// The shard's part of the total (`coupon:shard:{couponId-shard}:stock`);
-    /// null when Redis has none (never set, or lost).
-    stock: Option<u64>,
-    /// Members reserved on the shard (`coupon:shard:{couponId-shard}:issued`).
-    reserved: u64,
-    /// Issue rows of the members this shard serves.
-    issued: u64,
-    /// What the shard would still sell: its stock less its reservations.
-    remaining: Option<u64>,
-}
 
 /// Every shard's figures, or `None` when the coupon has no shard in Redis
 /// (no sharded method served it).

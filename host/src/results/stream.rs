@@ -4,27 +4,11 @@
 use std::collections::HashMap;
 
 use couponlab_contract::Stream;
+use couponlab_contract::results::StreamSummary;
 use redis::streams::StreamInfoGroupsReply;
 use redis::{AsyncCommands, RedisResult, Value};
 
 use crate::redis_target::RedisConn;
-
-/// A coupon's stream as a whole, for the result endpoint.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct StreamSummary {
-    /// Entries ever added, whether they are still there (acked entries
-    /// stay unless the lab trims its streams, `COUPONLAB_STREAM_TRIM`).
-    pub length: u64,
-    /// Delivered to a consumer, not acked yet.
-    pub pending: u64,
-    /// Not delivered to any consumer yet (the group's lag). With `pending`,
-    /// what the consumers still owe: an entry whose request got no answer
-    /// has no 202 on record, yet it is confirmed all the same.
-    pub undelivered: u64,
-    /// Entries in its dead-letter stream.
-    pub dead_letters: u64,
-}
 
 /// Reads the figures of `coupon_id`'s stream of `kind`; `None` when it
 /// does not exist yet.

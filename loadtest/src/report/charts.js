@@ -142,6 +142,27 @@
       axes: [timeAxis, { label: "latency (ms)", size: 60 }],
     }, [seconds, t.seconds.map((s) => answered(s) && s.p50Ms),
       t.seconds.map((s) => answered(s) && s.p99Ms)], latency));
+    // A method that answers 202: how long its 202s waited for their issue,
+    // by the second the issue was recorded.
+    if (!t.seconds.some((s) => s.lagP50Ms != null)) return;
+    const lag = document.createElement("div");
+    lag.className = "chart lag";
+    lag.dataset.method = t.method;
+    into.append(lag);
+    charts.timelines.push(new uPlot({
+      width: Math.min(width, 1160),
+      height: 200,
+      hooks,
+      series: [x,
+        { label: "lag p50", stroke: "#6a3d9a", width: 2, value: (u, v) => ms(v) },
+        { label: "lag p99", stroke: "#6a3d9a", dash: [6, 4], width: 2, value: (u, v) => ms(v) },
+        { label: "confirmed /s", stroke: "#999", width: 1, scale: "count", value: (u, v) => count(v) }],
+      scales: { x: { time: false }, count: { range: (u, min, max) => [0, Math.max(max, 1)] } },
+      axes: [timeAxis, { label: "confirmation lag (ms)", size: 60 },
+        { scale: "count", side: 1, label: "confirmed", size: 60, grid: { show: false } }],
+    }, [seconds, t.seconds.map((s) => (s.lagP50Ms == null ? null : s.lagP50Ms)),
+      t.seconds.map((s) => (s.lagP99Ms == null ? null : s.lagP99Ms)),
+      t.seconds.map((s) => s.confirmed || 0)], lag));
   }
 
   percentiles();

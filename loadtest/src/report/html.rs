@@ -163,7 +163,12 @@ fn latency(out: &mut String, rows: &[Row], entries: &BTreeMap<String, Entry>) {
     let lagging: Vec<(&Row, &Latency)> = measured
         .iter()
         .filter_map(|(row, entry)| {
-            let lag = entry.result.confirmations.as_ref()?.confirmation_lag_ms.as_ref()?;
+            let lag = entry
+                .result
+                .confirmations
+                .as_ref()?
+                .confirmation_lag_ms
+                .as_ref()?;
             Some((*row, lag))
         })
         .collect();
@@ -194,7 +199,7 @@ fn reproduction(out: &mut String, provenance: &Provenance) {
     if !faults.is_empty() {
         out.push_str("<h2>Faults</h2>\n<ul id=\"faults\">\n");
         for fault in faults {
-            let _ = writeln!(out, "<li>{}</li>", esc(&fault));
+            let _ = writeln!(out, "<li>{}</li>", esc(fault));
         }
         out.push_str("</ul>\n");
     }
@@ -233,7 +238,13 @@ mod tests {
     }
 
     fn row(method: &str, entry: &Entry) -> Row {
-        Row::from(method, &entry.k6, &entry.result, Some(80.0), entry.verification.clone())
+        Row::from(
+            method,
+            &entry.k6,
+            &entry.result,
+            Some(80.0),
+            entry.verification.clone(),
+        )
     }
 
     #[test]
@@ -256,7 +267,10 @@ mod tests {
         stream["perSecond"] = json!([{ "second": 0, "outcomes": { "ACCEPTED": 1 }, "p50Ms": 2.5,
                                        "p99Ms": 2.5, "issuedSoFar": 1 }]);
         let entries = read(&[("REDIS_STREAM", stream), ("REDIS_LUA <x>", accepting())]);
-        let rows: Vec<Row> = entries.iter().map(|(method, entry)| row(method, entry)).collect();
+        let rows: Vec<Row> = entries
+            .iter()
+            .map(|(method, entry)| row(method, entry))
+            .collect();
         let provenance = Provenance::read(&json!({ "command": "cargo xtask loadtest spike --fault kill-server@0.3s", "faults": ["REDIS_LUA: `kill-server@300ms` fired at 300 ms"] })).unwrap();
         let page = render("Event open", "a test run", &rows, &entries, &provenance);
         assert!(

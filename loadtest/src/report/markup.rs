@@ -1,5 +1,6 @@
-//! The HTML both reports are made of (a run's `report.html` and a soak's):
-//! their styles, escaping, a table, and bars split by outcome.
+//! What the reports are made of: their styles, escaping, bars split by
+//! outcome (a run's `report.html` and a soak's), and the tables of a run's
+//! report, written as Markdown or HTML from the same cells.
 
 use std::fmt::Write as _;
 
@@ -73,56 +74,157 @@ pub fn stacked_bars<'a>(
     out.push_str("</svg>\n");
 }
 
-/// A table with a row heading and one cell per heading; a cell that reads
-/// as a number is right-aligned, and an outcome's heading carries its
-/// colour swatch.
-pub fn table(
-    out: &mut String,
-    id: &str,
-    first: &str,
-    headings: &[&str],
-    body: impl Iterator<Item = (String, Vec<String>)>,
-) {
-    let _ = write!(
-        out,
-        "<div class=\"scroll\"><table id=\"{id}\">\n<thead><tr><th scope=\"col\">{}</th>",
-        esc(first)
-    );
-    for heading in headings {
-        let swatch = if heading.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
-            format!(
-                "<span class=\"swatch\" data-outcome=\"{}\"></span>",
-                esc(heading)
-            )
-        } else {
-            String::new()
-        };
-        let _ = write!(
-            out,
-            "<th scope=\"col\" class=\"num\">{swatch}{}</th>",
-            esc(heading)
-        );
-    }
-    out.push_str("</tr></thead>\n<tbody>\n");
-    for (name, cells) in body {
-        let _ = write!(
-            out,
-            "<tr data-method=\"{0}\"><th scope=\"row\">{0}</th>",
-            esc(&name)
-        );
-        for cell in cells {
-            let numeric = cell.parse::<f64>().is_ok() || cell == "—";
-            let class = if numeric { " class=\"num\"" } else { "" };
-            let _ = write!(out, "<td{class}>{}</td>", esc(&cell));
-        }
-        out.push_str("</tr>\n");
-    }
-    out.push_str("</tbody></table></div>\n");
+/// A table of a run's report: a row heading (the row's name) and one cell
+/// per heading, written as Markdown (report.md) or HTML (report.html), each
+/// escaped for its format. A cell that reads as a number (its first word,
+/// so a median with its range too) or a dash is right-aligned, and in
+/// Markdown a column of them.
+pub struct Table<'a> {
+    /// The HTML table's id, when it has one.
+    pub id: Option<&'a str>,
+    /// The row headings' column heading.
+    pub first: &'a str,
+    pub headings: Vec<&'a str>,
+    pub rows: Vec<(String, Vec<String>)>,
+    /// The data attribute each HTML row carries its name in (`method`:
+    /// `data-method`), for the page's scripts and the tests.
+    pub row_data: Option<&'a str>,
 }
 
+impl<'a> Table<'a> {
+    /// A table of one row per method, `id` in HTML.
+    pub fn of_methods(
+        id: &'a str,
+        headings: Vec<&'a str>,
+        rows: impl Iterator<Item = (String, Vec<String>)>,
+    ) -> Self {
+        Table {
+            id: Some(id),
+            first: "method",
+            headings,
+            rows: rows.collect(),
+            row_data: Some("method"),
+        }
+    }
+
+    pub fn markdown(&self, out: &mut String) {
+        let escaped = |text: &str| text.replace('|', "\\|").replace('\n', " ");
+        let _ = write!(out, "| {} |", escaped(self.first));
+        for heading in &self.headings {
+            let _ = write!(out, " {} |", escaped(heading));
+        }
+        out.push_str("\n|");
+        for column in 0..=self.headings.len() {
+            let mut cells = self.rows.iter().map(|(name, cells)| match column {
+                0 => name.as_str(),
+                n => cells.get(n - 1).map_or("", String::as_str),
+            });
+            let right = !self.rows.is_empty() && cells.all(numeric);
+            out.push_str(if right { "---:|" } else { "---|" });
+        }
+        out.push('\n');
+        for (name, cells) in &self.rows {
+            let _ = write!(out, "| {} |", escaped(name));
+            for cell in cells {
+                let _ = write!(out, " {} |", escaped(cell));
+            }
+            out.push('\n');
+        }
+    }
+
+    /// An outcome's heading carries its colour swatch.
+    pub fn html(&self, out: &mut String) {
+        let id = self
+            .id
+            .map_or(String::new(), |id| format!(" id=\"{}\"", esc(id)));
+        let _ = write!(
+            out,
+            "<div class=\"scroll\"><table{id}>\n<thead><tr><th scope=\"col\">{}</th>",
+            esc(self.first)
+        );
+        for heading in &self.headings {
+            let swatch = if heading.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+                format!(
+                    "<span class=\"swatch\" data-outcome=\"{}\"></span>",
+                    esc(heading)
+                )
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                out,
+                "<th scope=\"col\" class=\"num\">{swatch}{}</th>",
+                esc(heading)
+            );
+        }
+        out.push_str("</tr></thead>\n<tbody>\n");
+        for (name, cells) in &self.rows {
+            let data = self.row_data.map_or(String::new(), |attribute| {
+                format!(" data-{attribute}=\"{}\"", esc(name))
+            });
+            let _ = write!(out, "<tr{data}><th scope=\"row\">{}</th>", esc(name));
+            for cell in cells {
+                let class = if numeric(cell) { " class=\"num\"" } else { "" };
+                let _ = write!(out, "<td{class}>{}</td>", esc(cell));
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody></table></div>\n");
+    }
+}
+
+/// Whether a cell reads as a number: its first word is one, or it is a
+/// dash (no figure).
+fn numeric(cell: &str) -> bool {
+    cell == "—"
+        || cell
+            .split_whitespace()
+            .next()
+            .is_some_and(|word| word.parse::<f64>().is_ok())
+}
+
+/// `text` escaped for HTML, in an element or an attribute.
 pub fn esc(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Table<'static> {
+        Table::of_methods(
+            "figures",
+            vec!["p99 ms", "verdict"],
+            [
+                (
+                    "A|B".to_string(),
+                    vec!["12.5 (11.0–14.2)".into(), "kept".into()],
+                ),
+                ("<C>".to_string(), vec!["—".into(), "two\nlines".into()]),
+            ]
+            .into_iter(),
+        )
+    }
+
+    #[test]
+    fn one_table_is_written_as_markdown_and_as_html_each_escaped() {
+        let mut markdown = String::new();
+        table().markdown(&mut markdown);
+        assert_eq!(
+            markdown,
+            "| method | p99 ms | verdict |\n|---|---:|---|\n\
+             | A\\|B | 12.5 (11.0–14.2) | kept |\n| <C> | — | two lines |\n"
+        );
+        let mut html = String::new();
+        table().html(&mut html);
+        assert!(html.starts_with("<div class=\"scroll\"><table id=\"figures\">"));
+        assert!(html.contains(
+            "<tr data-method=\"&lt;C&gt;\"><th scope=\"row\">&lt;C&gt;</th><td class=\"num\">—</td><td>two\nlines</td></tr>"
+        ));
+        assert!(html.contains("<td class=\"num\">12.5 (11.0–14.2)</td>"));
+    }
 }

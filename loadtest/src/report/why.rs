@@ -8,10 +8,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use couponlab_contract::results::CouponResult;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::Row;
-use super::markup::esc;
+use super::markup::{Table, esc};
 
 /// What one method's run says about why.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -20,23 +22,54 @@ pub struct Why {
     pub anomalies: BTreeMap<String, (u64, String)>,
     /// The database's refusals, by outcome: how many.
     pub refusals: BTreeMap<String, u64>,
-    /// One request's trace.
+    /// One request's trace, as the lab's traces route answered it (and
+    /// results.json keeps it).
     pub example: Option<Value>,
+}
+
+/// A request's trace, as far as the report shows it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trace {
+    member_id: u64,
+    outcome: String,
+    duration_us: u64,
+    kept: String,
+    pub calls: Vec<Call>,
+}
+
+/// One capability call of a trace.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Call {
+    /// `redis`, `sql`, `named-lock`, ...
+    pub capability: String,
+    op: String,
+    target: Option<String>,
+    rows: Option<u64>,
+    #[serde(default)]
+    read: BTreeMap<String, i64>,
+    isolation: Option<String>,
+    reply: String,
+    start_us: u64,
+    duration_us: u64,
 }
 
 impl Why {
     /// The anomalies a coupon's result lists.
-    pub fn of(result: &Value) -> Why {
+    pub fn of(result: &CouponResult) -> Why {
         let mut anomalies: BTreeMap<String, (u64, String)> = BTreeMap::new();
-        for anomaly in result["anomalies"].as_array().into_iter().flatten() {
-            let kind = anomaly["kind"].as_str().unwrap_or("unknown").to_string();
-            let explanation = anomaly["explanation"].as_str().unwrap_or("").to_string();
-            anomalies.entry(kind).or_insert((0, explanation)).0 += 1;
+        for anomaly in &result.anomalies {
+            let explanation = anomaly.explanation.clone();
+            anomalies
+                .entry(anomaly.kind.clone())
+                .or_insert((0, explanation))
+                .0 += 1;
         }
         let refusals = REFUSALS
             .iter()
             .filter_map(|(outcome, _)| {
-                let count = result["requests"]["byOutcome"][outcome].as_u64()?;
+                let count = result.requests.answered(outcome);
                 (count > 0).then(|| (outcome.to_string(), count))
             })
             .collect();
@@ -100,58 +133,73 @@ fn refused(why: &Why) -> Vec<String> {
 
 /// A trace's calls, one line each: when (µs from the call's start), how
 /// long, what.
-fn calls(trace: &Value) -> Vec<[String; 3]> {
-    trace["calls"]
-        .as_array()
-        .into_iter()
-        .flatten()
+fn calls(trace: &Trace) -> Vec<[String; 3]> {
+    trace
+        .calls
+        .iter()
         .map(|call| {
-            let mut what = format!(
-                "{} {}",
-                call["capability"].as_str().unwrap_or(""),
-                call["op"].as_str().unwrap_or("")
-            );
-            if let Some(target) = call["target"].as_str() {
+            let mut what = format!("{} {}", call.capability, call.op);
+            if let Some(target) = &call.target {
                 let _ = write!(what, " {target}");
             }
-            match call["rows"].as_u64() {
+            match call.rows {
                 Some(1) => what.push_str(", 1 row"),
                 Some(rows) => {
                     let _ = write!(what, ", {rows} rows");
                 }
                 None => {}
             }
-            if let Some(read) = call["read"].as_object() {
-                for (name, value) in read {
-                    let _ = write!(what, ", {name} = {value}");
-                }
+            for (name, value) in &call.read {
+                let _ = write!(what, ", {name} = {value}");
             }
-            if let Some(isolation) = call["isolation"].as_str() {
+            if let Some(isolation) = &call.isolation {
                 let _ = write!(what, " ({isolation})");
             }
-            match call["reply"].as_str() {
-                Some("ok") | None => {}
-                Some(reply) => {
-                    let _ = write!(what, " → {reply}");
-                }
+            if call.reply != "ok" {
+                let _ = write!(what, " → {}", call.reply);
             }
             [
-                call["startUs"].to_string(),
-                call["durationUs"].to_string(),
+                call.start_us.to_string(),
+                call.duration_us.to_string(),
                 what,
             ]
         })
         .collect()
 }
 
-fn heading(trace: &Value) -> String {
+/// A trace's calls as a table, a call a row.
+fn calls_table(trace: &Trace) -> Table<'static> {
+    let rows = calls(trace)
+        .into_iter()
+        .map(|[start, took, what]| (start, vec![took, what]))
+        .collect();
+    Table {
+        id: None,
+        first: "start µs",
+        headings: vec!["µs", "call"],
+        rows,
+        row_data: None,
+    }
+}
+
+fn heading(trace: &Trace) -> String {
     format!(
         "member {} → {} ({} µs, kept as {})",
-        trace["memberId"],
-        trace["outcome"].as_str().unwrap_or("?"),
-        trace["durationUs"],
-        trace["kept"].as_str().unwrap_or("?")
+        trace.member_id, trace.outcome, trace.duration_us, trace.kept
     )
+}
+
+/// The example trace of `why`, when it has one the report can read.
+fn example(why: &Why) -> Option<Trace> {
+    Trace::read(why.example.as_ref()?).ok()
+}
+
+impl Trace {
+    /// A trace as the lab's traces route answers it; one of another shape
+    /// is refused by the field that differs.
+    pub fn read(value: &Value) -> anyhow::Result<Trace> {
+        Ok(Trace::deserialize(value)?)
+    }
 }
 
 pub fn markdown(out: &mut String, rows: &[Row]) {
@@ -177,15 +225,9 @@ pub fn markdown(out: &mut String, rows: &[Row]) {
         for refusal in refused(&row.why) {
             let _ = writeln!(out, "- refused: {refusal}");
         }
-        if let Some(trace) = &row.why.example {
-            let _ = writeln!(
-                out,
-                "\nExample: {}\n\n| start µs | µs | call |\n|---:|---:|---|",
-                heading(trace)
-            );
-            for [start, took, what] in calls(trace) {
-                let _ = writeln!(out, "| {start} | {took} | {what} |");
-            }
+        if let Some(trace) = example(&row.why) {
+            let _ = writeln!(out, "\nExample: {}\n", heading(&trace));
+            calls_table(&trace).markdown(out);
         }
     }
 }
@@ -215,20 +257,9 @@ pub fn html(out: &mut String, rows: &[Row]) {
             let _ = writeln!(out, "<li>refused: {}</li>", esc(&refusal));
         }
         out.push_str("</ul>\n");
-        if let Some(trace) = &row.why.example {
-            let _ = writeln!(
-                out,
-                "<p>Example: {}</p>\n<div class=\"scroll\"><table class=\"trace\"><thead><tr><th class=\"num\">start µs</th><th class=\"num\">µs</th><th>call</th></tr></thead><tbody>",
-                esc(&heading(trace))
-            );
-            for [start, took, what] in calls(trace) {
-                let _ = writeln!(
-                    out,
-                    "<tr><td class=\"num\">{start}</td><td class=\"num\">{took}</td><td>{}</td></tr>",
-                    esc(&what)
-                );
-            }
-            out.push_str("</tbody></table></div>\n");
+        if let Some(trace) = example(&row.why) {
+            let _ = writeln!(out, "<p>Example: {}</p>", esc(&heading(&trace)));
+            calls_table(&trace).html(out);
         }
     }
 }
@@ -238,15 +269,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::report::tests::{k6, result};
 
     #[test]
     fn anomalies_are_counted_by_kind_and_a_trace_is_listed_call_by_call() {
-        let result = json!({ "anomalies": [
-            { "kind": "lost-update", "explanation": "member 3 read issued_count = 4" },
-            { "kind": "lost-update", "explanation": "member 9 read issued_count = 4" },
-            { "kind": "out-of-turn", "explanation": "member 1 was refused" },
-        ], "requests": { "byOutcome": { "ISSUED": 50, "DEADLOCK": 3 } } });
-        let mut why = Why::of(&result);
+        let mut served = result(50, json!({ "ISSUED": 50, "DEADLOCK": 3 }));
+        served["anomalies"] = json!([
+            { "kind": "lost-update", "explanation": "member 3 read issued_count = 4", "witnesses": [] },
+            { "kind": "lost-update", "explanation": "member 9 read issued_count = 4", "witnesses": [] },
+            { "kind": "out-of-turn", "explanation": "member 1 was refused", "witnesses": [] },
+        ]);
+        let served = <CouponResult>::deserialize(&served).unwrap();
+        let mut why = Why::of(&served);
         assert_eq!(
             why.anomalies["lost-update"],
             (2, "member 3 read issued_count = 4".into())
@@ -262,7 +296,8 @@ mod tests {
                 { "capability": "sql", "op": "COMMIT", "reply": "deadlock", "startUs": 500, "durationUs": 90 },
             ],
         }));
-        let mut row = Row::from("READ_COMMITTED", &json!({}), &json!({}), None, None);
+        let k6 = crate::k6::Figures::read(&k6()).unwrap();
+        let mut row = Row::from("READ_COMMITTED", &k6, &served, None, None);
         row.why = why;
         let mut out = String::new();
         markdown(&mut out, &[row.clone()]);
