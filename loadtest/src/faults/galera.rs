@@ -88,36 +88,3 @@ impl fmt::Display for GaleraFault {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::spec::Fault;
-    use super::*;
-
-    #[test]
-    fn the_galera_faults_parse_and_write_back() {
-        let kill = Fault::parse("galera-kill@2.5s").unwrap();
-        assert_eq!(
-            kill,
-            Fault::Galera(GaleraFault::Kill {
-                start: Duration::from_millis(2500)
-            })
-        );
-        let pause = Fault::parse("galera-pause@1s+3s").unwrap();
-        assert_eq!(
-            pause.window(),
-            Some((Duration::from_secs(1), Duration::from_secs(4)))
-        );
-        for fault in [kill, pause] {
-            assert_eq!(Fault::parse(&fault.to_string()).unwrap(), fault);
-        }
-        for (spec, reason) in [
-            ("galera-kill@1s+1s", "takes no duration"),
-            ("galera-pause@1s", "needs a duration"),
-            ("galera-kill=3@1s", "takes no value"),
-        ] {
-            let message = format!("{:#}", Fault::parse(spec).unwrap_err());
-            assert!(message.contains(reason), "{spec}: {message}");
-        }
-    }
-}

@@ -125,36 +125,3 @@ impl fmt::Display for RedisFailoverFault {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::spec::Fault;
-    use super::*;
-
-    #[test]
-    fn the_failover_faults_parse_and_write_back() {
-        let failover = Fault::parse("redis-failover@2s").unwrap();
-        assert_eq!(
-            failover,
-            Fault::RedisFailover(RedisFailoverFault::Failover {
-                start: Duration::from_secs(2)
-            })
-        );
-        let pause = Fault::parse("redis-pause@1s+4s").unwrap();
-        assert_eq!(
-            pause.window(),
-            Some((Duration::from_secs(1), Duration::from_secs(5)))
-        );
-        for fault in [failover, pause] {
-            assert_eq!(Fault::parse(&fault.to_string()).unwrap(), fault);
-        }
-        for (spec, reason) in [
-            ("redis-failover@1s+1s", "takes no duration"),
-            ("redis-pause@1s", "needs a duration"),
-            ("redis-failover=1@1s", "takes no value"),
-        ] {
-            let message = format!("{:#}", Fault::parse(spec).unwrap_err());
-            assert!(message.contains(reason), "{spec}: {message}");
-        }
-    }
-}

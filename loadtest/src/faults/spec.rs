@@ -103,6 +103,8 @@ impl fmt::Display for Fault {
 
 #[cfg(test)]
 mod tests {
+    use super::super::galera::GaleraFault;
+    use super::super::redis_failover::RedisFailoverFault;
     use super::*;
 
     fn ms(ms: u64) -> Duration {
@@ -196,6 +198,60 @@ mod tests {
             assert!(message.contains(reason), "{spec}: {message}");
             assert!(message.contains("redis-cut@START+DURATION"), "{message}");
             assert!(message.contains("client-timeout=MS"), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_galera_faults_parse_and_write_back() {
+        let kill = Fault::parse("galera-kill@2.5s").unwrap();
+        assert_eq!(
+            kill,
+            Fault::Galera(GaleraFault::Kill {
+                start: Duration::from_millis(2500)
+            })
+        );
+        let pause = Fault::parse("galera-pause@1s+3s").unwrap();
+        assert_eq!(
+            pause.window(),
+            Some((Duration::from_secs(1), Duration::from_secs(4)))
+        );
+        for fault in [kill, pause] {
+            assert_eq!(Fault::parse(&fault.to_string()).unwrap(), fault);
+        }
+        for (spec, reason) in [
+            ("galera-kill@1s+1s", "takes no duration"),
+            ("galera-pause@1s", "needs a duration"),
+            ("galera-kill=3@1s", "takes no value"),
+        ] {
+            let message = format!("{:#}", Fault::parse(spec).unwrap_err());
+            assert!(message.contains(reason), "{spec}: {message}");
+        }
+    }
+
+    #[test]
+    fn the_failover_faults_parse_and_write_back() {
+        let failover = Fault::parse("redis-failover@2s").unwrap();
+        assert_eq!(
+            failover,
+            Fault::RedisFailover(RedisFailoverFault::Failover {
+                start: Duration::from_secs(2)
+            })
+        );
+        let pause = Fault::parse("redis-pause@1s+4s").unwrap();
+        assert_eq!(
+            pause.window(),
+            Some((Duration::from_secs(1), Duration::from_secs(5)))
+        );
+        for fault in [failover, pause] {
+            assert_eq!(Fault::parse(&fault.to_string()).unwrap(), fault);
+        }
+        for (spec, reason) in [
+            ("redis-failover@1s+1s", "takes no duration"),
+            ("redis-pause@1s", "needs a duration"),
+            ("redis-failover=1@1s", "takes no value"),
+        ] {
+            let message = format!("{:#}", Fault::parse(spec).unwrap_err());
+            assert!(message.contains(reason), "{spec}: {message}");
         }
     }
 }

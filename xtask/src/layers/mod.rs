@@ -48,12 +48,7 @@ const HOST_FLOORS: &[&[&str]] = &[
 
 /// Circles the load runner still has, each by its modules: they fail the
 /// check once broken, so the list only shrinks.
-const LOADTEST_CIRCLES: &[&[&str]] = &[
-    // `spec` parses a `--fault` by its family's module; the Galera and
-    // Redis failover families' tests parse theirs back through
-    // `spec::Fault`.
-    &["faults::galera", "faults::redis_failover", "faults::spec"],
-];
+const LOADTEST_CIRCLES: &[&[&str]] = &[];
 
 /// The crate whose sources are under `src` (from the repository's root):
 /// every file's module and what it takes from the others. `skipped`: the
