@@ -9,7 +9,8 @@
 //!   host's listener of `redis-channels` only; EXISTS, TYPE, TTL, PTTL; PING;
 //!   CLUSTER SLOTS, with which a cluster client learns which node owns
 //!   which keys; ROLE, with which a client behind Sentinels checks that the
-//!   node they name is the primary;
+//!   node they name is the primary (and REDIS_LUA_WAIT that it has
+//!   replicas); WAIT, for a replica's acknowledgement;
 //! - SELECT of the lab's own database only (`+select|9`, which the client
 //!   sends when it connects), so neither a command nor a script reaches
 //!   another database: Redis ACL has no rule per database, but it has one
@@ -79,6 +80,9 @@ const RULES: &[&str] = &[
     // Behind Sentinels, the client checks that the node they name as the
     // primary is one before it connects there.
     "+role",
+    // REDIS_LUA_WAIT waits for a replica's acknowledgement of what its
+    // connection wrote.
+    "+wait",
     "(~coupon:gate:* +del +pexpire)",
     // The locks (`couponlab_contract::keys::lock`): released and renewed by their holder.
     "(~coupon:lock:* +del +pexpire)",
