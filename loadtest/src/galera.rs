@@ -1,9 +1,11 @@
 //! The Galera cluster of `cargo xtask galera up` (127.0.0.1:3307-3309, its
 //! nodes' files under `target/galera/node<n>/`) as the load runner uses
 //! it: the served hosts of `--engines galera` (one on each node) and
-//! `galera-1` (all on the first), and the nodes the Galera faults kill and
-//! pause.
+//! `galera-1` (all on the first), the nodes the Galera faults kill and
+//! pause, and what each node counted of the transactions the cluster
+//! refused over a run.
 
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -11,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use serde::Serialize;
 
 use crate::paths::target_dir;
 use crate::server::{self, Serve, Server};
@@ -102,30 +105,121 @@ impl Node {
         Ok(killed.elapsed())
     }
 
-    /// Whether the node is `Synced` in a primary component of three.
-    fn synced_in_three(self) -> bool {
+    /// The node's global status variables `names`, name → value; none
+    /// when it does not answer within 2 s.
+    fn status(self, names: &[&str]) -> BTreeMap<String, String> {
+        let quoted: Vec<String> = names.iter().map(|name| format!("'{name}'")).collect();
         let output = Command::new("mariadb")
             .args(["--no-defaults", "--protocol=TCP", "-h", "127.0.0.1"])
             .arg(format!("--port={}", self.port()))
             .args(["-u", "root", "--connect-timeout=2", "-N", "-B", "-e"])
-            .arg(
-                "SHOW GLOBAL STATUS WHERE Variable_name IN \
-                 ('wsrep_cluster_size', 'wsrep_local_state_comment', 'wsrep_cluster_status')",
-            )
+            .arg(format!(
+                "SHOW GLOBAL STATUS WHERE Variable_name IN ({})",
+                quoted.join(", ")
+            ))
             .stdin(Stdio::null())
             .output();
         let Ok(output) = output else {
-            return false;
+            return BTreeMap::new();
         };
-        let status = String::from_utf8_lossy(&output.stdout);
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| line.split_once('\t'))
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect()
+    }
+
+    /// Whether the node is `Synced` in a primary component of three.
+    fn synced_in_three(self) -> bool {
+        let status = self.status(&[
+            "wsrep_cluster_size",
+            "wsrep_local_state_comment",
+            "wsrep_cluster_status",
+        ]);
         [
-            "wsrep_cluster_size\t3",
-            "wsrep_local_state_comment\tSynced",
-            "wsrep_cluster_status\tPrimary",
+            ("wsrep_cluster_size", "3"),
+            ("wsrep_local_state_comment", "Synced"),
+            ("wsrep_cluster_status", "Primary"),
         ]
         .iter()
-        .all(|line| status.lines().any(|said| said == *line))
+        .all(|(name, value)| status.get(*name).is_some_and(|said| said == value))
     }
+
+    /// The node's conflict counters since it started; none when it does
+    /// not answer.
+    fn conflicts(self) -> Option<Conflicts> {
+        let status = self.status(&[CERT_FAILURES, BF_ABORTS]);
+        let number = |name: &str| status.get(name)?.parse().ok();
+        Some(Conflicts {
+            cert_failures: number(CERT_FAILURES)?,
+            bf_aborts: number(BF_ABORTS)?,
+        })
+    }
+}
+
+const CERT_FAILURES: &str = "wsrep_local_cert_failures";
+const BF_ABORTS: &str = "wsrep_local_bf_aborts";
+
+/// What a node counted of its own transactions the cluster refused: those
+/// that failed certification at COMMIT, and those aborted by another
+/// node's write set applied over their row locks (brute-force aborts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Conflicts {
+    pub cert_failures: u64,
+    pub bf_aborts: u64,
+}
+
+/// One node's conflicts over a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeConflicts {
+    pub address: String,
+    /// Counted over the run; none when the node did not answer at its
+    /// start or end.
+    pub counted: Option<Conflicts>,
+    /// Its counters went back: it restarted during the run (a killed
+    /// node), and `counted` is since its restart.
+    pub restarted: bool,
+}
+
+/// Every node's conflict counters now, in node order.
+pub fn conflict_counters() -> Vec<Option<Conflicts>> {
+    Node::ALL.into_iter().map(Node::conflicts).collect()
+}
+
+/// Each node's conflicts between two readings of [`conflict_counters`].
+pub fn conflicts_over(
+    before: &[Option<Conflicts>],
+    after: &[Option<Conflicts>],
+) -> Vec<NodeConflicts> {
+    Node::ALL
+        .iter()
+        .zip(before.iter().zip(after))
+        .map(|(node, (before, after))| {
+            let (counted, restarted) = match (before, after) {
+                (Some(before), Some(after))
+                    if after.cert_failures < before.cert_failures
+                        || after.bf_aborts < before.bf_aborts =>
+                {
+                    (Some(*after), true)
+                }
+                (Some(before), Some(after)) => (
+                    Some(Conflicts {
+                        cert_failures: after.cert_failures - before.cert_failures,
+                        bf_aborts: after.bf_aborts - before.bf_aborts,
+                    }),
+                    false,
+                ),
+                _ => (None, false),
+            };
+            NodeConflicts {
+                address: node.address(),
+                counted,
+                restarted,
+            }
+        })
+        .collect()
 }
 
 /// Fails, saying how to start it, unless the cluster is three `Synced`
@@ -183,6 +277,26 @@ pub fn start_more_hosts(urls: &[String], serve: Serve<'_>) -> anyhow::Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nodes_conflicts_are_the_difference_unless_it_restarted() {
+        let read = |cert_failures, bf_aborts| {
+            Some(Conflicts {
+                cert_failures,
+                bf_aborts,
+            })
+        };
+        let over = conflicts_over(
+            &[read(5, 10), read(2, 2), read(7, 9)],
+            &[read(8, 30), None, read(1, 0)],
+        );
+        assert_eq!(over[0].counted, read(3, 20));
+        assert!(!over[0].restarted);
+        assert_eq!(over[1].counted, None);
+        assert_eq!(over[2].counted, read(1, 0));
+        assert!(over[2].restarted, "{over:?}");
+        assert_eq!(over[2].address, "127.0.0.1:3309");
+    }
 
     #[test]
     fn spread_hosts_write_to_every_node_and_one_node_hosts_to_the_first() {

@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 use crate::answers::{Coupon, Members, Strategies, TraceList, read};
 use crate::api::Api;
 use crate::durations::seconds;
-use crate::engines;
 use crate::faults::{Fired, Injector};
 use crate::k6::{self, Segment};
 use crate::records;
@@ -20,6 +19,7 @@ use crate::report::Row;
 use crate::report::why::Why;
 use crate::runner::Runner;
 use crate::verification::{Claim, Verification};
+use crate::{engines, galera};
 
 /// How long an asynchronous method may take to confirm what it accepted.
 const DRAIN_LIMIT: Duration = Duration::from_secs(300);
@@ -158,6 +158,10 @@ impl Run<'_> {
                 out.join(format!("{name}-requests.json")),
             )
         };
+        let on_galera = runner
+            .engine
+            .is_some_and(|engine| engine.starts_with("galera"));
+        let conflicts_before = on_galera.then(galera::conflict_counters);
         let k6_runs = runner
             .k6
             .start_issue_script(&env, runner.k6_processes, files)?;
@@ -215,6 +219,8 @@ impl Run<'_> {
             Some(verification.clone()),
         );
         row.why.example = example_trace(api, coupon_id, &row.why);
+        row.why.cluster = conflicts_before
+            .map(|before| galera::conflicts_over(&before, &galera::conflict_counters()));
         let raw = json!({
             "couponId": coupon_id,
             "engine": said.raw["engine"],
@@ -228,6 +234,7 @@ impl Run<'_> {
             "faults": fired.iter().map(Fired::to_json).collect::<Vec<_>>(),
             "hosts": hosts_said,
             "exampleTrace": row.why.example,
+            "clusterConflicts": row.why.cluster,
             "confirmations": confirmations,
         });
         Ok(Measured { row, raw, claims })

@@ -5,6 +5,7 @@ pub mod chart;
 pub mod charts;
 pub mod distribution;
 pub mod figures;
+pub mod galera;
 pub mod html;
 pub mod markup;
 pub mod why;

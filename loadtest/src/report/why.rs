@@ -25,6 +25,8 @@ pub struct Why {
     /// One request's trace, as the lab's traces route answered it (and
     /// results.json keeps it).
     pub example: Option<Value>,
+    /// On the Galera cluster: each node's refusals over the run.
+    pub cluster: Option<Vec<crate::galera::NodeConflicts>>,
 }
 
 /// A request's trace, as far as the report shows it.
@@ -77,6 +79,7 @@ impl Why {
             anomalies,
             refusals,
             example: None,
+            cluster: None,
         }
     }
 
@@ -225,6 +228,7 @@ pub fn markdown(out: &mut String, rows: &[Row]) {
         for refusal in refused(&row.why) {
             let _ = writeln!(out, "- refused: {refusal}");
         }
+        super::galera::markdown(out, row.why.cluster.as_deref());
         if let Some(trace) = example(&row.why) {
             let _ = writeln!(out, "\nExample: {}\n", heading(&trace));
             calls_table(&trace).markdown(out);
@@ -256,6 +260,7 @@ pub fn html(out: &mut String, rows: &[Row]) {
         for refusal in refused(&row.why) {
             let _ = writeln!(out, "<li>refused: {}</li>", esc(&refusal));
         }
+        super::galera::html(out, row.why.cluster.as_deref());
         out.push_str("</ul>\n");
         if let Some(trace) = example(&row.why) {
             let _ = writeln!(out, "<p>Example: {}</p>", esc(&heading(&trace)));
