@@ -132,7 +132,7 @@ pub type Column<T> = (&'static str, fn(&T) -> String);
 
 /// The verification figures the runner records per method, in the order
 /// shown.
-const VERIFICATION: [Column<Verification>; 8] = [
+const VERIFICATION: [Column<Verification>; 9] = [
     ("acked but lost", |v| v.acked_but_lost.to_string()),
     ("issued but refused", |v| v.issued_but_refused.to_string()),
     ("outcome unknown (issued)", |v| {
@@ -142,6 +142,9 @@ const VERIFICATION: [Column<Verification>; 8] = [
     ("over-issued", |v| v.over_issued.to_string()),
     ("duplicates", |v| v.duplicates.to_string()),
     ("out of turn", |v| v.out_of_turn.to_string()),
+    ("reservations lost (re-reserved)", |v| {
+        format!("{} ({})", v.reservations_lost, v.re_reserved)
+    }),
     ("verdict", |v| v.verdict.clone()),
 ];
 
@@ -170,7 +173,7 @@ fn verification_table(out: &mut String, rows: &[Row]) {
         "\n*Acked but lost*: told 2xx, no issue row. *Issued but refused*: has a row, but was told \
          a failure, timed out or got no answer. *Outcome unknown*: told that the answer to its COMMIT \
          or script was lost and the server settles it later (in brackets: those that hold a row). *Stranded stock*: the coupon answered SOLD_OUT while \
-         once nothing moves Redis holds reservations no call will confirm (the total less the rows less what Redis would still sell).\n",
+         once nothing moves Redis holds reservations no call will confirm (the total less the rows less what Redis would still sell). *Reservations lost*: told 2xx, and Redis's primary holds no reservation for them after the drain (a failover promoted a replica the reservation had not reached); in brackets, those who passed Redis's check again.\n",
     );
 }
 
