@@ -125,24 +125,29 @@ impl Sources {
         Ok(Truth {
             total,
             rows,
-            reserved_in_redis: self.reserved_in_redis(coupon_id, sellable_in_redis.is_some())?,
+            reserved_in_redis: self.reserved_in_redis(coupon_id)?,
             sellable_in_redis,
         })
     }
 
     /// The members in the coupon's reservation set and its shards' sets,
-    /// where the coupon's stock is in Redis but not behind the drop gate
-    /// (whose buyers' counts are the component's own keys).
-    fn reserved_in_redis(
-        &self,
-        coupon_id: u64,
-        stock_in_redis: bool,
-    ) -> anyhow::Result<Option<BTreeSet<u64>>> {
+    /// where a method reserves there: the coupon's total is kept in Redis
+    /// (the Lua methods warm it on their first request, and again after a
+    /// failover lost it) or its shards have a stock. An empty set then
+    /// counts: a failover can lose every reservation. `None` behind the
+    /// drop gate, whose buyers' counts are the component's own keys.
+    fn reserved_in_redis(&self, coupon_id: u64) -> anyhow::Result<Option<BTreeSet<u64>>> {
         let mut redis = self.redis.connection()?;
         let gated: bool = redis::cmd("EXISTS")
             .arg(keys::gate_remaining(coupon_id))
             .query(&mut *redis)?;
-        if !stock_in_redis || gated {
+        let total_kept: bool = redis::cmd("EXISTS")
+            .arg(keys::total(coupon_id))
+            .query(&mut *redis)?;
+        let sharded: bool = redis::cmd("EXISTS")
+            .arg(keys::shard_stock(coupon_id, 0))
+            .query(&mut *redis)?;
+        if gated || !(total_kept || sharded) {
             return Ok(None);
         }
         let sets = std::iter::once(keys::issued(coupon_id))
