@@ -13,7 +13,7 @@ use super::markup::esc;
 use crate::galera::NodeConflicts;
 
 /// Why a count of 503 `DEADLOCK` answers cannot be split per request.
-const NOT_PER_REQUEST: &str = "a 503 DEADLOCK at COMMIT names the certification conflict; one at a statement is a brute-force abort or a local deadlock, the same error 1213, which the engine does not tell apart per request";
+const NOT_PER_REQUEST: &str = "A 503 DEADLOCK at COMMIT names the certification conflict; one at a statement is a brute-force abort or a local deadlock, the same error 1213, which the engine does not tell apart per request";
 
 /// One line: each node's counters over the run, and what they mean.
 fn sentence(nodes: &[NodeConflicts]) -> String {
