@@ -17,6 +17,8 @@
 //!    - [`db_target`]: the lab's database as the host reaches it: a URL
 //!      without its password, the pools' settings, a bound on each step.
 //!    - [`recently`]: keys done at most once an interval.
+//!    - [`credentials`]: the passwords of the users the lab makes on its
+//!      servers, derived from the administrative URL.
 //!    - [`outcome`]: every way a request ends, its name and its status,
 //!      and a request's ending as the record keeps it.
 //! 2. [`runtime`]: the wasmtime engine, the WIT bindings, the world a
@@ -61,6 +63,7 @@ pub mod canary;
 pub mod config;
 pub mod confirmations;
 pub mod consumers;
+pub mod credentials;
 pub mod db;
 pub mod db_target;
 pub mod http;

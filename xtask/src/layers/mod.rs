@@ -23,6 +23,7 @@ const HOST_FLOORS: &[&[&str]] = &[
         "redis_target",
         "db_target",
         "recently",
+        "credentials",
         "outcome",
     ],
     &["runtime"],

@@ -117,7 +117,7 @@ fn database(admin_url: &str) -> i64 {
 /// it from its first seed (the nodes share their credentials).
 pub fn password(admin_url: &str) -> String {
     let first = seeds(admin_url).first().copied().unwrap_or(admin_url);
-    crate::runtime::capabilities::derived_password(&user(admin_url), first)
+    crate::credentials::derived_password(&user(admin_url), first)
 }
 
 /// The URL components connect with: the administrative one (each seed of a

@@ -29,8 +29,8 @@ use super::GuestSql;
 use super::engine::{Engine, SNAPSHOT_ISOLATION};
 use super::lent::Limits;
 use super::orphans::Orphans;
+use crate::credentials::derived_password;
 use crate::db_target::{Pool, PoolSettings, STEP_LIMIT, Target, answered};
-use crate::runtime::capabilities::derived_password;
 
 /// The `sql` capability's settings.
 #[derive(Debug, Clone, clap::Args)]
