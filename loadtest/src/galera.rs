@@ -64,20 +64,41 @@ impl Node {
     }
 
     /// SIGKILL, then the node started again as `cargo xtask galera up`
-    /// starts a joiner (its own `my.cnf`, its output to its error log, a
-    /// process group of its own); how long until it was `Synced` in a
-    /// cluster of three again.
+    /// starts a joiner; how long until it was `Synced` in a cluster of
+    /// three again.
     pub fn kill_and_rejoin(self) -> anyhow::Result<Duration> {
         let pid = self.pid()?;
         self.signal("KILL")?;
         let killed = Instant::now();
-        // Gone, or a zombie (whose command line is empty).
-        while std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| !line.is_empty()) {
+        while !exited(pid) {
             if killed.elapsed() > REJOIN_LIMIT {
                 bail!("{} did not die after SIGKILL", self.address());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let mut node = self.start()?;
+        while !self.synced_in_three() {
+            if killed.elapsed() > REJOIN_LIMIT {
+                bail!(
+                    "{} was not Synced in a cluster of 3 within {REJOIN_LIMIT:?} of its restart",
+                    self.address()
+                );
+            }
+            // A start that found a port of the group still held (the
+            // kernel lets go of a dead process's sockets on its own time)
+            // ends at once: started again until one stays.
+            if node.try_wait()?.is_some() {
+                node = self.start()?;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(killed.elapsed())
+    }
+
+    /// The node's `mariadbd`, as `cargo xtask galera up` starts a joiner:
+    /// its own `my.cnf`, its output to its error log, a process group of
+    /// its own.
+    fn start(self) -> anyhow::Result<std::process::Child> {
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -92,17 +113,7 @@ impl Node {
             .stderr(log)
             .process_group(0)
             .spawn()
-            .with_context(|| format!("cannot start {} again", self.address()))?;
-        while !self.synced_in_three() {
-            if killed.elapsed() > REJOIN_LIMIT {
-                bail!(
-                    "{} was not Synced in a cluster of 3 within {REJOIN_LIMIT:?} of its restart",
-                    self.address()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Ok(killed.elapsed())
+            .with_context(|| format!("cannot start {} again", self.address()))
     }
 
     /// The node's global status variables `names`, name → value; none
@@ -155,6 +166,19 @@ impl Node {
             bf_aborts: number(BF_ABORTS)?,
         })
     }
+}
+
+/// Whether process `pid` has let go of everything it held, its sockets
+/// included: gone, or a zombie (`Z`) or dead (`X`) by the state its
+/// `/proc/<pid>/stat` gives after the command's closing parenthesis. Its
+/// command line empties earlier, while it still holds its ports.
+fn exited(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+        .is_some_and(|state| matches!(state, 'Z' | 'X'))
 }
 
 const CERT_FAILURES: &str = "wsrep_local_cert_failures";
@@ -277,6 +301,12 @@ pub fn start_more_hosts(urls: &[String], serve: Serve<'_>) -> anyhow::Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_running_process_has_not_exited_and_one_never_started_has() {
+        assert!(!exited(std::process::id()));
+        assert!(exited(u32::MAX));
+    }
 
     #[test]
     fn a_nodes_conflicts_are_the_difference_unless_it_restarted() {

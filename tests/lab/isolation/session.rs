@@ -9,6 +9,14 @@ use tokio::sync::{mpsc, oneshot};
 
 const MARIADB: &str = "mysql://root@127.0.0.1:3306";
 const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432";
+/// The first node of `cargo xtask galera up`'s cluster; the others follow.
+const GALERA_FIRST_PORT: u16 = 3307;
+/// What a Galera session waits for before each statement: every write set
+/// the cluster committed before it, applied on its node (reads 1, updates
+/// and deletes 2, inserts 4), so a case's steps meet what was committed
+/// before them as on one node, and what differs is the locks and the
+/// certification.
+const GALERA_SYNC_WAIT: u8 = 7;
 /// The database the cases' tables are made in, on each engine.
 const DATABASE: &str = "couponlab_hermitage";
 /// How long a blocked statement waits before the engine gives up on it:
@@ -22,6 +30,9 @@ pub enum Engine {
     MariaDb,
     MariaDbSnapshotIsolation,
     Postgres,
+    /// The Galera cluster, session n on node n+1: two sessions of a case
+    /// never share a node.
+    Galera,
 }
 
 impl Engine {
@@ -30,6 +41,7 @@ impl Engine {
             Engine::MariaDb => "MariaDB",
             Engine::MariaDbSnapshotIsolation => "MariaDB, innodb_snapshot_isolation=ON",
             Engine::Postgres => "PostgreSQL",
+            Engine::Galera => "Galera, each session on a node of its own (wsrep_sync_wait=7)",
         }
     }
 
@@ -38,6 +50,20 @@ impl Engine {
             Engine::MariaDb => "mariadb",
             Engine::MariaDbSnapshotIsolation => "mariadb_si",
             Engine::Postgres => "postgres",
+            Engine::Galera => "galera",
+        }
+    }
+
+    /// The server session `session` (0-2) connects to, the observer as
+    /// session 0.
+    fn server(self, session: usize) -> String {
+        match self {
+            Engine::Postgres => POSTGRES.to_string(),
+            Engine::MariaDb | Engine::MariaDbSnapshotIsolation => MARIADB.to_string(),
+            Engine::Galera => format!(
+                "mysql://root@127.0.0.1:{}",
+                GALERA_FIRST_PORT + session as u16
+            ),
         }
     }
 
@@ -49,15 +75,27 @@ impl Engine {
                 format!("SET lock_timeout = '{LOCK_WAIT_SECONDS}s'"),
                 format!("BEGIN ISOLATION LEVEL {level}"),
             ],
-            Engine::MariaDb | Engine::MariaDbSnapshotIsolation => vec![
+            Engine::MariaDb | Engine::MariaDbSnapshotIsolation | Engine::Galera => [
                 format!("SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECONDS}"),
                 format!(
                     "SET SESSION innodb_snapshot_isolation = {}",
-                    if self == Engine::MariaDb { "OFF" } else { "ON" }
+                    if self == Engine::MariaDbSnapshotIsolation {
+                        "ON"
+                    } else {
+                        "OFF"
+                    }
                 ),
+            ]
+            .into_iter()
+            .chain(
+                (self == Engine::Galera)
+                    .then(|| format!("SET SESSION wsrep_sync_wait = {GALERA_SYNC_WAIT}")),
+            )
+            .chain([
                 format!("SET TRANSACTION ISOLATION LEVEL {level}"),
                 "BEGIN".to_string(),
-            ],
+            ])
+            .collect(),
         }
     }
 }
@@ -100,7 +138,8 @@ pub async fn create_database(engine: Engine) {
             }
         }
         _ => {
-            let mut admin = MySqlConnection::connect(MARIADB).await.expect("MariaDB");
+            let server = engine.server(0);
+            let mut admin = MySqlConnection::connect(&server).await.expect(&server);
             sqlx::raw_sql(&format!("CREATE DATABASE IF NOT EXISTS {DATABASE}"))
                 .execute(&mut admin)
                 .await
@@ -110,16 +149,14 @@ pub async fn create_database(engine: Engine) {
 }
 
 impl Conn {
-    async fn open(engine: Engine) -> Conn {
+    /// A connection for session `session` (the observer: 0).
+    async fn open(engine: Engine, session: usize) -> Conn {
+        let url = format!("{}/{DATABASE}", engine.server(session));
         match engine {
             Engine::Postgres => {
-                let url = format!("{POSTGRES}/{DATABASE}");
                 Conn::Postgres(PgConnection::connect(&url).await.expect("PostgreSQL"))
             }
-            _ => {
-                let url = format!("{MARIADB}/{DATABASE}");
-                Conn::MariaDb(MySqlConnection::connect(&url).await.expect("MariaDB"))
-            }
+            _ => Conn::MariaDb(MySqlConnection::connect(&url).await.expect(&url)),
         }
     }
 
@@ -203,6 +240,9 @@ struct Session {
     /// The engine's id of the session, to ask whether it waits.
     id: i64,
     steps: mpsc::UnboundedSender<(String, oneshot::Sender<Answer>)>,
+    /// On a cluster, a connection to the session's node, which alone
+    /// knows whether the session waits for a lock (the observer's, else).
+    watcher: Option<Conn>,
 }
 
 /// One case on one engine and level: its table, three sessions in their
@@ -228,7 +268,7 @@ impl Run {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        let mut observer = Conn::open(engine).await;
+        let mut observer = Conn::open(engine, 0).await;
         for sql in [
             format!("DROP TABLE IF EXISTS {table}"),
             format!("CREATE TABLE {table} (id int PRIMARY KEY, value int)"),
@@ -237,8 +277,8 @@ impl Run {
             observer.run(&sql).await.expect(&sql);
         }
         let mut sessions = Vec::new();
-        for _ in 0..3 {
-            let mut conn = Conn::open(engine).await;
+        for session in 0..3 {
+            let mut conn = Conn::open(engine, session).await;
             let id = conn
                 .number(match engine {
                     Engine::Postgres => "SELECT pg_backend_pid()",
@@ -273,7 +313,11 @@ impl Run {
                 }
                 let _ = conn.run("ROLLBACK").await;
             });
-            sessions.push(Session { id, steps });
+            let watcher = match engine {
+                Engine::Galera => Some(Conn::open(engine, session).await),
+                _ => None,
+            };
+            sessions.push(Session { id, steps, watcher });
         }
         Run {
             table,
@@ -289,11 +333,15 @@ impl Run {
     pub async fn step(&mut self, t: usize, sql: &str) -> Pending {
         let sql = sql.replace("test", &self.table);
         let (reply, mut answer) = oneshot::channel();
-        let session = &self.sessions[t];
+        let Run {
+            sessions, observer, ..
+        } = self;
+        let session = &mut sessions[t];
         session
             .steps
             .send((sql, reply))
             .expect("the session's task");
+        let watcher = session.watcher.as_mut().unwrap_or(observer);
         loop {
             match answer.try_recv() {
                 Ok(answered) => return Pending::Answered(answered),
@@ -302,7 +350,7 @@ impl Run {
                 }
                 Err(oneshot::error::TryRecvError::Empty) => {}
             }
-            if self.observer.waits(session.id).await {
+            if watcher.waits(session.id).await {
                 self.blocked = true;
                 return Pending::Waiting(answer);
             }
