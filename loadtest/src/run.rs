@@ -27,8 +27,9 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(300);
 /// How far ahead of their launch several k6 processes start their load.
 const PROCESSES_START_AFTER: Duration = Duration::from_secs(3);
 
-/// How long several hosts' results may take to count every request.
-const HOSTS_AGREE_LIMIT: Duration = Duration::from_secs(5);
+/// How long several hosts' results may take to count every request (a
+/// Galera node that was paused catches up on its own time).
+const HOSTS_AGREE_LIMIT: Duration = Duration::from_secs(30);
 
 /// How long the pending figure may stand still before the run is reported
 /// as it is: what a fault lost stays pending for good. Not while the
@@ -333,10 +334,19 @@ fn hosts_said(runner: &Runner, path: &str, sent: usize) -> anyhow::Result<Vec<Ho
     }
     let sent = sent as u64;
     let since = Instant::now();
-    let said = loop {
+    let said = 'asking: loop {
         let mut said = Vec::new();
         for host in &runner.hosts {
-            let result = read_whole(host, path)?;
+            let result = match read_whole(host, path) {
+                Ok(result) => result,
+                // A host on a Galera node that was paused or killed may
+                // not have applied the coupon's row yet (404): asked again.
+                Err(_) if since.elapsed() <= HOSTS_AGREE_LIMIT => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue 'asking;
+                }
+                Err(err) => return Err(err),
+            };
             said.push(HostSaid {
                 base_url: host.base_url(),
                 requests: result.typed.requests.total,
