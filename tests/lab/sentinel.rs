@@ -1,18 +1,22 @@
 //! The lab behind Redis Sentinels: a primary of the test's own with two
 //! replicas and three Sentinels (`redis-server --sentinel`), all on free
 //! ports, failing over fast (`down-after-milliseconds` 1000, a failover
-//! timeout of 3 s). The primary is SIGKILLed mid-burst; the lab finds the
-//! promoted replica through the Sentinels and serves again.
+//! timeout of 3 s). The primary is SIGKILLed, or paused (SIGSTOP) until a
+//! replica is promoted and then continued, mid-burst; the lab finds the
+//! promoted replica through the Sentinels and serves again. Redis
+//! replicates asynchronously: what the old primary had not sent is gone,
+//! and what each method makes of a lost reservation is measured here.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use couponlab_contract::keys;
+use serde_json::json;
 
-use crate::common::{Setup, assert_invariants_hold, outcome};
+use crate::common::{Setup, TestLab, assert_invariants_hold};
+use crate::failover_burst::{Lane, Seen, burst, members_of, rows_keep_the_invariants};
 use crate::redis_server::{RedisServer, cli, node_port};
 
 const MASTER: &str = "lab";
@@ -151,139 +155,274 @@ impl Topology {
         let first = named[0]?;
         (first != old && named.iter().all(|port| *port == Some(first))).then_some(first)
     }
-}
 
-/// What the burst saw: each answer's outcome name, and when the first
-/// request sent after the kill was served.
-#[derive(Default)]
-struct Seen {
-    outcomes: std::collections::BTreeMap<String, usize>,
-    killed_at: Option<Instant>,
-    served_again: Option<Duration>,
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_lua_follows_a_sentinel_failover_mid_burst_and_keeps_the_total_and_one_per_member() {
-    const TOTAL: u64 = 150;
-    const MEMBERS: u64 = 400;
-    const WORKERS: usize = 8;
-    /// Served before the kill: the primary dies mid-burst.
-    const KILL_AFTER: usize = 40;
-    let mut topology = tokio::task::spawn_blocking(Topology::start).await.unwrap();
-    let old_primary = topology.primary.port;
-    let lab = Setup::with(&["redis_lua"])
-        .redis_url(topology.url())
-        .start()
-        .await;
-    let (members, coupon) = lab.members_and_coupon(MEMBERS, TOTAL).await;
-
-    let next = AtomicUsize::new(0);
-    let served = AtomicUsize::new(0);
-    let seen = Mutex::new(Seen::default());
-    // Each worker asks for one member after another; a member answered
-    // 503 (Redis unreachable, or its answer lost) asks again, as a client
-    // would, until it is answered otherwise.
-    let worker = || async {
-        while let Some(&member) = members.get(next.fetch_add(1, Ordering::Relaxed)) {
-            let first_asked = Instant::now();
-            loop {
-                let sent = Instant::now();
-                let reply = lab.issue(coupon, member, "REDIS_LUA").await;
-                let mut seen = seen.lock().unwrap();
-                *seen.outcomes.entry(outcome(&reply)).or_default() += 1;
-                if reply.status.is_success() {
-                    served.fetch_add(1, Ordering::Relaxed);
-                    if let Some(killed) = seen.killed_at
-                        && sent > killed
-                        && seen.served_again.is_none()
-                    {
-                        seen.served_again = Some(killed.elapsed());
-                    }
-                }
-                if reply.status != 503 {
-                    break;
-                }
-                drop(seen);
-                assert!(
-                    first_asked.elapsed() < READY_LIMIT,
-                    "member {member} still answered 503 after {READY_LIMIT:?}: {}",
-                    reply.body
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
-    let killer = async {
+    /// Waits until the Sentinels agree on a primary other than `old` (the
+    /// one that led the failover tells the others within a hello period or
+    /// two).
+    async fn until_promoted(&self, old: u16) -> u16 {
         let started = Instant::now();
-        while served.load(Ordering::Relaxed) < KILL_AFTER {
+        loop {
+            if let Some(promoted) = self.promoted(old) {
+                return promoted;
+            }
             assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the burst served fewer than {KILL_AFTER} in a minute"
+                started.elapsed() < READY_LIMIT,
+                "the Sentinels do not agree on a promoted replica"
             );
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        topology.primary.kill();
-        seen.lock().unwrap().killed_at = Some(Instant::now());
-    };
-    tokio::join!(
-        futures::future::join_all((0..WORKERS).map(|_| worker())),
-        killer
-    );
+    }
+}
 
-    let seen = seen.into_inner().unwrap();
-    let served_again = seen
-        .served_again
-        .expect("a request sent after the kill was served");
-    let bound = DOWN_AFTER + FAILOVER_TIMEOUT + Duration::from_secs(5);
-    assert!(
-        served_again < bound,
-        "served again {served_again:?} after the kill, over {bound:?}"
-    );
-    // The Sentinel that led the failover tells the others within a hello
-    // period or two.
+/// The process id of the Redis on `port`, as it reports it.
+fn pid_of(port: u16) -> String {
+    cli(port, &["info", "server"])
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .expect("the node reports its process id")
+        .trim()
+        .to_string()
+}
+
+fn signal(pid: &str, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), pid])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// Waits until the node on `port` replicates from a primary, its link up.
+async fn until_a_replica_in_sync(port: u16) {
     let started = Instant::now();
-    let new_primary = loop {
-        if let Some(promoted) = topology.promoted(old_primary) {
-            break promoted;
+    loop {
+        let info = cli(port, &["info", "replication"]);
+        if info.contains("role:slave")
+            && info.contains("master_link_status:up")
+            && info.contains("master_sync_in_progress:0")
+        {
+            return;
         }
         assert!(
             started.elapsed() < READY_LIMIT,
-            "the Sentinels do not agree on a promoted replica"
+            "127.0.0.1:{port} is no replica in sync: {info}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    }
+}
 
-    // What the lab owes the members: what it could not tell settled.
+/// Every method served a request sent after the fault within the
+/// Sentinels' failover and a few seconds; when, per method.
+fn assert_served_again_in_time(seen: &Seen, lanes: &[Lane]) {
+    let bound = DOWN_AFTER + FAILOVER_TIMEOUT + Duration::from_secs(5);
+    for lane in lanes {
+        let served_again = seen.served_again.get(lane.method).unwrap_or_else(|| {
+            panic!(
+                "{}: no request sent after the fault was served",
+                lane.method
+            )
+        });
+        assert!(
+            *served_again < bound,
+            "{} served again {served_again:?} after the fault, over {bound:?}",
+            lane.method
+        );
+    }
+}
+
+/// A lab behind the topology, serving `components`, and one coupon of
+/// `total` per method, `members` members each.
+async fn lab_with_lanes(
+    topology: &Topology,
+    components: &[&'static str],
+    methods: &[&'static str],
+    total: u64,
+    members: u64,
+) -> (TestLab, Vec<Lane>) {
+    let lab = Setup::with(components)
+        .redis_url(topology.url())
+        .start()
+        .await;
+    let mut lanes = Vec::new();
+    for &method in methods {
+        lanes.push(Lane {
+            method,
+            coupon: lab.coupon_for(method, total).await,
+            members: lab.members(members).await,
+        });
+    }
+    (lab, lanes)
+}
+
+/// The members told 2xx whose reservation `coupon:issued:{id}` on
+/// `primary` does not hold.
+fn reservations_lost(seen: &Seen, lane: &Lane, primary: u16) -> BTreeSet<u64> {
+    let reserved = members_of(primary, &keys::issued(lane.coupon));
+    let told = seen
+        .told_success
+        .get(lane.method)
+        .cloned()
+        .unwrap_or_default();
+    told.difference(&reserved).copied().collect()
+}
+
+const TOTAL: u64 = 150;
+const MEMBERS: u64 = 400;
+const WORKERS: usize = 8;
+/// Served before the fault: the primary fails mid-burst.
+const FAULT_AFTER: usize = 120;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_methods_follow_a_sentinel_failover_mid_burst_and_keep_the_total_and_one_per_member() {
+    let mut topology = tokio::task::spawn_blocking(Topology::start).await.unwrap();
+    let old_primary = topology.primary.port;
+    let methods = [
+        "REDIS_LUA",
+        "REDIS_STREAM_ATOMIC",
+        "REDIS_LUA_GATE",
+        "REDIS_LUA_WAIT",
+    ];
+    let components = [
+        "redis_lua",
+        "redis_stream_atomic",
+        "redis_lua_gate",
+        "redis_lua_wait",
+    ];
+    let (lab, lanes) = lab_with_lanes(&topology, &components, &methods, TOTAL, MEMBERS).await;
+    let kill = async { topology.primary.kill() };
+    let seen = burst(&lab, &lanes, WORKERS, FAULT_AFTER, kill).await;
+    assert_served_again_in_time(&seen, &lanes);
+    let new_primary = topology.until_promoted(old_primary).await;
     lab.until_nothing_to_settle(Duration::from_secs(30)).await;
-    let rows = lab.issue_rows(coupon).await as u64;
-    let distinct = lab
-        .number_of(
-            "SELECT COUNT(DISTINCT member_id) FROM coupon_issues WHERE coupon_id = ?",
-            &[coupon],
-        )
-        .await as u64;
-    assert!(rows <= TOTAL, "{rows} rows for a total of {TOTAL}");
-    assert_eq!(distinct, rows, "one coupon per member");
-    assert_invariants_hold(&lab.result(coupon).await);
 
-    // Members with a row the promoted primary's set does not hold: their
-    // reservations went with the old primary (asynchronous replication).
-    let reserved: std::collections::BTreeSet<u64> =
-        cli(new_primary, &["smembers", &keys::issued(coupon)])
-            .lines()
-            .filter_map(|line| line.trim().parse().ok())
+    for lane in &lanes {
+        let told = seen
+            .told_success
+            .get(lane.method)
+            .cloned()
+            .unwrap_or_default();
+        let lost = if lane.method == "REDIS_LUA_GATE" {
+            // The gate keeps its buyers under keys of its own.
+            BTreeSet::new()
+        } else {
+            reservations_lost(&seen, lane, new_primary)
+        };
+        if lane.method == "REDIS_STREAM_ATOMIC" {
+            every_202_is_issued_or_lost(&lab, lane, &told, &lost).await;
+        }
+        let issued = rows_keep_the_invariants(&lab, lane.method, lane.coupon, TOTAL).await;
+        if lane.method == "REDIS_LUA_WAIT" {
+            assert_eq!(
+                lost,
+                BTreeSet::new(),
+                "REDIS_LUA_WAIT: a replica acknowledged every reservation before its 200"
+            );
+        }
+        let remaining = cli(new_primary, &["get", &keys::gate_remaining(lane.coupon)]);
+        println!(
+            "{} behind Sentinels, primary 127.0.0.1:{old_primary} SIGKILLed after {FAULT_AFTER} served: \
+             127.0.0.1:{new_primary} promoted; served again {:?} after the kill; \
+             told 2xx {}, rows {} of {TOTAL}, reservations lost {}{}; outcomes {:?}",
+            lane.method,
+            seen.served_again[lane.method],
+            told.len(),
+            issued.len(),
+            lost.len(),
+            if remaining.trim().is_empty() {
+                String::new()
+            } else {
+                format!(", gate remaining {}", remaining.trim())
+            },
+            seen.outcomes.get(lane.method)
+        );
+    }
+    assert_invariants_hold(&lab.result(lanes[0].coupon).await);
+    lab.finish().await;
+}
+
+/// Every member told 202 gets a row, unless the promoted primary lost its
+/// reservation and entry with it (what the verification reports as lost):
+/// waits for the consumers until that holds.
+async fn every_202_is_issued_or_lost(
+    lab: &TestLab,
+    lane: &Lane,
+    told: &BTreeSet<u64>,
+    lost: &BTreeSet<u64>,
+) {
+    let started = Instant::now();
+    loop {
+        let issued: BTreeSet<u64> = lab.issued_members(lane.coupon).await.into_iter().collect();
+        let neither: Vec<u64> = told
+            .iter()
+            .filter(|member| !issued.contains(member) && !lost.contains(member))
+            .copied()
             .collect();
-    let lost = lab
-        .issued_members(coupon)
-        .await
-        .iter()
-        .filter(|member| !reserved.contains(member))
-        .count();
-    println!(
-        "REDIS_LUA behind Sentinels, primary 127.0.0.1:{old_primary} SIGKILLed after {KILL_AFTER} served: \
-         127.0.0.1:{new_primary} promoted; served again {served_again:?} after the kill; \
-         {rows} rows of {TOTAL}; reservations lost {lost}; outcomes {:?}",
-        seen.outcomes
-    );
+        if neither.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < crate::common::DRAIN,
+            "{}: told 202, neither issued nor reported lost: {neither:?}",
+            lane.method
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_paused_through_a_failover_leaves_figures_that_match_the_rows_and_the_new_primary()
+ {
+    let topology = tokio::task::spawn_blocking(Topology::start).await.unwrap();
+    let old_primary = topology.primary.port;
+    let methods = ["REDIS_LUA", "REDIS_LUA_WAIT"];
+    let components = ["redis_lua", "redis_lua_wait"];
+    let (lab, lanes) = lab_with_lanes(&topology, &components, &methods, TOTAL, MEMBERS).await;
+    let paused = pid_of(old_primary);
+    // Two primaries for a moment: the old one continues after the
+    // promotion, until the Sentinels make it a replica.
+    let pause = async {
+        signal(&paused, "STOP");
+        topology.until_promoted(old_primary).await;
+        signal(&paused, "CONT");
+    };
+    let seen = burst(&lab, &lanes, WORKERS, FAULT_AFTER, pause).await;
+    assert_served_again_in_time(&seen, &lanes);
+    let new_primary = topology.until_promoted(old_primary).await;
+    until_a_replica_in_sync(old_primary).await;
+    lab.until_nothing_to_settle(Duration::from_secs(30)).await;
+
+    for lane in &lanes {
+        let issued = rows_keep_the_invariants(&lab, lane.method, lane.coupon, TOTAL).await;
+        let reserved = members_of(new_primary, &keys::issued(lane.coupon));
+        let lost = reservations_lost(&seen, lane, new_primary);
+        // The lab's result, read through the Sentinels, against the rows
+        // and the new primary's set read here.
+        let result = lab.result(lane.coupon).await;
+        assert_invariants_hold(&result);
+        let redis = &result["redis"];
+        assert_eq!(
+            redis["setSize"],
+            json!(reserved.len()),
+            "{}: {result}",
+            lane.method
+        );
+        assert_eq!(
+            redis["dbOnlyMembers"]["count"],
+            json!(issued.difference(&reserved).count()),
+            "{}: {result}",
+            lane.method
+        );
+        println!(
+            "{} behind Sentinels, primary 127.0.0.1:{old_primary} paused after {FAULT_AFTER} served until \
+             127.0.0.1:{new_primary} was promoted, then continued: served again {:?} after the pause; \
+             told 2xx {}, rows {} of {TOTAL}, reservations lost {}; outcomes {:?}",
+            lane.method,
+            seen.served_again[lane.method],
+            seen.told_success.get(lane.method).map_or(0, BTreeSet::len),
+            issued.len(),
+            lost.len(),
+            seen.outcomes.get(lane.method)
+        );
+    }
     lab.finish().await;
 }
