@@ -58,11 +58,15 @@ impl ReplicatedCluster {
         assert!(created.success(), "redis-cli --cluster create failed");
         let cluster = ReplicatedCluster { nodes };
         let started = Instant::now();
-        // Ok, and every node knows the three replicas: until then a
-        // master's failure has no replica to promote.
+        // Ok, every node knows the three replicas, and each replica has
+        // copied its master: a replica that never finished its first sync
+        // counts as disconnected from the start, and will not fail over.
         while !cluster.ports().iter().all(|&port| {
+            let replication = cli(port, &["info", "replication"]);
             cli(port, &["cluster", "info"]).contains("cluster_state:ok")
                 && cli(port, &["cluster", "nodes"]).matches("slave").count() == 3
+                && (replication.contains("role:master")
+                    || replication.contains("master_link_status:up"))
         }) {
             assert!(
                 started.elapsed() < READY_LIMIT,
