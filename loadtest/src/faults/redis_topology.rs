@@ -40,18 +40,41 @@ impl RedisTopology {
         format!("redis+sentinel://{}/{MASTER}/{db}", sentinels.join(","))
     }
 
-    /// The port of the node a fault acts on: the primary the Sentinels name,
-    /// or the master that serves slot 0.
+    /// The port of the node a fault acts on: the primary every Sentinel
+    /// names, or the master that serves slot 0. Sentinels that disagree (one
+    /// not yet told of a failover) are waited for, at most [`LIMIT`].
     pub fn primary(self) -> anyhow::Result<u16> {
+        let since = Instant::now();
+        loop {
+            if let Some(primary) = self.named_primary() {
+                return Ok(primary);
+            }
+            if since.elapsed() > LIMIT {
+                bail!(
+                    "no primary agreed on within {LIMIT:?}: `cargo xtask sentinel up` or `cargo xtask cluster up --replicas 1` starts one"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The primary as the topology names it now, when it names one.
+    fn named_primary(self) -> Option<u16> {
         match self {
-            RedisTopology::Sentinel => SENTINEL_PORTS
-                .iter()
-                .find_map(|&port| sentinel_primary(port))
-                .context("no Sentinel names a primary: `cargo xtask sentinel up` starts them"),
+            RedisTopology::Sentinel => {
+                let named: Vec<Option<u16>> = SENTINEL_PORTS
+                    .iter()
+                    .map(|&port| sentinel_primary(port))
+                    .collect();
+                let first = named[0]?;
+                named
+                    .iter()
+                    .all(|port| *port == Some(first))
+                    .then_some(first)
+            }
             RedisTopology::Cluster => CLUSTER_PORTS
                 .iter()
-                .find_map(|&port| master_of_slot_zero(port))
-                .context("no cluster node names the master of slot 0: `cargo xtask cluster up --replicas 1` starts them"),
+                .find_map(|&port| master_of_slot_zero(port)),
         }
     }
 
@@ -60,7 +83,7 @@ impl RedisTopology {
     pub fn until_promoted(self, old: u16) -> anyhow::Result<(u16, Instant)> {
         let since = Instant::now();
         loop {
-            if let Ok(primary) = self.primary()
+            if let Some(primary) = self.named_primary()
                 && primary != old
                 && role(primary).as_deref() == Some("master")
             {
