@@ -25,6 +25,8 @@
 //!   whether Redis may have run it.
 
 pub mod acl;
+#[cfg(test)]
+mod call_futures;
 mod channels;
 mod dedicated;
 mod failure;
@@ -152,7 +154,10 @@ pub async fn connect(
 }
 
 /// The call's [`Watch`], built from the fields it needs so that the call's
-/// resource table can be borrowed beside it.
+/// resource table can be borrowed beside it. Its reply is awaited boxed:
+/// with the command's future inside, it is the bulk of a host call's
+/// future, which wasmtime moves by value (into a box of its own, and
+/// through the call's wrappers) on every call.
 macro_rules! watch {
     ($state:expr) => {
         Watch {
@@ -206,13 +211,12 @@ impl wit::Host for HostState {
         }
         let pending = self.trace_command(&name, &args);
         let caps = self.caps.clone();
-        let result = watch!(self)
-            .reply(
-                script(&name, &args),
-                |key| caps.redis.shared_for(key),
-                caps.redis.execute(&name, &args),
-            )
-            .await;
+        let result = Box::pin(watch!(self).reply(
+            script(&name, &args),
+            |key| caps.redis.shared_for(key),
+            caps.redis.execute(&name, &args),
+        ))
+        .await;
         Ok(self.traced_reply(pending, result))
     }
 
@@ -230,13 +234,12 @@ impl wit::Host for HostState {
         let caps = self.caps.clone();
         // Routed as EVALSHA is: by its first key.
         let routed = [vec![String::new(), keys.len().to_string()], keys.clone()].concat();
-        let result = watch!(self)
-            .reply(
-                Some(("EVALSHA", &routed)),
-                |key| caps.redis.shared_for(key),
-                caps.redis.eval(&script, &keys, &args),
-            )
-            .await;
+        let result = Box::pin(watch!(self).reply(
+            Some(("EVALSHA", &routed)),
+            |key| caps.redis.shared_for(key),
+            caps.redis.eval(&script, &keys, &args),
+        ))
+        .await;
         Ok(self.traced_reply(pending, result))
     }
 
@@ -253,7 +256,7 @@ impl wit::Host for HostState {
         let left = self
             .deadline
             .saturating_duration_since(std::time::Instant::now());
-        match tokio::time::timeout(left, self.caps.redis.open()).await {
+        match tokio::time::timeout(left, Box::pin(self.caps.redis.open())).await {
             Ok(Ok(conn)) => {
                 self.open_connections += 1;
                 Ok(Ok(self.table.push(conn)?))
@@ -281,13 +284,12 @@ impl wit::HostConnection for HostState {
         }
         let pending = self.trace_command(&name, &args);
         let borrowed = self.table.get_mut(&conn)?;
-        let result = watch!(self)
-            .reply(
-                script(&name, &args),
-                |_| SentOn::Dedicated,
-                borrowed.execute(&name, &args),
-            )
-            .await;
+        let result = Box::pin(watch!(self).reply(
+            script(&name, &args),
+            |_| SentOn::Dedicated,
+            borrowed.execute(&name, &args),
+        ))
+        .await;
         Ok(self.traced_reply(pending, result))
     }
 
@@ -312,13 +314,12 @@ impl wit::HostConnection for HostState {
             .find_map(|(name, command)| script(name, &command.args));
         let pending = self.trace.start("redis", names.join(" "));
         let borrowed = self.table.get_mut(&conn)?;
-        let values = match watch!(self)
-            .reply(
-                first_script,
-                |_| SentOn::Dedicated,
-                borrowed.pipeline(&commands),
-            )
-            .await
+        let values = match Box::pin(watch!(self).reply(
+            first_script,
+            |_| SentOn::Dedicated,
+            borrowed.pipeline(&commands),
+        ))
+        .await
         {
             Ok(values) => values,
             Err(err) => {
@@ -339,7 +340,7 @@ impl wit::HostConnection for HostState {
     async fn drop(&mut self, conn: Resource<RedisConnection>) -> wasmtime::Result<()> {
         let conn = self.table.delete(conn)?;
         self.open_connections = self.open_connections.saturating_sub(1);
-        conn.release().await;
+        Box::pin(conn.release()).await;
         Ok(())
     }
 }

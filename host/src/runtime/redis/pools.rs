@@ -207,7 +207,10 @@ impl GuestRedis {
         let seen = self.set_ups.load(Ordering::Acquire);
         match op().await {
             Err(err) if is_unknown_user(&err) && self.setup.creates_user => {
-                self.set_up_again(seen).await?;
+                // Boxed: setting Redis up is kilobytes of future that every
+                // command's future would otherwise carry, and wasmtime
+                // moves a host call's future by value.
+                Box::pin(self.set_up_again(seen)).await?;
                 op().await
             }
             result => result,
