@@ -42,13 +42,14 @@ fn wasi() -> WasiCtx {
         .build()
 }
 
-/// Each component measured: the method it serves, where the build puts it
-/// (below `strategies/`), and how many calls are timed (an interpreter's
-/// call costs a hundred times a Rust one).
+/// Each component measured: the method it serves, its file (in
+/// `strategies/dist`, or in `COUPONLAB_BENCH_COMPONENTS`: other builds of
+/// them, to set a build option beside the default), and how many calls are
+/// timed (an interpreter's call costs a hundred times a Rust one).
 const COMPONENTS: [(&str, &str, u32); 3] = [
-    ("REDIS_LUA", "dist/redis_lua.wasm", 20_000),
-    ("PY_REDIS_LUA", "dist/py_redis_lua.wasm", 2_000),
-    ("JS_REDIS_LUA", "dist/js_redis_lua.wasm", 2_000),
+    ("REDIS_LUA", "redis_lua.wasm", 20_000),
+    ("PY_REDIS_LUA", "py_redis_lua.wasm", 2_000),
+    ("JS_REDIS_LUA", "js_redis_lua.wasm", 2_000),
 ];
 
 /// WASI contexts built to time one alone.
@@ -115,7 +116,9 @@ fn stub_capabilities(engine: &Engine, component: &Component, linker: &mut Linker
 /// Mean µs of a call's store, instantiation, `describe()` and drop, over
 /// `calls` calls of the component in `file` after a tenth as many unmeasured.
 async fn time_calls(engine: &Engine, file: &str, calls: u32) -> [f64; 4] {
-    let path = format!("{}/../strategies/{file}", env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::var("COUPONLAB_BENCH_COMPONENTS")
+        .unwrap_or_else(|_| format!("{}/../strategies/dist", env!("CARGO_MANIFEST_DIR")));
+    let path = format!("{dir}/{file}");
     let component = Component::from_file(engine, &path)
         .unwrap_or_else(|err| panic!("{path}: {err} (run `cargo xtask strategies`)"));
     let mut linker = Linker::<Bare>::new(engine);
