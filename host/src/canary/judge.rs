@@ -5,25 +5,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use super::requests::{Asked, Part};
+pub use super::requests::{Asked, Part, Truth};
 use crate::outcome::Outcome;
 use crate::runtime::bindings::types::Claim;
 use crate::runtime::canary_report::{Failure, Figures};
-
-/// What the database and the record of 202s hold once the canary's
-/// requests are answered and confirmed.
-#[derive(Debug, Clone, Default)]
-pub struct Truth {
-    pub total: u64,
-    /// Member → issue rows of the scratch coupon.
-    pub rows: BTreeMap<u64, u64>,
-    pub unknown_coupon_rows: u64,
-    pub unknown_member_rows: u64,
-    /// 202s still unconfirmed when the wait for them ended.
-    pub pending: u64,
-    /// Confirmed 202s by the outcome their confirmation recorded.
-    pub confirmed: BTreeMap<String, u64>,
-}
 
 /// How a canary ended.
 #[derive(Debug)]

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use super::judge::Truth;
 use super::scratch::Scratch;
 use crate::confirmations;
 use crate::db::{on_engine, signed};
@@ -22,6 +21,21 @@ use crate::lab::Lab;
 use crate::outcome::Outcome;
 use crate::runtime::Strategy;
 use crate::runtime::bindings::types::IssueRequest;
+
+/// What the database and the record of 202s hold once the canary's
+/// requests are answered and confirmed.
+#[derive(Debug, Clone, Default)]
+pub struct Truth {
+    pub total: u64,
+    /// Member → issue rows of the scratch coupon.
+    pub rows: BTreeMap<u64, u64>,
+    pub unknown_coupon_rows: u64,
+    pub unknown_member_rows: u64,
+    /// 202s still unconfirmed when the wait for them ended.
+    pub pending: u64,
+    /// Confirmed 202s by the outcome their confirmation recorded.
+    pub confirmed: BTreeMap<String, u64>,
+}
 
 /// How often the wait for confirmations looks.
 const DRAIN_LOOK: Duration = Duration::from_millis(25);
