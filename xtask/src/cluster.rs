@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::services::ensure_debian;
+use crate::packages::ensure_debian;
 use crate::target_dir;
 
 /// The nodes' ports: 7000, 7001, 7002, as Redis's own cluster tutorial has

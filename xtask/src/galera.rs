@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::services::{ensure_debian, install_debian};
+use crate::packages::{ensure_debian, install_debian};
 use crate::target_dir;
-use node::{MARIADBD, NODES, Node, PROVIDER};
+use node::{MARIADBD, NODES, Node, PROVIDER, Position};
 
 /// How long a node may take to start, receive the cluster's state and
 /// report `Synced`.
@@ -153,7 +153,7 @@ fn make_primary(node: Node) -> anyhow::Result<()> {
 
 /// Starts a new primary component from the node `recover` chooses, or
 /// from a new first node; returns the positions recovered for the others.
-fn bootstrap() -> anyhow::Result<Vec<(Node, recover::Position)>> {
+fn bootstrap() -> anyhow::Result<Vec<(Node, Position)>> {
     let (node, recovered) = match recover::plan()? {
         Some(plan) => (plan.bootstrap, plan.recovered),
         None => {

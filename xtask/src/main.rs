@@ -24,7 +24,8 @@
 //! and those typed by hand are one), `strategies` builds and installs the components, `polyglot`
 //! the Python and JavaScript ones, `installed` keeps the record of what was
 //! installed; `new` writes a strategy; `services`
-//! makes sure Redis and MySQL answer and installs Debian's tools; `cluster`
+//! makes sure Redis and MySQL answer, `packages` installs Debian's tools
+//! and fresh Python environments; `cluster`
 //! starts and stops the Redis Cluster, `sentinel` the Redis Sentinels and
 //! their nodes, `galera` the Galera cluster; `suite`
 //! runs the whole test suite and times its phases; `runner`
@@ -39,6 +40,7 @@ mod installed;
 #[cfg(test)]
 mod layers;
 mod new;
+mod packages;
 mod polyglot;
 mod runner;
 mod sentinel;
@@ -136,7 +138,7 @@ fn prepare_for_tests() -> anyhow::Result<()> {
         // The broker tests kill and restart a NATS server of their own.
         ("nats-server", "nats-server"),
     ] {
-        services::ensure_debian(binary, package)?;
+        packages::ensure_debian(binary, package)?;
     }
     tools::ensure_k6()?;
     tools::ensure_schemathesis()

@@ -21,7 +21,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 use couponlab_contract::{ISSUE_STREAM, fields, keys};
 
-use crate::{root, run, services};
+use crate::{packages, root, run};
 
 /// The file a method's directory builds, and where it was built.
 pub struct Built {
@@ -303,7 +303,7 @@ fn ensure_componentize_py(work: &Path) -> anyhow::Result<PathBuf> {
     let venv = work.join("python-venv");
     let tool = venv.join("bin").join("componentize-py");
     ensure_pinned(&pins, &venv, &tool, |venv| {
-        services::fresh_venv(venv)?;
+        packages::fresh_venv(venv)?;
         run(Command::new(venv.join("bin").join("pip"))
             .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
             .arg(&pins))
@@ -321,8 +321,8 @@ fn ensure_componentize_js(work: &Path) -> anyhow::Result<PathBuf> {
         .join(".bin")
         .join("componentize-js");
     ensure_pinned(&pins, &dir, &tool, |dir| {
-        let npm = services::ensure_debian("npm", "npm")?;
-        services::ensure_debian("node", "nodejs")?;
+        let npm = packages::ensure_debian("npm", "npm")?;
+        packages::ensure_debian("node", "nodejs")?;
         std::fs::create_dir_all(dir)?;
         for file in ["package.json", "package-lock.json"] {
             std::fs::copy(toolchain.join(file), dir.join(file))?;

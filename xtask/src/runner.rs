@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::{build_all, build_release, release_binary, services, strategy_dir, tools};
+use crate::{build_all, build_release, packages, release_binary, services, strategy_dir, tools};
 
 /// The load runner's binary.
 const RUNNER: &str = "couponlab-loadtest";
@@ -215,7 +215,7 @@ impl Needs {
         for tool in &self.tools {
             match *tool {
                 Tool::Debian(binary, package) => {
-                    services::ensure_debian(binary, package)?;
+                    packages::ensure_debian(binary, package)?;
                 }
                 Tool::K6 => tools::ensure_k6()?,
                 Tool::Schemathesis => tools::ensure_schemathesis()?,

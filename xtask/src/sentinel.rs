@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 
 use crate::cluster::{answers, redis_cli, redis_daemon, start_daemon};
-use crate::services::ensure_debian;
+use crate::packages::ensure_debian;
 use crate::target_dir;
 
 /// The name the Sentinels know the primary by, in `REDIS_URL`.

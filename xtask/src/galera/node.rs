@@ -10,8 +10,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use super::recover::Position;
 use crate::target_dir;
+
+/// A node's place in the cluster's history: the cluster's uuid and the
+/// last write set it committed.
+#[derive(Debug, PartialEq, Eq, Clone)]
+pub struct Position {
+    pub uuid: String,
+    pub seqno: i64,
+}
 
 pub const MARIADBD: &str = "/usr/sbin/mariadbd";
 /// Debian's galera-4 puts the provider here.

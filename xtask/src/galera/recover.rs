@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-use super::node::{MARIADBD, NODES, Node};
+use super::node::{MARIADBD, NODES, Node, Position};
 
 /// The saved state Galera writes into a node's data directory,
 /// `grastate.dat`.
@@ -18,14 +18,6 @@ pub struct SavedState {
     /// -1 after an unclean stop: the position is then only in InnoDB.
     pub seqno: i64,
     pub safe_to_bootstrap: bool,
-}
-
-/// A node's place in the cluster's history: the cluster's uuid and the
-/// last write set it committed.
-#[derive(Debug, PartialEq, Eq, Clone)]
-pub struct Position {
-    pub uuid: String,
-    pub seqno: i64,
 }
 
 /// How a wholly stopped cluster starts again: `bootstrap` first, as a new
