@@ -21,7 +21,11 @@ use std::process::Command;
 use anyhow::{Context, bail};
 use couponlab_contract::{ISSUE_STREAM, fields, keys};
 
-use crate::{packages, root, run};
+use crate::{root, run};
+
+mod toolchains;
+pub use toolchains::install_toolchains;
+use toolchains::toolchain;
 
 /// The file a method's directory builds, and where it was built.
 pub struct Built {
@@ -67,10 +71,15 @@ impl Language {
     }
 }
 
+/// Where the staged sources, the toolchains and the built components are.
+fn work_dir() -> PathBuf {
+    root().join("strategies").join("target").join("polyglot")
+}
+
 /// Builds every Python and JavaScript method and fixture into
 /// `strategies/target/polyglot/out`.
 pub fn build() -> anyhow::Result<Vec<Built>> {
-    let work = root().join("strategies").join("target").join("polyglot");
+    let work = work_dir();
     let out = work.join("out");
     std::fs::create_dir_all(&out)?;
     let mut built = Vec::new();
@@ -79,10 +88,7 @@ pub fn build() -> anyhow::Result<Vec<Built>> {
         if methods.is_empty() {
             continue;
         }
-        let tool = match language {
-            Language::Python => ensure_componentize_py(&work)?,
-            Language::JavaScript => ensure_componentize_js(&work)?,
-        };
+        let tool = toolchain(language)?;
         for (method, fixture) in methods {
             let name = method
                 .file_name()
@@ -292,73 +298,6 @@ fn contract(syntax: &Syntax) -> anyhow::Result<String> {
         text.push_str(&(syntax.constant)(name, &json(&script)));
     }
     Ok(text)
-}
-
-/// componentize-py as pinned, in a virtual environment of its own.
-fn ensure_componentize_py(work: &Path) -> anyhow::Result<PathBuf> {
-    let pins = root()
-        .join("strategies")
-        .join("python")
-        .join("requirements.txt");
-    let venv = work.join("python-venv");
-    let tool = venv.join("bin").join("componentize-py");
-    ensure_pinned(&pins, &venv, &tool, |venv| {
-        packages::fresh_venv(venv)?;
-        run(Command::new(venv.join("bin").join("pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-            .arg(&pins))
-    })?;
-    Ok(tool)
-}
-
-/// componentize-js as pinned by its lock file, with `npm ci`.
-fn ensure_componentize_js(work: &Path) -> anyhow::Result<PathBuf> {
-    let toolchain = root().join("strategies").join("js").join("toolchain");
-    let pins = toolchain.join("package-lock.json");
-    let dir = work.join("js-toolchain");
-    let tool = dir
-        .join("node_modules")
-        .join(".bin")
-        .join("componentize-js");
-    ensure_pinned(&pins, &dir, &tool, |dir| {
-        let npm = packages::ensure_debian("npm", "npm")?;
-        packages::ensure_debian("node", "nodejs")?;
-        std::fs::create_dir_all(dir)?;
-        for file in ["package.json", "package-lock.json"] {
-            std::fs::copy(toolchain.join(file), dir.join(file))?;
-        }
-        run(Command::new(npm)
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(dir))
-    })?;
-    Ok(tool)
-}
-
-/// Installs into `dir` with `install` unless `dir` holds a copy of `pins`
-/// as they are now and `tool` is there: a change of the pins installs again.
-fn ensure_pinned(
-    pins: &Path,
-    dir: &Path,
-    tool: &Path,
-    install: impl FnOnce(&Path) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let wanted = std::fs::read(pins).with_context(|| format!("cannot read {}", pins.display()))?;
-    let copy = dir.join("installed-from");
-    if tool.is_file() && std::fs::read(&copy).is_ok_and(|installed| installed == wanted) {
-        return Ok(());
-    }
-    println!("installing {} into {}", pins.display(), dir.display());
-    std::fs::remove_dir_all(dir).ok();
-    install(dir)?;
-    if !tool.is_file() {
-        bail!(
-            "installing from {} left no {}",
-            pins.display(),
-            tool.display()
-        );
-    }
-    std::fs::write(copy, wanted)?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -73,12 +73,16 @@ pub fn build_and_install(dir: &Path) -> anyhow::Result<()> {
     // The host's tests read the components from `strategies/target`, so the
     // build goes there even when CARGO_TARGET_DIR names the host's target.
     let target_dir = workspace.join("target");
+    let toolchains = std::thread::spawn(crate::polyglot::install_toolchains);
     println!("building strategy components ({TARGET}, release)");
     run(crate::cargo::command()
         .args(["build", "--release", "--workspace", "--target", TARGET])
         .arg("--target-dir")
         .arg(&target_dir)
         .current_dir(&workspace))?;
+    toolchains.join().map_err(|_| {
+        anyhow::anyhow!("installing the Python and JavaScript toolchains panicked")
+    })??;
 
     let components = components(&metadata(&workspace)?)?;
     let built = target_dir.join(TARGET).join("release");
