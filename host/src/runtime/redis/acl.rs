@@ -81,7 +81,7 @@ const RULES: &[&str] = &[
     // primary is one before it connects there.
     "+role",
     // REDIS_LUA_WAIT waits for a replica's acknowledgement of what its
-    // connection wrote.
+    // connection wrote; the host refuses a WAIT without a bounded timeout.
     "+wait",
     "(~coupon:gate:* +del +pexpire)",
     // The locks (`couponlab_contract::keys::lock`): released and renewed by their holder.

@@ -190,6 +190,22 @@ fn refuse_identity(name: &str) -> Option<WitError> {
     })
 }
 
+/// The longest WAIT a component may ask for. WAIT blocks the connection it
+/// is sent on (on the shared one, every component's commands behind it),
+/// and a timeout of 0 would block it until a replica answers, for ever on
+/// a Redis without replicas.
+const LONGEST_WAIT_MS: u64 = 1_000;
+
+/// WAIT with its timeout missing, 0, or past [`LONGEST_WAIT_MS`].
+fn refuse_unbounded_wait(name: &str, args: &[String]) -> Option<WitError> {
+    let timeout = args.get(1).and_then(|ms| ms.parse::<u64>().ok());
+    (name == "WAIT" && !timeout.is_some_and(|ms| (1..=LONGEST_WAIT_MS).contains(&ms))).then(|| {
+        WitError::Refused(format!(
+            "WAIT needs a timeout of 1 to {LONGEST_WAIT_MS} ms: it blocks its connection until then"
+        ))
+    })
+}
+
 impl wit::Host for HostState {
     #[tracing::instrument(name = "redis.execute", level = "debug", skip_all, fields(method = %self.method))]
     async fn execute(
@@ -199,13 +215,15 @@ impl wit::Host for HostState {
     ) -> wasmtime::Result<Result<Vec<wit::Value>, WitError>> {
         let name = name.to_ascii_uppercase();
         let args = self.caps.redis.in_lab_channel(&name, args);
-        let refused = refuse_identity(&name).or_else(|| {
-            refuse(
-                &name,
-                &CONNECTION_STATE,
-                "on the shared connection; use redis.open() for connection state",
-            )
-        });
+        let refused = refuse_identity(&name)
+            .or_else(|| refuse_unbounded_wait(&name, &args))
+            .or_else(|| {
+                refuse(
+                    &name,
+                    &CONNECTION_STATE,
+                    "on the shared connection; use redis.open() for connection state",
+                )
+            });
         if let Some(err) = refused {
             return Ok(Err(err));
         }
@@ -279,7 +297,7 @@ impl wit::HostConnection for HostState {
         args: Vec<String>,
     ) -> wasmtime::Result<Result<Vec<wit::Value>, WitError>> {
         let name = name.to_ascii_uppercase();
-        if let Some(err) = refuse_identity(&name) {
+        if let Some(err) = refuse_identity(&name).or_else(|| refuse_unbounded_wait(&name, &args)) {
             return Ok(Err(err));
         }
         let pending = self.trace_command(&name, &args);
@@ -300,7 +318,10 @@ impl wit::HostConnection for HostState {
         commands: Vec<Command>,
     ) -> wasmtime::Result<Result<Vec<Vec<wit::Value>>, WitError>> {
         for command in &commands {
-            if let Some(err) = refuse_identity(&command.name.to_ascii_uppercase()) {
+            let name = command.name.to_ascii_uppercase();
+            if let Some(err) =
+                refuse_identity(&name).or_else(|| refuse_unbounded_wait(&name, &command.args))
+            {
                 return Ok(Err(err));
             }
         }
@@ -342,5 +363,26 @@ impl wit::HostConnection for HostState {
         self.open_connections = self.open_connections.saturating_sub(1);
         Box::pin(conn.release()).await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod wait_tests {
+    use super::*;
+
+    fn refused(args: &[&str]) -> bool {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        refuse_unbounded_wait("WAIT", &args).is_some()
+    }
+
+    #[test]
+    fn a_wait_is_refused_unless_its_timeout_is_bounded() {
+        assert!(!refused(&["1", "100"]));
+        assert!(!refused(&["1", "1000"]));
+        assert!(refused(&["1", "0"]), "0 blocks until a replica answers");
+        assert!(refused(&["1", "1001"]));
+        assert!(refused(&["1"]));
+        assert!(refused(&["1", "soon"]));
+        assert!(refuse_unbounded_wait("GET", &["k".into()]).is_none());
     }
 }
