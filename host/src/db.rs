@@ -1,7 +1,7 @@
 //! The server's own pool, MySQL/MariaDB or PostgreSQL by DATABASE_URL's
 //! scheme: the database is created when missing and migrated at start.
 //! Routes, results, consumers' bookkeeping and DELETE /lab/data run on it; components' SQL runs on the
-//! pool of [`runtime::sql::user`](crate::runtime::sql::user), as a
+//! pool of the runtime's SQL capability ([`crate::runtime::SqlAdmin`]), as a
 //! restricted user.
 
 use std::time::Duration;
@@ -13,8 +13,7 @@ use sqlx::{ConnectOptions, Connection, Executor};
 
 use crate::config::Config;
 use crate::db_target::{Pool, PoolSettings, STEP_LIMIT, Target, answered, redacted};
-use crate::runtime::sql::engine::Engine;
-use crate::runtime::sql::user;
+use crate::runtime::{SqlAdmin, SqlEngine as Engine};
 
 /// Runs `$body` on whichever engine `$pool` is, with `$pool` bound to that
 /// engine's pool and `$sql` to the statement written with `?`
@@ -33,7 +32,7 @@ macro_rules! on_engine {
                 $body
             }
             $crate::db_target::Pool::Postgres($p) => {
-                let numbered = $crate::runtime::sql::statement::numbered_for_postgres($postgres);
+                let numbered = $crate::runtime::numbered_for_postgres($postgres);
                 let $sql: &str = &numbered;
                 $body
             }
@@ -91,8 +90,8 @@ pub struct Server {
 
 impl Server {
     /// What the components' pool is set up through.
-    pub fn admin<'a>(&'a self, url: &'a str) -> user::Admin<'a> {
-        user::Admin {
+    pub fn admin<'a>(&'a self, url: &'a str) -> SqlAdmin<'a> {
+        SqlAdmin {
             pool: &self.pool,
             target: &self.target,
             url,

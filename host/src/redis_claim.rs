@@ -21,7 +21,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::db_target::{Pool, redacted};
 use crate::redis_target::RedisConn;
-use crate::runtime::redis::is_connection_error;
+use crate::redis_target::errors::is_connection_error;
 
 /// The claim's key: the host's, outside `coupon:*`, so `DELETE /lab/data`
 /// leaves it and no component can forge it.

@@ -5,6 +5,7 @@
 //! caller routes anything; the few things that differ — scanning every node,
 //! a dedicated connection pinned to one node, subscribing — are here.
 
+pub mod errors;
 mod routing;
 pub mod sentinel;
 pub mod url;

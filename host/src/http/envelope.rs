@@ -176,7 +176,7 @@ pub fn component_refused(what: &str, err: impl std::fmt::Display) -> ApiError {
 impl From<redis::RedisError> for ApiError {
     fn from(err: redis::RedisError) -> Self {
         tracing::warn!(error = %err, "Redis call failed");
-        if crate::runtime::redis::is_busy(&err) {
+        if crate::redis_target::errors::is_busy(&err) {
             return Self::unavailable(format!(
                 "Redis is busy running a script and serves nobody until it ends: {err}"
             ));

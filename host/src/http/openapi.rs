@@ -24,7 +24,7 @@ use super::{
 };
 use crate::lab::Lab;
 use crate::recorder::RequestSummary;
-use crate::runtime::sql::engine::Engine;
+use crate::runtime::SqlEngine as Engine;
 use crate::traces::anomalies::Anomaly;
 
 pub fn router() -> Router<Lab> {

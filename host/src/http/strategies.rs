@@ -12,9 +12,9 @@ use utoipa::ToSchema;
 use super::envelope::{Answer, ApiError};
 use super::schema::{ServerFailed, Success};
 use crate::lab::Lab;
+use crate::runtime::SqlEngine as Engine;
 use crate::runtime::canary_report::CanaryReport;
 use crate::runtime::registry::components_in;
-use crate::runtime::sql::engine::Engine;
 
 pub fn router() -> Router<Lab> {
     Router::new().route("/lab/strategies", get(list))

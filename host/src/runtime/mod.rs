@@ -42,6 +42,9 @@ pub use self::ended::{CallError, Ended, Traced};
 pub use self::engine::{Limits, Runtime};
 pub use self::loaded::{Quarantine, Strategy};
 pub use self::registry::Registry;
+pub use self::sql::engine::Engine as SqlEngine;
+pub use self::sql::statement::numbered_for_postgres;
+pub use self::sql::user::Admin as SqlAdmin;
 pub use self::world::World;
 
 /// The ways a connection breaks once a request went out: whatever the server

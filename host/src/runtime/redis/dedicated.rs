@@ -14,8 +14,8 @@ use redis::cluster_routing::Route;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::is_connection_error;
 use super::pools::RESPONSE_TIMEOUT;
+use crate::redis_target::errors::is_connection_error;
 use crate::redis_target::{RedisConn, RedisTarget, first_key, route_of};
 use crate::runtime::bindings::redis::Command;
 

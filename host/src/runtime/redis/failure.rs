@@ -19,8 +19,7 @@
 
 use redis::{ErrorKind, RedisError};
 
-use super::pools::is_connection_error;
-use super::scripts::is_busy;
+use crate::redis_target::errors::{is_busy, is_connection_error};
 use crate::runtime::bindings::redis::RedisError as WitError;
 
 /// Maps a client error to what the guest sees.

@@ -45,14 +45,15 @@ use super::capabilities::Admin;
 use super::store::HostState;
 use super::trace::{Pending, Read};
 use crate::metrics::Metrics;
+use crate::redis_target::errors::is_connection_error;
 
 pub use self::channels::Subscription;
 pub use self::dedicated::RedisConnection;
 use self::failure::{not_sent, to_wit_error};
-pub use self::pools::{GuestRedis, RedisArgs, is_connection_error};
+pub use self::pools::{GuestRedis, RedisArgs};
 use self::runaway::{Watch, script};
+pub use self::scripts::ScriptEnd;
 use self::scripts::SentOn;
-pub use self::scripts::{ScriptEnd, is_busy};
 use self::setup::NodeSetup;
 pub use self::watchdog::Renewal;
 

@@ -276,7 +276,3 @@ fn is_unknown_user(err: &RedisError) -> bool {
     err.kind() == ErrorKind::AuthenticationFailed
         || matches!(err.code(), Some("WRONGPASS" | "NOAUTH" | "MOVED" | "ASK"))
 }
-
-pub fn is_connection_error(err: &RedisError) -> bool {
-    !matches!(err.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
-}

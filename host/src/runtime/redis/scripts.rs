@@ -31,6 +31,7 @@ use redis::cluster_routing::Route;
 use redis::{RedisError, Value};
 
 use super::GuestRedis;
+use crate::redis_target::errors::is_busy;
 use crate::redis_target::{RedisConn, route_of};
 
 /// The commands that run a script.
@@ -224,12 +225,6 @@ fn verdict(answers: Vec<Result<Value, RedisError>>) -> ScriptEnd {
         }
     }
     end
-}
-
-/// Redis answered `BUSY`: a script (anyone's) is running past the
-/// threshold, and it serves nobody until that script ends.
-pub fn is_busy(err: &RedisError) -> bool {
-    err.code() == Some("BUSY")
 }
 
 #[cfg(test)]

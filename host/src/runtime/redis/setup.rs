@@ -12,6 +12,7 @@ use redis::RedisError;
 
 use super::acl;
 use crate::redis_target::RedisConn;
+use crate::redis_target::errors::is_connection_error;
 
 /// The administrative connection and what it sets up.
 pub struct NodeSetup {
@@ -45,7 +46,7 @@ impl NodeSetup {
             for answer in answers {
                 match answer {
                     Ok(_) => {}
-                    Err(err) if super::is_connection_error(&err) => unreachable = Some(err),
+                    Err(err) if is_connection_error(&err) => unreachable = Some(err),
                     Err(err) => return Err(err),
                 }
             }
