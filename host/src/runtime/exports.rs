@@ -13,8 +13,8 @@ use wasmtime::Store;
 use wasmtime::component::{Component, ComponentExportIndex, Instance};
 
 use super::bindings::types::{
-    Compensation, Confirmation, Descriptor, Handled, IssueRequest, IssueResult, ReconcileReport,
-    SeedAnswer, StreamEntry,
+    Compensation, Confirmation, Descriptor, GateReconciled, Handled, IssueRequest, IssueResult,
+    ReconcileReport, SeedAnswer, StreamEntry,
 };
 use super::ended::Traced;
 use super::engine::Runtime;
@@ -148,6 +148,7 @@ interfaces! {
     DropGateExport "drop-gate" {
         cancel "cancel"(coupon_id: u64, member_id: u64, idempotency_key: &str) -> Result<bool, String>;
         seed "seed"(coupon_id: u64, quantity: u32, ttl_seconds: u32) -> Result<SeedAnswer, String>;
+        reconcile "reconcile"(coupon_id: u64) -> Result<GateReconciled, String>;
     }
 }
 
@@ -198,4 +199,6 @@ world_calls! {
     cancel(coupon_id: u64, member_id: u64, idempotency_key: &str) -> Result<bool, String> = drop_gate.cancel;
     /// Seeds a limited drop's stock if it is not seeded yet.
     seed(coupon_id: u64, quantity: u32, ttl_seconds: u32) -> Result<SeedAnswer, String> = drop_gate.seed;
+    /// Sets a limited drop's gate from the rows again if it disagrees with them.
+    reconcile_gate(coupon_id: u64) -> Result<GateReconciled, String> = drop_gate.reconcile;
 }

@@ -12,18 +12,21 @@
 //! (`COUPONLAB_GATE_FAIL_OPEN=off`: 503). The drop's switch sends every
 //! request there. A gate Redis lost, or one switched back on, is set from
 //! the rows before it admits anyone (`seed.rs`); one the rows moved past
-//! without it is found out by its next confirm (`rows.rs`).
+//! without it is found out by its next confirm (`rows.rs`); one that lost
+//! sales it made itself (a failover) is set again from the rows when a
+//! confirm it admitted finds the coupon sold out at its own epoch, or when
+//! the host asks after its Redis primary changed (`reconcile`).
 //!
 //! Besides `issue`, the component answers the rest of the drop's store
-//! contract: `cancel` (give a reservation back, once) and `seed` (set the
-//! stock unless set).
+//! contract: `cancel` (give a reservation back, once), `seed` (set the
+//! stock unless set) and `reconcile` (set it again if the rows disagree).
 
 mod fallback;
 mod rows;
 mod seed;
 mod store;
 
-use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
+use couponlab_sdk::bindings::couponlab::strategy::types::{GateReconciled, SeedAnswer};
 use couponlab_sdk::sql::SqlError;
 use couponlab_sdk::{
     Compensation, IssueRequest, IssueResult, Outcome, Step, clock, compensate, settle,
@@ -202,6 +205,13 @@ fn serve(request: &IssueRequest, reconciled: &mut Option<String>) -> Step<IssueR
             // the rows, sold out, by the next request.
             if version != epoch {
                 *reconciled = bring_up_to(coupon_id, member_id, &key, version, false);
+            } else {
+                // Admitted at the current epoch, yet the rows hold the
+                // whole total: the gate lost sales it made (a failover).
+                *reconciled = match seed::reconcile(coupon_id, FIRST_USE_TTL_SECONDS) {
+                    Ok(done) => seed::label(&done),
+                    Err(err) => Some(format!("not set from the rows: {}", err.message())),
+                };
             }
             (
                 IssueResult::of(Outcome::SoldOutAtDb),
@@ -339,6 +349,12 @@ impl drop_gate::Guest for RedisLuaGate {
         seed::from_rows(coupon_id, Some(quantity.into()), ttl_seconds)
             .map(|set| set.answer)
             .map_err(Unanswered::message)
+    }
+
+    /// Sets the gate from the rows again if it disagrees with them (see
+    /// `seed::reconcile`); the host asks after its Redis primary changed.
+    fn reconcile(coupon_id: u64) -> Result<GateReconciled, String> {
+        seed::reconcile(coupon_id, FIRST_USE_TTL_SECONDS).map_err(Unanswered::message)
     }
 }
 

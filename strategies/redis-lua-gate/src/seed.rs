@@ -1,6 +1,8 @@
-//! Setting the gate from the truth: the seed's seed-if-absent, and the way
+//! Setting the gate from the truth: the seed's seed-if-absent, the way
 //! back after Redis lost the gate (restarted empty, keys expired) or the
-//! gate was dropped (switched off, or found behind the rows).
+//! gate was dropped (switched off, or found behind the rows), and the
+//! reconcile that sets it again when it is set but disagrees with the rows
+//! (a failover lost sales the gate made).
 //!
 //! One transaction holds the coupon row (`SELECT ... FOR UPDATE`) from the
 //! first read to the last Redis write, so:
@@ -16,9 +18,9 @@
 //!   script admits nobody without a stock: no one is admitted before the
 //!   whole gate is set.
 
-use couponlab_sdk::bindings::couponlab::strategy::types::SeedAnswer;
+use couponlab_sdk::bindings::couponlab::strategy::types::{GateReconciled, SeedAnswer};
 use couponlab_sdk::redis::RedisError;
-use couponlab_sdk::sql::{self, IsolationLevel, SqlError};
+use couponlab_sdk::sql::{self, IsolationLevel, SqlError, Transaction};
 use couponlab_sdk::{IssueResult, params, plain_reads};
 
 use crate::store;
@@ -114,8 +116,35 @@ pub fn from_rows(
         "UPDATE coupons SET version = version + 1 WHERE id = ?",
         &params![coupon_id],
     )?;
-    let mut sold = 0;
-    let mut buyers = 0;
+    let buyers = buyer_rows(&tx, coupon_id)?;
+    for page in buyers.chunks(PAGE) {
+        store::seed_buyers(coupon_id, page, ttl_seconds)?;
+    }
+    let sold: i64 = buyers.iter().map(|(_, rows)| rows).sum();
+    let stock = quantity.map_or(total - sold, |quantity| quantity as i64);
+    let answer = store::seed(
+        coupon_id,
+        stock.max(0),
+        per_member_limit,
+        version + 1,
+        ttl_seconds,
+    )?;
+    if answer.seeded {
+        tx.commit()?;
+    } else {
+        // Set by a setter that did not hold the row: its epoch stands.
+        tx.rollback()?;
+    }
+    Ok(Set {
+        answer,
+        buyers: buyers.len(),
+    })
+}
+
+/// Every member's rows of the coupon, `(memberId, rows)` by member, read a
+/// page at a time.
+fn buyer_rows(tx: &Transaction, coupon_id: u64) -> Result<Vec<(u64, i64)>, SqlError> {
+    let mut buyers = Vec::new();
     let mut after = 0u64;
     loop {
         let page = tx.query(
@@ -136,27 +165,91 @@ pub fn from_rows(
         let Some(&(last, _)) = counts.last() else {
             break;
         };
-        store::seed_buyers(coupon_id, &counts, ttl_seconds)?;
-        sold += counts.iter().map(|(_, rows)| rows).sum::<i64>();
-        buyers += counts.len();
+        let full = counts.len() == PAGE;
+        buyers.extend(counts);
         after = last;
-        if counts.len() < PAGE {
+        if !full {
             break;
         }
     }
-    let stock = quantity.map_or(total - sold, |quantity| quantity as i64);
-    let answer = store::seed(
+    Ok(buyers)
+}
+
+/// Compares a set gate with the rows, holding the coupon row: a stock above
+/// what the rows leave, or a member's count below its rows, means Redis
+/// lost sales the rows hold (a failover promoted a replica they had not
+/// reached; the epoch did not move, as the gate made those sales itself).
+/// Then the gate is set from the rows again, at a new epoch. A stock below
+/// what the rows leave is not a disagreement: reservations in flight hold
+/// units whose rows are not committed yet. `ttl_seconds` is the stock's
+/// time to live if it has none left.
+pub fn reconcile(coupon_id: u64, ttl_seconds: u32) -> Result<GateReconciled, Unanswered> {
+    let tx = sql::begin(IsolationLevel::ReadCommitted)?;
+    let [total, per_member_limit, version] = plain_reads::coupon_columns(
+        &tx,
+        "SELECT total_count, per_member_limit, version FROM coupons WHERE id = ? FOR UPDATE",
         coupon_id,
-        stock.max(0),
-        per_member_limit,
-        version + 1,
-        ttl_seconds,
     )?;
-    if answer.seeded {
-        tx.commit()?;
-    } else {
-        // Set by a setter that did not hold the row: its epoch stands.
+    let Some(before) = store::seeded(coupon_id)? else {
         tx.rollback()?;
+        return Ok(GateReconciled {
+            remaining_before: None,
+            remaining_after: None,
+            buyers_behind: 0,
+            rebuilt: false,
+        });
+    };
+    let buyers = buyer_rows(&tx, coupon_id)?;
+    let mut behind = 0;
+    for page in buyers.chunks(PAGE) {
+        let members: Vec<u64> = page.iter().map(|&(member, _)| member).collect();
+        let held = store::buyer_counts(coupon_id, &members)?;
+        behind += page
+            .iter()
+            .zip(held)
+            .filter(|((_, rows), held)| held < rows)
+            .count() as u32;
     }
-    Ok(Set { answer, buyers })
+    let sold: i64 = buyers.iter().map(|(_, rows)| rows).sum();
+    let left = (total - sold).max(0);
+    if before <= left && behind == 0 {
+        tx.rollback()?;
+        return Ok(GateReconciled {
+            remaining_before: Some(before),
+            remaining_after: Some(before),
+            buyers_behind: 0,
+            rebuilt: false,
+        });
+    }
+    // A new epoch: a reservation taken from the old stock confirms past it
+    // and is counted into the new one (`store::settle`).
+    tx.execute(
+        "UPDATE coupons SET version = version + 1 WHERE id = ?",
+        &params![coupon_id],
+    )?;
+    let ttl = store::stock_ttl_seconds(coupon_id)?.unwrap_or(ttl_seconds);
+    for page in buyers.chunks(PAGE) {
+        store::seed_buyers(coupon_id, page, ttl)?;
+    }
+    store::rebuild(coupon_id, left, per_member_limit.max(1), version + 1, ttl)?;
+    tx.commit()?;
+    Ok(GateReconciled {
+        remaining_before: Some(before),
+        remaining_after: Some(left),
+        buyers_behind: behind,
+        rebuilt: true,
+    })
+}
+
+/// The `reconciled` label of a request whose confirm found the gate
+/// disagreeing with the rows.
+pub fn label(reconciled: &GateReconciled) -> Option<String> {
+    reconciled.rebuilt.then(|| {
+        format!(
+            "set from the rows again: {} left, was {}; {} buyers' counts behind",
+            reconciled.remaining_after.unwrap_or(0),
+            reconciled.remaining_before.unwrap_or(0),
+            reconciled.buyers_behind
+        )
+    })
 }

@@ -13,6 +13,7 @@ const CANCEL: &str = include_str!("../../../lua/gate_cancel.lua");
 const SEED: &str = include_str!("../../../lua/gate_seed.lua");
 const BUYERS: &str = include_str!("../../../lua/gate_buyers.lua");
 const SETTLE: &str = include_str!("../../../lua/gate_settle.lua");
+const REBUILD: &str = include_str!("../../../lua/gate_rebuild.lua");
 
 /// String: coupons one member may hold, copied from the coupon row.
 fn limit(coupon_id: u64) -> String {
@@ -160,6 +161,28 @@ pub fn seeded(coupon_id: u64) -> Result<Option<i64>, RedisError> {
     })
 }
 
+/// The counts the gate holds for `members`, in order (0 for a count it
+/// does not hold).
+pub fn buyer_counts(coupon_id: u64, members: &[u64]) -> Result<Vec<i64>, RedisError> {
+    if members.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys: Vec<String> = members.iter().map(|&m| buyer(coupon_id, m)).collect();
+    let reply = redis::execute("MGET", &keys)?;
+    Ok(reply
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .map(|held| held.as_int().unwrap_or(0))
+        .collect())
+}
+
+/// The stock's time to live in seconds, `None` when it has none.
+pub fn stock_ttl_seconds(coupon_id: u64) -> Result<Option<u32>, RedisError> {
+    let ttl = redis::execute("TTL", &args![keys::gate_remaining(coupon_id)])?;
+    Ok(ttl.as_int().filter(|&s| s > 0).map(|s| s as u32))
+}
+
 /// Sets each member's count to what the rows hold, `(memberId, rows)`,
 /// unless it is higher already.
 pub fn seed_buyers(
@@ -196,6 +219,20 @@ pub fn seed(
         }),
         _ => Err(RedisError::Server(format!("unexpected seed reply {reply}"))),
     }
+}
+
+/// Sets the stock, the per-member limit and the epoch over what is there,
+/// keeping the stock's time to live (`ttl_seconds` when it has none).
+pub fn rebuild(
+    coupon_id: u64,
+    quantity: i64,
+    per_member_limit: i64,
+    epoch_version: i64,
+    ttl_seconds: u32,
+) -> Result<(), RedisError> {
+    let argv = args![quantity, per_member_limit, epoch_version, ttl_seconds];
+    redis::eval(REBUILD, &stock(coupon_id), &argv)?;
+    Ok(())
 }
 
 /// What [`settle`] did to the gate.

@@ -13,11 +13,15 @@
 //!   reservation stays for reconcile.
 //! - [`reconcile`]: the database first, then the Redis set; inserts the
 //!   members only Redis has (those with no member row are reported, not
-//!   inserted) and sets `issued_count` to the row count.
+//!   inserted), puts the members only the database has back into the set,
+//!   and sets `issued_count` to the row count.
 //!
 //! Redis is the source of truth: there is no guarded UPDATE in the database
-//! to catch an over-issue. If Redis loses its set (no persistence, restart)
-//! the same stock is handed out again, and reconcile can only report it.
+//! to catch an over-issue. If Redis loses reservations whose rows are
+//! written (a failover promoted a replica they had not reached), the same
+//! stock is handed out again until reconcile puts them back — which the
+//! host asks for once it sees its Redis primary change. What was sold
+//! meanwhile can only be reported (`stock-excess`).
 
 use std::collections::BTreeSet;
 
@@ -32,6 +36,8 @@ pub use crate::bindings::couponlab::strategy::types::ReconcileReport;
 
 /// Rows one reconcile INSERT writes (two parameters each).
 const INSERT_CHUNK: usize = 500;
+
+const RESTORE: &str = include_str!("../../../lua/restore_reservations.lua");
 
 /// After the member check (`member`: the rows its query found; how it ran,
 /// in a transaction or not, is the method's own), reserves and enqueues in
@@ -95,11 +101,13 @@ fn issued((coupon_id, member_id): (u64, u64)) -> Confirmation {
     IssueResult::issued().confirmation(coupon_id, member_id)
 }
 
-/// Repairs the database from the Redis set of `coupon_id`.
+/// Repairs the database from the Redis set of `coupon_id`, and the set
+/// from the database.
 ///
 /// The database is read first: every row was a Redis member before the
 /// loader wrote it, so a row missing from the Redis set read afterwards is a
-/// real loss of Redis data, not a member that arrived in between.
+/// real loss of Redis data, not a member that arrived in between; it goes
+/// back into the set.
 pub fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
     let tx = sql::begin(IsolationLevel::EngineDefault).map_err(|e| e.message())?;
     let total = sql::scalar(
@@ -139,6 +147,9 @@ pub fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
         inserted.extend(written);
         unknown_members.extend(refused);
     }
+    // The rows read are committed, so their members go back into the set
+    // whatever becomes of this transaction.
+    let restored = restore(coupon_id, total, &only_in_db)?;
     // On MySQL a locking read: its gap locks make the loader's inserts for
     // this coupon wait until the commit, so the count written is the count
     // at commit. PostgreSQL locks rows, never the gaps between them, and
@@ -165,9 +176,48 @@ pub fn reconcile(coupon_id: u64) -> Result<ReconcileReport, String> {
         inserted,
         only_in_db,
         unknown_members,
+        restored: restored.members,
+        remaining_before: restored.remaining_before,
+        remaining_after: restored.remaining_after,
         issued_count: rows,
         total,
         stock_excess: rows.saturating_sub(total),
+    })
+}
+
+/// What putting members back into the reservation set did.
+struct Restored {
+    members: Vec<u64>,
+    remaining_before: i64,
+    remaining_after: i64,
+}
+
+/// Puts `members` (issue rows the set lacked) back into the reservation
+/// set, and the total if Redis lost it, in one script: a reservation
+/// decided meanwhile sees the set either before or after, never halfway.
+fn restore(coupon_id: u64, total: u64, members: &[u64]) -> Result<Restored, String> {
+    let argv: Vec<String> = std::iter::once(total.to_string())
+        .chain(members.iter().map(u64::to_string))
+        .collect();
+    let reply = redis::eval(
+        RESTORE,
+        &args![keys::issued(coupon_id), keys::total(coupon_id)],
+        &argv,
+    )
+    .map_err(|e| format!("Redis: {}", e.message()))?;
+    let numbers: Vec<i64> = reply
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| n.as_int())
+        .collect();
+    let [before, after, total, put_back @ ..] = numbers.as_slice() else {
+        return Err(format!("unexpected restore reply {reply}"));
+    };
+    Ok(Restored {
+        members: put_back.iter().map(|&m| m as u64).collect(),
+        remaining_before: total - before,
+        remaining_after: total - after,
     })
 }
 

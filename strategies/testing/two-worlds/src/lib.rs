@@ -70,4 +70,8 @@ impl drop_gate::Guest for TwoWorlds {
     ) -> Result<drop_gate::SeedAnswer, String> {
         unreachable!("{NEVER}")
     }
+
+    fn reconcile(_coupon_id: u64) -> Result<drop_gate::GateReconciled, String> {
+        unreachable!("{NEVER}")
+    }
 }
