@@ -302,3 +302,31 @@ impl<Requests, Engine, Anomaly> CouponResult<Requests, ConfirmationFigures, Engi
         self.confirmations.as_ref().map_or(0, |c| c.pending)
     }
 }
+
+/// The Redis list (host-only, out of the components' `coupon:*`) of what
+/// the host had the components rebuild from the rows after it saw its Redis
+/// primary change, newest first, [`REBUILDS_KEEP`] at most.
+pub const REBUILDS_KEY: &str = "couponlab:rebuilds";
+pub const REBUILDS_KEEP: usize = 1000;
+
+/// One coupon's rebuild after a failover, as the host asked its component
+/// for it and the component answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebuild {
+    pub coupon_id: u64,
+    /// The method whose component rebuilt it.
+    pub method: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: i64,
+    /// Members with a row that Redis had lost, put back (write-behind's
+    /// reservation set; the gate's buyers whose counts were behind).
+    pub members_restored: u64,
+    /// What Redis would sell before and after: the write-behind set's room,
+    /// the gate's stock (`None` when the gate was not set).
+    pub remaining_before: Option<i64>,
+    pub remaining_after: Option<i64>,
+    /// Why it could not be rebuilt, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

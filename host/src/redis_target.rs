@@ -75,6 +75,16 @@ impl RedisTarget {
         matches!(self, Self::Cluster { .. })
     }
 
+    /// Behind Sentinels, a count that moves each time a connection of the
+    /// lab is given another primary (a failover followed); `None` on a
+    /// server or a cluster.
+    pub fn primary_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match self {
+            Self::Sentinel(target) => Some(target.primary_changes()),
+            Self::Server(_) | Self::Cluster { .. } => None,
+        }
+    }
+
     /// A connection shared by many callers at once, connected lazily: a
     /// server starts (and answers what needs no Redis) while Redis is down;
     /// it reconnects after a failure.

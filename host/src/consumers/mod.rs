@@ -1,8 +1,9 @@
 //! The roles that confirm requests answered 202: the job workers (stage 4),
 //! the pub/sub subscriber (stage 5), the stream consumers (stage 6), the
 //! write-behind loader (stages 9-10) and the broker consumers ([`rabbitmq`],
-//! [`jetstream`]); and the settle loop, which finishes what calls left
-//! unsettled ([`settle`]).
+//! [`jetstream`]); the settle loop, which finishes what calls left
+//! unsettled ([`settle`]); and, behind Sentinels, the rebuild from the rows
+//! after a failover (`failover`).
 //!
 //! The host owns the mechanics — reading, claiming, acking, counting
 //! deliveries, dead-lettering, recording — and hands each job, message or
@@ -13,6 +14,7 @@
 mod active;
 
 mod broker;
+mod failover;
 mod group;
 pub mod jetstream;
 pub mod jobs;
@@ -88,6 +90,9 @@ pub fn start(lab: &Lab, selected: Selection) -> Consumers {
     let cancel = CancellationToken::new();
     // Every process settles what its own calls left unsettled.
     let mut tasks = vec![tokio::spawn(settle::run(lab.clone(), cancel.clone()))];
+    // Every process rebuilds after a failover it followed: rebuilding
+    // twice changes nothing the first did not.
+    tasks.extend(failover::spawn(lab, cancel.clone()));
     if selected.jobs {
         tasks.extend(jobs::spawn(lab, cancel.clone()));
     }

@@ -1,7 +1,8 @@
 //! `POST /lab/write-behind/coupons/{couponId}/reconcile` (stage 9): the
 //! write-behind component compares the database with the Redis set, writes
 //! the members only Redis has (reporting those that have no member row
-//! rather than failing on them), and sets `issued_count` to the row count.
+//! rather than failing on them), puts the members only the database has
+//! back into the set, and sets `issued_count` to the row count.
 
 use axum::Router;
 use axum::extract::State;
@@ -31,8 +32,15 @@ struct Reconciled {
     method: String,
     /// Members reserved in Redis without a row, now written.
     inserted: Vec<u64>,
-    /// Members with a row but no reservation in Redis (reported, not changed).
+    /// Members with a row but no reservation in Redis when it was read.
     only_in_db: Vec<u64>,
+    /// Of those, the members put back into the reservation set.
+    restored: Vec<u64>,
+    /// Units Redis would sell before the repair: the total less the
+    /// reservation set's size (below 0: the set holds more than the total).
+    remaining_before: i64,
+    /// And after it.
+    remaining_after: i64,
     /// Members reserved in Redis that have no member row, so no issue row
     /// can be written for them (reported, left in Redis; the rest are
     /// written all the same).
@@ -44,8 +52,8 @@ struct Reconciled {
     stock_excess: u64,
 }
 
-/// Write-behind: write the members only Redis has and set `issued_count` to
-/// the row count.
+/// Write-behind: write the members only Redis has, put back into the set
+/// those only the database has, and set `issued_count` to the row count.
 #[utoipa::path(
     post,
     path = "/lab/write-behind/coupons/{couponId}/reconcile",
@@ -76,6 +84,9 @@ async fn reconcile(
             method: strategy.method.to_string(),
             inserted: report.inserted,
             only_in_db: report.only_in_db,
+            restored: report.restored,
+            remaining_before: report.remaining_before,
+            remaining_after: report.remaining_after,
             unknown_members: report.unknown_members,
             issued_count: report.issued_count,
             total_count: report.total,

@@ -6,10 +6,14 @@
 //! a connection opens, and again once a connection fails: a failover
 //! promotes a replica at another address, and a connection to the old
 //! primary either breaks (it died, or Sentinel's `CLIENT KILL` when it was
-//! demoted) or answers `READONLY` (it came back as a replica).
+//! demoted) or answers `READONLY` (it came back as a replica). A target
+//! given another primary than before counts it ([`SentinelTarget::primary_changes`]):
+//! what Redis held only on the old one may be gone, and the host asks the
+//! components that keep their truth there to rebuild it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -18,6 +22,7 @@ use redis::{
     AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisConnectionInfo,
     RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
+use tokio::sync::watch;
 
 /// The schemes of a URL naming Sentinels.
 const SCHEMES: [&str; 2] = ["redis+sentinel", "valkey+sentinel"];
@@ -120,6 +125,28 @@ pub struct SentinelTarget {
     master: String,
     node: SentinelNodeConnectionInfo,
     db: i64,
+    /// The address of the primary this target was last given.
+    named: std::sync::Mutex<Option<String>>,
+    /// Counts the times a target of these Sentinels and master was given
+    /// another primary than before (a failover it followed).
+    changes: watch::Sender<u64>,
+}
+
+/// The primary changes of every target of the same Sentinels and master in
+/// this process: the host's own connections and the components' are
+/// different targets (different users), and whichever follows a failover
+/// first or last, each move counts.
+fn changes_of(parsed: &SentinelUrl) -> watch::Sender<u64> {
+    static SHARED: LazyLock<std::sync::Mutex<HashMap<String, watch::Sender<u64>>>> =
+        LazyLock::new(Default::default);
+    let key = format!("{:?}/{}", parsed.sentinels, parsed.master);
+    let mut shared = SHARED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    shared
+        .entry(key)
+        .or_insert_with(|| watch::channel(0).0)
+        .clone()
 }
 
 impl SentinelTarget {
@@ -135,10 +162,38 @@ impl SentinelTarget {
         let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(settings);
         Ok(Self {
             sentinel: tokio::sync::Mutex::new(sentinel),
+            changes: changes_of(&parsed),
             master: parsed.master,
             node,
             db: parsed.db,
+            named: std::sync::Mutex::new(None),
         })
+    }
+
+    /// A count that moves each time a target of these Sentinels is given
+    /// another primary than it had: what to wait on to learn of a failover.
+    pub fn primary_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Remembers the primary `client` reaches, counting a change when it is
+    /// not the one this target had.
+    fn note(&self, client: &redis::Client) {
+        let address = client.get_connection_info().addr().to_string();
+        let mut named = self
+            .named
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let before = named.replace(address.clone());
+        if before.as_ref().is_some_and(|before| *before != address) {
+            tracing::warn!(
+                master = %self.master,
+                from = before.as_deref().unwrap_or_default(),
+                to = %address,
+                "the Sentinels name another primary"
+            );
+            self.changes.send_modify(|count| *count += 1);
+        }
     }
 
     pub fn db(&self) -> i64 {
@@ -149,9 +204,11 @@ impl SentinelTarget {
     pub async fn primary(&self) -> RedisResult<redis::Client> {
         let mut sentinel = self.sentinel.lock().await;
         let lookup = sentinel.async_master_for(&self.master, Some(&self.node));
-        tokio::time::timeout(LOOKUP_LIMIT, lookup)
+        let primary = tokio::time::timeout(LOOKUP_LIMIT, lookup)
             .await
-            .unwrap_or_else(|_| Err(lookup_timed_out()))
+            .unwrap_or_else(|_| Err(lookup_timed_out()))?;
+        self.note(&primary);
+        Ok(primary)
     }
 
     /// The replicas the Sentinels list as online, each checked to be one.
