@@ -24,8 +24,9 @@ use super::orphans::Orphans;
 use super::statement::Residue;
 use crate::db_target::{Dialect, Pool};
 
-/// How long before the call's deadline the server ends a statement.
-const STATEMENT_MARGIN: Duration = Duration::from_millis(100);
+/// How long before the call's deadline the server ends a statement, and
+/// the host stops waiting for a COMMIT.
+pub const STATEMENT_MARGIN: Duration = Duration::from_millis(100);
 
 /// How the server cuts a statement that outlives its call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,8 +9,15 @@
 //! server's own pool, again every quarter second until the
 //! database answers. Once it is gone, nothing that session sent can still
 //! commit: only then does the host read what a lost COMMIT did.
+//!
+//! A KILL only marks a session, and the server may answer it before the
+//! session ends: on a Galera node a session whose COMMIT waits for the
+//! cluster (certification stalled by a dead or paused node) stays, listed
+//! as `Killed`, until that COMMIT is done — and it commits then
+//! (docs/learning/19-past-one-node.md). So a session is gone only once the
+//! server no longer lists it.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -31,9 +38,10 @@ const KILL_LIMIT: Duration = Duration::from_secs(2);
 const ER_NO_SUCH_THREAD: u16 = 1094;
 
 pub struct Orphans {
-    /// The server's own pool: its user may end any session.
+    /// The server's own pool: its user may end and list any session.
     admin: Pool,
-    sessions: Mutex<BTreeSet<u64>>,
+    /// Each session not gone yet, and whether a KILL reached it.
+    sessions: Mutex<BTreeMap<u64, bool>>,
     /// Wakes the reaper for a new session, and the callers waiting for
     /// none to be left.
     changed: Notify,
@@ -48,7 +56,7 @@ impl Orphans {
     pub fn start(admin: Pool, ended: IntCounter) -> Arc<Orphans> {
         let orphans = Arc::new(Orphans {
             admin,
-            sessions: Mutex::new(BTreeSet::new()),
+            sessions: Mutex::new(BTreeMap::new()),
             changed: Notify::new(),
             ended,
         });
@@ -58,7 +66,7 @@ impl Orphans {
 
     /// Ends `session` on the server as soon as it answers.
     pub fn end(&self, session: u64) {
-        self.sessions.lock().insert(session);
+        self.sessions.lock().entry(session).or_insert(false);
         self.changed.notify_waiters();
     }
 
@@ -84,35 +92,49 @@ impl Orphans {
         }
     }
 
-    /// One round: KILL each session; those gone leave the set.
+    /// One round: KILL each session; those the server no longer lists
+    /// leave the set.
     async fn round(&self) {
-        let sessions: Vec<u64> = self.sessions.lock().iter().copied().collect();
+        let sessions: Vec<u64> = self.sessions.lock().keys().copied().collect();
         for session in sessions {
-            let gone = match tokio::time::timeout(KILL_LIMIT, self.kill(session)).await {
-                Ok(Ok(true)) => {
+            let gone = match tokio::time::timeout(KILL_LIMIT, self.end_session(session)).await {
+                Ok(Ok(gone)) => gone,
+                // The database does not answer yet: next round.
+                Ok(Err(_)) | Err(_) => false,
+            };
+            if gone && let Some(killed) = self.sessions.lock().remove(&session) {
+                if killed {
                     self.ended.inc();
                     tracing::warn!(
                         session,
                         "ended a database session whose connection was lost"
                     );
-                    true
                 }
-                Ok(Ok(false)) => true,
-                Ok(Err(sqlx::Error::Database(err))) => err
-                    .try_downcast_ref::<MySqlDatabaseError>()
-                    .is_some_and(|err| err.number() == ER_NO_SUCH_THREAD),
-                // The database does not answer yet: next round.
-                Ok(Err(_)) | Err(_) => false,
-            };
-            if gone {
-                self.sessions.lock().remove(&session);
                 self.changed.notify_waiters();
             }
         }
     }
-}
 
-impl Orphans {
+    /// KILLs `session` unless it is gone already; whether the server no
+    /// longer lists it.
+    async fn end_session(&self, session: u64) -> Result<bool, sqlx::Error> {
+        let killed = match self.kill(session).await {
+            Ok(killed) => killed,
+            Err(sqlx::Error::Database(err))
+                if err
+                    .try_downcast_ref::<MySqlDatabaseError>()
+                    .is_some_and(|err| err.number() == ER_NO_SUCH_THREAD) =>
+            {
+                false
+            }
+            Err(err) => return Err(err),
+        };
+        if killed && let Some(reached) = self.sessions.lock().get_mut(&session) {
+            *reached = true;
+        }
+        Ok(!self.listed(session).await?)
+    }
+
     /// Ends `session`: whether it was there to end (MySQL answers an error
     /// when it is gone, PostgreSQL `false`).
     async fn kill(&self, session: u64) -> Result<bool, sqlx::Error> {
@@ -123,12 +145,40 @@ impl Orphans {
             }
             Pool::Postgres(admin) => {
                 sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-                    .bind(i32::try_from(session).unwrap_or(i32::MAX))
+                    .bind(pid(session))
                     .fetch_one(admin)
                     .await
             }
         }
     }
+
+    /// Whether the server still lists `session`, killed or not. A user
+    /// without MySQL's PROCESS privilege is shown its own sessions only, so
+    /// to it every other session looks gone.
+    async fn listed(&self, session: u64) -> Result<bool, sqlx::Error> {
+        let listed: i64 = match &self.admin {
+            Pool::MySql(admin) => {
+                sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+                )
+                .bind(session)
+                .fetch_one(admin)
+                .await?
+            }
+            Pool::Postgres(admin) => {
+                sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1")
+                    .bind(pid(session))
+                    .fetch_one(admin)
+                    .await?
+            }
+        };
+        Ok(listed > 0)
+    }
+}
+
+/// A PostgreSQL backend's pid, as the host keeps it.
+fn pid(session: u64) -> i32 {
+    i32::try_from(session).unwrap_or(i32::MAX)
 }
 
 /// Ends the orphans as they come, until the set is dropped (the task holds

@@ -8,7 +8,7 @@ use tokio_util::task::TaskTracker;
 
 use super::GuestSql;
 use super::engine::Engine;
-use super::lent::{Lent, Limits};
+use super::lent::{Lent, Limits, STATEMENT_MARGIN};
 use super::statement;
 use super::value::{ResultCaps, answer_lost, execute, fetch_capped, to_wit_error};
 use crate::runtime::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
@@ -32,6 +32,8 @@ pub struct SqlTransaction {
     pub(super) traced: (u32, &'static str),
     limits: Limits,
     result_caps: ResultCaps,
+    /// The call's deadline.
+    deadline: Instant,
     /// The call's clean-up tasks: a transaction torn down with its store
     /// rolls back there, and the host waits for it before compensating.
     cleanup: TaskTracker,
@@ -68,6 +70,7 @@ impl SqlTransaction {
             traced: (0, isolation_name(level, &sql.engine)),
             limits,
             result_caps,
+            deadline,
             cleanup,
         })
     }
@@ -111,6 +114,14 @@ impl SqlTransaction {
     /// Ends the transaction with COMMIT or ROLLBACK; the connection goes
     /// back to the pool only if that succeeded. A COMMIT whose connection
     /// failed may have committed: its outcome is unknown.
+    ///
+    /// So is one still unanswered just before the call's deadline, and the
+    /// component hears so while it can still answer. No statement limit
+    /// ends a COMMIT: on a Galera node it waits for the cluster's
+    /// certification as long as a dead or paused node stalls it, and it
+    /// commits afterwards whatever became of its session. A call torn down
+    /// at its deadline with its COMMIT in flight would be told its
+    /// transaction rolled back.
     pub(super) async fn finish(&mut self, end: &'static str) -> Result<(), SqlError> {
         let mut lent = self.lent.take().ok_or_else(|| {
             SqlError::Other("the transaction is already committed or rolled back".into())
@@ -129,14 +140,26 @@ impl SqlTransaction {
                 "the transaction was rolled back, not committed: PostgreSQL refused one of its statements, and a PostgreSQL transaction with a refused statement can only roll back".into(),
             ));
         }
-        lent.finish(self.limits, end)
-            .await
-            .map_err(|err| match end {
-                "COMMIT" if answer_lost(&err) => SqlError::Indeterminate(format!(
-                    "the COMMIT was sent and its answer lost ({err}); whether it committed is known once the database answers"
-                )),
-                _ => to_wit_error(err),
-            })
+        if end != "COMMIT" {
+            return lent.finish(self.limits, end).await.map_err(to_wit_error);
+        }
+        let answer_by = self
+            .deadline
+            .checked_sub(STATEMENT_MARGIN)
+            .unwrap_or(self.deadline);
+        // Unanswered by then, `lent` drops mid-COMMIT: its connection is
+        // closed and its session ended on the server, which the settling
+        // of this outcome waits for.
+        match tokio::time::timeout_at(answer_by.into(), lent.finish(self.limits, end)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) if answer_lost(&err) => Err(SqlError::Indeterminate(format!(
+                "the COMMIT was sent and its answer lost ({err}); whether it committed is known once the database answers"
+            ))),
+            Ok(Err(err)) => Err(to_wit_error(err)),
+            Err(_) => Err(SqlError::Indeterminate(
+                "the COMMIT was sent and not answered by the call's deadline; whether it committed is known once its session is gone".into(),
+            )),
+        }
     }
 }
 
