@@ -122,12 +122,50 @@ impl Sources {
             .collect();
         let total = total.max(0) as u64;
         let sellable_in_redis = self.sellable_in_redis(coupon_id, total)?;
+        let reserved_in_redis = match self.reserved_in_redis(coupon_id)? {
+            Some(reserved) => Some(reserved),
+            None => self.gate_buyers(coupon_id, rows.keys())?,
+        };
         Ok(Truth {
             total,
             rows,
-            reserved_in_redis: self.reserved_in_redis(coupon_id)?,
+            reserved_in_redis,
             sellable_in_redis,
         })
+    }
+
+    /// Behind the drop gate, the members with a row whose count the gate
+    /// holds (`coupon:gate:{couponId}:buyer:{memberId}`, the component's
+    /// key, `strategies/redis-lua-gate/src/store.rs`); `None` when the
+    /// coupon has no gate.
+    fn gate_buyers<'a>(
+        &self,
+        coupon_id: u64,
+        members: impl Iterator<Item = &'a u64>,
+    ) -> anyhow::Result<Option<BTreeSet<u64>>> {
+        let mut redis = self.redis.connection()?;
+        let gated: bool = redis::cmd("EXISTS")
+            .arg(keys::gate_remaining(coupon_id))
+            .query(&mut *redis)?;
+        if !gated {
+            return Ok(None);
+        }
+        let members: Vec<u64> = members.copied().collect();
+        let mut held = BTreeSet::new();
+        for page in members.chunks(500) {
+            let mut mget = redis::cmd("MGET");
+            for member in page {
+                mget.arg(format!("{}buyer:{member}", keys::gate(coupon_id)));
+            }
+            let counts: Vec<Option<u64>> = mget.query(&mut *redis)?;
+            held.extend(
+                page.iter()
+                    .zip(counts)
+                    .filter(|(_, count)| count.is_some_and(|n| n > 0))
+                    .map(|(member, _)| *member),
+            );
+        }
+        Ok(Some(held))
     }
 
     /// The members in the coupon's reservation set and its shards' sets,
@@ -135,7 +173,7 @@ impl Sources {
     /// (the Lua methods warm it on their first request, and again after a
     /// failover lost it) or its shards have a stock. An empty set then
     /// counts: a failover can lose every reservation. `None` behind the
-    /// drop gate, whose buyers' counts are the component's own keys.
+    /// drop gate, whose buyers' counts are read by [`Self::gate_buyers`].
     fn reserved_in_redis(&self, coupon_id: u64) -> anyhow::Result<Option<BTreeSet<u64>>> {
         let mut redis = self.redis.connection()?;
         let gated: bool = redis::cmd("EXISTS")

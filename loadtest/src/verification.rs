@@ -19,9 +19,9 @@ pub struct Truth {
     /// How many more coupons Redis would still sell, where the method keeps
     /// its stock in Redis (`None` for the database methods).
     pub sellable_in_redis: Option<u64>,
-    /// The members Redis holds a reservation for (the coupon's set, or its
-    /// shards'), read from the primary after the drain; `None` where the
-    /// method keeps none there.
+    /// The members Redis holds a reservation for (the coupon's set, its
+    /// shards', or the drop gate's buyers' counts), read from the primary
+    /// after the drain; `None` where the method keeps none there.
     pub reserved_in_redis: Option<BTreeSet<u64>>,
 }
 
@@ -74,6 +74,12 @@ pub struct Verification {
     /// nothing moves Redis holds reservations no call will confirm — the
     /// total less the rows less what Redis would still sell.
     pub stranded_stock: u64,
+    /// Units Redis would still sell that the rows already hold: the rows
+    /// plus what Redis would sell, less the total — a failover lost
+    /// reservations whose rows are written (stranded stock, its opposite,
+    /// stops at 0).
+    #[serde(default)]
+    pub sellable_twice: u64,
     pub over_issued: u64,
     pub duplicates: u64,
     /// Members served after an earlier arrival was refused as sold out (the
@@ -121,6 +127,9 @@ impl Verification {
             Some(sellable) if sold_out => truth.total.saturating_sub(row_count + sellable),
             _ => 0,
         };
+        let sellable_twice = truth.sellable_in_redis.map_or(0, |sellable| {
+            (row_count + sellable).saturating_sub(truth.total)
+        });
         let over_issued = row_count.saturating_sub(truth.total);
         let duplicates = truth.rows.values().map(|n| n.saturating_sub(1)).sum();
         let reservations_lost = truth.reserved_in_redis.as_ref().map_or(0, |reserved| {
@@ -132,6 +141,7 @@ impl Verification {
             outcome_unknown: told_unknown.len() as u64,
             outcome_unknown_issued,
             stranded_stock,
+            sellable_twice,
             over_issued,
             duplicates,
             out_of_turn,
@@ -172,6 +182,11 @@ impl Verification {
                 "refused or unanswered, with a row",
             ),
             ("no stock stranded", self.stranded_stock, "stranded"),
+            (
+                "no unit sellable twice",
+                self.sellable_twice,
+                "sold in the rows, for sale in Redis",
+            ),
             ("first come, first served", self.out_of_turn, "out of turn"),
         ];
         let held: Vec<&str> = guarantees
@@ -341,6 +356,9 @@ mod tests {
             Verification::join(&open, &truth(5, &[(1, 1)], 0), 0).stranded_stock,
             0
         );
+        // Redis would sell units the rows hold: not stranded, sellable twice.
+        let lost = Verification::join(&sold_out, &truth(5, &[(1, 1), (2, 1)], 6), 0);
+        assert_eq!((lost.stranded_stock, lost.sellable_twice), (0, 3));
         // The database methods keep no stock in Redis.
         let db = Truth {
             sellable_in_redis: None,

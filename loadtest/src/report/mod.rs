@@ -132,13 +132,14 @@ pub type Column<T> = (&'static str, fn(&T) -> String);
 
 /// The verification figures the runner records per method, in the order
 /// shown.
-const VERIFICATION: [Column<Verification>; 9] = [
+const VERIFICATION: [Column<Verification>; 10] = [
     ("acked but lost", |v| v.acked_but_lost.to_string()),
     ("issued but refused", |v| v.issued_but_refused.to_string()),
     ("outcome unknown (issued)", |v| {
         format!("{} ({})", v.outcome_unknown, v.outcome_unknown_issued)
     }),
     ("stranded stock", |v| v.stranded_stock.to_string()),
+    ("sellable twice", |v| v.sellable_twice.to_string()),
     ("over-issued", |v| v.over_issued.to_string()),
     ("duplicates", |v| v.duplicates.to_string()),
     ("out of turn", |v| v.out_of_turn.to_string()),
