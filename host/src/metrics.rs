@@ -55,6 +55,10 @@ pub struct Metrics {
     pub sql_sessions_ended: IntCounter,
     /// Sessions of lost connections not ended yet.
     pub sql_sessions_to_end: IntGauge,
+    /// On a Galera node, the transactions the node counted as refused by
+    /// the cluster since it started, by kind: certification failures and
+    /// brute-force aborts (its `wsrep_local_*` counters, read when scraped).
+    pub galera_conflicts: IntGaugeVec,
     /// Dedicated Redis connections lent to calls now.
     pub redis_dedicated_in_use: IntGauge,
     /// Jobs queued and not yet taken by a worker.
@@ -165,6 +169,11 @@ impl Metrics {
             sql_sessions_to_end: gauge(
                 "couponlab_sql_sessions_to_end",
                 "Database sessions of lost connections the host has not ended yet.",
+            ),
+            galera_conflicts: gauges(
+                "couponlab_galera_conflicts",
+                "On a Galera node, the node's transactions refused by the cluster since the node started (wsrep_local_cert_failures, wsrep_local_bf_aborts), by kind (cert_failures, bf_aborts). A 1213 at a statement cannot be told apart per request; these can, per node.",
+                &["kind"],
             ),
             redis_dedicated_in_use: gauge(
                 "couponlab_redis_dedicated_in_use",

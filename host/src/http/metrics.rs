@@ -1,7 +1,7 @@
 //! `GET /metrics`: the server's metrics in the Prometheus text format (not
 //! the envelope: Prometheus reads this route). The gauges of what a run
 //! exhausts are read now, from the pools, the queue, the gates and the
-//! streams.
+//! streams; on a Galera node, its conflict counters.
 
 use std::time::Duration;
 
@@ -13,8 +13,10 @@ use axum::routing::get;
 use couponlab_contract::{ISSUE_STREAM, WRITE_BEHIND_STREAM};
 
 use crate::announcements;
+use crate::db_target::Pool;
 use crate::lab::Lab;
 use crate::results::stream_summary;
+use crate::runtime::sql::cluster::Cluster;
 
 /// The streams whose figures `/metrics` sums: those that took entries this
 /// long ago at most (a stream older than that owes nothing: its entries
@@ -38,6 +40,22 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
         gauge("idle").set(idle);
     }
     metrics.db_waiting.set(caps.sql.waiting());
+    if caps.sql.engine.cluster.is_some()
+        && let Pool::MySql(db) = lab.db()
+        && let Ok(mut conn) = db.acquire().await
+        && let Ok(cluster) = Cluster::read(&mut conn).await
+    {
+        for (kind, count) in [
+            ("cert_failures", cluster.cert_failures),
+            ("bf_aborts", cluster.bf_aborts),
+        ] {
+            let count = i64::try_from(count).unwrap_or(i64::MAX);
+            metrics
+                .galera_conflicts
+                .with_label_values(&[kind])
+                .set(count);
+        }
+    }
     metrics
         .sql_sessions_to_end
         .set(caps.sql.orphans.left() as i64);
