@@ -17,6 +17,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, bail};
 use couponlab_contract::{ISSUE_STREAM, fields, keys};
@@ -24,7 +25,6 @@ use couponlab_contract::{ISSUE_STREAM, fields, keys};
 use crate::{root, run};
 
 mod toolchains;
-pub use toolchains::install_toolchains;
 use toolchains::toolchain;
 
 /// The file a method's directory builds, and where it was built.
@@ -76,70 +76,111 @@ fn work_dir() -> PathBuf {
     root().join("strategies").join("target").join("polyglot")
 }
 
-/// Builds every Python and JavaScript method and fixture into
-/// `strategies/target/polyglot/out`.
+/// A language's builds that run at once: each keeps one core busy for
+/// seconds, and on a cold `cargo xtask test` the last of them may come
+/// after the host's build, with both cores free.
+const BUILDS_AT_ONCE: usize = 2;
+
+/// Installs each language's toolchain and builds its methods and fixtures
+/// into `strategies/target/polyglot/out`, the two languages at once: an
+/// install waits mostly on the network, and neither language's builds wait
+/// for the other's. The components' build runs this beside the Rust ones'.
 pub fn build() -> anyhow::Result<Vec<Built>> {
-    let work = work_dir();
-    let out = work.join("out");
-    std::fs::create_dir_all(&out)?;
-    let mut built = Vec::new();
-    for language in [Language::Python, Language::JavaScript] {
-        let methods = methods(language)?;
-        if methods.is_empty() {
-            continue;
-        }
-        let tool = toolchain(language)?;
-        for (method, fixture) in methods {
-            let name = method
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .replace('-', "_");
-            let file = format!("{name}.wasm");
-            let path = out.join(&file);
-            let sources = work.join(language.dir()).join(&name);
-            stage(language, &method, &sources)?;
-            let world = world(language, &method)?;
-            // Building takes seconds a component: one whose sources, WIT
-            // and toolchain are what its last build had is not built again.
-            let inputs = format!("{:016x}", fingerprint(&sources, &tool)?);
-            let recorded = out.join(format!("{name}.inputs"));
-            if path.is_file() && std::fs::read_to_string(&recorded).is_ok_and(|r| r == inputs) {
-                built.push(Built {
-                    file,
-                    path,
-                    fixture,
-                });
-                continue;
-            }
-            println!("building {file} ({})", language.dir());
-            let mut command = Command::new(&tool);
-            match language {
-                Language::Python => command
-                    .arg("-d")
-                    .arg(root().join("wit"))
-                    .args(["-w", &world, "componentize", "app", "-p"])
-                    .arg(&sources)
-                    .arg("-o")
-                    .arg(&path),
-                // Nothing of WASI's HTTP: the host gives components no network.
-                Language::JavaScript => command
-                    .arg(sources.join("app.js"))
-                    .arg("--wit")
-                    .arg(root().join("wit"))
-                    .args(["-n", &world, "-d", "http", "fetch-event", "-o"])
-                    .arg(&path),
-            };
-            run(&mut command).with_context(|| format!("cannot build {}", method.display()))?;
-            std::fs::write(&recorded, inputs)?;
-            built.push(Built {
-                file,
-                path,
-                fixture,
-            });
-        }
+    std::fs::create_dir_all(work_dir().join("out"))?;
+    on_threads(
+        [Language::Python, Language::JavaScript].map(|language| move || build_language(language)),
+    )
+}
+
+/// A language's toolchain installed, then its methods and fixtures built,
+/// [`BUILDS_AT_ONCE`] at a time.
+fn build_language(language: Language) -> anyhow::Result<Vec<Built>> {
+    let methods = methods(language)?;
+    if methods.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(built)
+    let tool = toolchain(language)?;
+    let next = AtomicUsize::new(0);
+    let worker = || {
+        let mut built = Vec::new();
+        while let Some((method, fixture)) = methods.get(next.fetch_add(1, Ordering::Relaxed)) {
+            built.push(build_method(language, &tool, method, *fixture)?);
+        }
+        Ok(built)
+    };
+    on_threads(std::iter::repeat_n(&worker, BUILDS_AT_ONCE))
+}
+
+/// Runs each of `jobs` on a thread of its own; what they all built, or the
+/// first failure.
+fn on_threads<J>(jobs: impl IntoIterator<Item = J>) -> anyhow::Result<Vec<Built>>
+where
+    J: FnOnce() -> anyhow::Result<Vec<Built>> + Send,
+{
+    let built = std::thread::scope(|scope| {
+        let threads: Vec<_> = jobs.into_iter().map(|job| scope.spawn(job)).collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("a polyglot build thread panicked"))
+            .collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    Ok(built.into_iter().flatten().collect())
+}
+
+/// One method's component built with `tool`, unless it is up to date.
+fn build_method(
+    language: Language,
+    tool: &Path,
+    method: &Path,
+    fixture: bool,
+) -> anyhow::Result<Built> {
+    let work = work_dir();
+    let name = method
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .replace('-', "_");
+    let file = format!("{name}.wasm");
+    let path = work.join("out").join(&file);
+    let sources = work.join(language.dir()).join(&name);
+    stage(language, method, &sources)?;
+    let world = world(language, method)?;
+    // Building takes seconds a component: one whose sources, WIT and
+    // toolchain are what its last build had is not built again.
+    let inputs = format!("{:016x}", fingerprint(&sources, tool)?);
+    let recorded = work.join("out").join(format!("{name}.inputs"));
+    if path.is_file() && std::fs::read_to_string(&recorded).is_ok_and(|r| r == inputs) {
+        return Ok(Built {
+            file,
+            path,
+            fixture,
+        });
+    }
+    println!("building {file} ({})", language.dir());
+    let mut command = Command::new(tool);
+    match language {
+        Language::Python => command
+            .arg("-d")
+            .arg(root().join("wit"))
+            .args(["-w", &world, "componentize", "app", "-p"])
+            .arg(&sources)
+            .arg("-o")
+            .arg(&path),
+        // Nothing of WASI's HTTP: the host gives components no network.
+        Language::JavaScript => command
+            .arg(sources.join("app.js"))
+            .arg("--wit")
+            .arg(root().join("wit"))
+            .args(["-n", &world, "-d", "http", "fetch-event", "-o"])
+            .arg(&path),
+    };
+    run(&mut command).with_context(|| format!("cannot build {}", method.display()))?;
+    std::fs::write(&recorded, inputs)?;
+    Ok(Built {
+        file,
+        path,
+        fixture,
+    })
 }
 
 /// A hash of what a build reads: the staged sources (app, sdk, contract),

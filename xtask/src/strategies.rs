@@ -73,16 +73,21 @@ pub fn build_and_install(dir: &Path) -> anyhow::Result<()> {
     // The host's tests read the components from `strategies/target`, so the
     // build goes there even when CARGO_TARGET_DIR names the host's target.
     let target_dir = workspace.join("target");
-    let toolchains = std::thread::spawn(crate::polyglot::install_toolchains);
+    // The Python and JavaScript components (their toolchains installed
+    // first) build beside the Rust ones, not after them: after, the
+    // JavaScript builds were the last half minute of a cold `cargo xtask
+    // test`, after the host's build had ended.
+    let polyglot = std::thread::spawn(crate::polyglot::build);
     println!("building strategy components ({TARGET}, release)");
-    run(crate::cargo::command()
+    let rust = run(crate::cargo::command()
         .args(["build", "--release", "--workspace", "--target", TARGET])
         .arg("--target-dir")
         .arg(&target_dir)
-        .current_dir(&workspace))?;
-    toolchains.join().map_err(|_| {
-        anyhow::anyhow!("installing the Python and JavaScript toolchains panicked")
-    })??;
+        .current_dir(&workspace));
+    let polyglot = polyglot
+        .join()
+        .map_err(|_| anyhow::anyhow!("building the Python and JavaScript components panicked"))?;
+    rust?;
 
     let components = components(&metadata(&workspace)?)?;
     let built = target_dir.join(TARGET).join("release");
@@ -106,7 +111,7 @@ pub fn build_and_install(dir: &Path) -> anyhow::Result<()> {
             installed.insert(component.file.clone(), hash);
         }
     }
-    for built in crate::polyglot::build()?.into_iter().filter(|b| !b.fixture) {
+    for built in polyglot?.into_iter().filter(|b| !b.fixture) {
         let hash = installed::install(&built.path, &dir.join(&built.file))?;
         installed.insert(built.file, hash);
     }

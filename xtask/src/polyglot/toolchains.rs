@@ -8,24 +8,12 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-use super::{Language, methods, work_dir};
+use super::{Language, work_dir};
 use crate::{packages, root, run};
 
-/// The pinned toolchain of each language that has methods, installed
-/// unless it is already (`pip install`, `npm ci`). They wait mostly on the
-/// network, so the components' build starts this beside the Rust ones':
-/// after them, `npm ci` and the JavaScript builds were the last half
-/// minute of a cold `cargo xtask test`, after the host's build had ended.
-pub fn install_toolchains() -> anyhow::Result<()> {
-    for language in [Language::Python, Language::JavaScript] {
-        if !methods(language)?.is_empty() {
-            toolchain(language)?;
-        }
-    }
-    Ok(())
-}
-
-/// A language's componentize tool, installed if it is not.
+/// A language's componentize tool, installed if it is not (`pip install`,
+/// `npm ci`: mostly a wait on the network, which is why each language's
+/// install and builds run beside the Rust components' build).
 pub(super) fn toolchain(language: Language) -> anyhow::Result<PathBuf> {
     match language {
         Language::Python => ensure_componentize_py(&work_dir()),
