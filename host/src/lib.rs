@@ -12,8 +12,9 @@
 //!      `COUPONLAB_BUDGET` asks for it (`cargo xtask bench --budget`).
 //!    - [`metrics`]: the Prometheus metrics `GET /metrics` serves.
 //!    - [`telemetry`]: tracing set-up.
-//!    - [`redis_target`]: the lab's Redis, a server or a Redis Cluster, and
-//!      the connection every Redis command of the host goes through.
+//!    - [`redis_target`]: the lab's Redis, a server or a Redis Cluster, the
+//!      connection every Redis command of the host goes through, and what
+//!      a Redis error says (`errors`).
 //!    - [`db_target`]: the lab's database as the host reaches it: a URL
 //!      without its password, the pools' settings, a bound on each step.
 //!    - [`recently`]: keys done at most once an interval.
@@ -24,7 +25,8 @@
 //! 2. [`runtime`]: the wasmtime engine, the WIT bindings, the world a
 //!    component implements, one call into it, one module per capability
 //!    given to components (`redis`, `sql` with its named locks, `broker`,
-//!    `jobs`, `permits`, `process_lock`, `clock`, `log`), the `trace` of
+//!    `jobs`, `permits`, `process_lock`, `clock`, `log`), each on its own
+//!    view of a call's store and handed the call's context, the `trace` of
 //!    what each call did, and the registry of loaded strategies, watched
 //!    and tried.
 //! 3. The lab's state, each module above the one before:

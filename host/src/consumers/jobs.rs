@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::until_answered;
 use crate::issuing;
 use crate::lab::Lab;
-use crate::runtime::jobs::Job;
+use crate::runtime::Job;
 
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
     let Some(receiver) = lab.runtime.capabilities().jobs.take_receiver() else {

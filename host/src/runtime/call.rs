@@ -14,11 +14,13 @@ use wasmtime::component::{Component, Instance, InstancePre};
 use wasmtime::{PoolConcurrencyLimitError, Store, UpdateDeadline};
 
 use super::bindings::types::{Compensation, IssueRequest};
+use super::call_context::{CallContext, Quarantiner};
 use super::ended::{CallError, Ended, Run};
 use super::engine::Runtime;
 use super::exports::Export;
 use super::loaded::{Prepared, Strategy};
 use super::store::HostState;
+use super::trace::CallTrace;
 use super::world::World;
 use crate::budget::{self, Stage};
 
@@ -220,8 +222,8 @@ impl Runtime {
             // A host call stuck past the deadline: the call is dropped where
             // it stands, and the store's resources with it below.
             .unwrap_or(Err(CallError::DeadlineExceeded(self.limits.timeout)));
-        let scripts_killed = store.data().scripts_killed;
-        let trace = std::mem::take(&mut store.data_mut().trace);
+        let scripts_killed = store.data().redis.scripts_killed;
+        let trace = std::mem::take(&mut store.data_mut().call.trace);
         if result.is_ok() && store.data().holds_nothing() {
             // Nothing to release or clean up: the store (its slot's memory
             // reset in place) goes after the answer, off the request's path.
@@ -308,18 +310,20 @@ impl Runtime {
         cleanup: TaskTracker,
     ) -> Store<HostState> {
         let deadline = Instant::now() + self.limits.timeout;
-        let submit_job = strategy
+        let jobs = strategy
             .as_ref()
-            .and_then(|strategy| self.caps.jobs.submitter(strategy));
-        let state = HostState::new(
-            self.caps.clone(),
-            submit_job,
-            strategy,
+            .filter(|strategy| strategy.world.job_runner().is_some())
+            .map(|strategy| self.caps.jobs.submitter(strategy.clone()));
+        let call = CallContext {
             method,
             deadline,
-            &self.limits,
             cleanup,
-        );
+            trace: CallTrace::recording(self.limits.trace_calls),
+            quarantine: strategy.map_or_else(Quarantiner::default, |strategy| {
+                Quarantiner::new(move |reason| strategy.quarantine(reason))
+            }),
+        };
+        let state = HostState::new(self.caps.shared(), call, jobs, self.limits.memory_bytes);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| state.limiter());
         if budget::enabled() {
@@ -353,7 +357,7 @@ impl Runtime {
         // What the guest said of it: an interpreter's traceback on stderr,
         // a Rust panic's message in the log.
         let stderr = store.data().stderr();
-        CallError::Trapped(match &store.data().error_logged {
+        CallError::Trapped(match &store.data().log.last_error {
             _ if !stderr.is_empty() => format!("{trap}; stderr: {stderr}"),
             Some(logged) => format!("{trap}; logged: {logged}"),
             None => trap,

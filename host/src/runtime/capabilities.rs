@@ -1,6 +1,7 @@
 //! What every capability works through, and the one place that builds it
 //! all from the server's configuration.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::broker::{BrokerArgs, Brokers, Topology};
@@ -10,6 +11,7 @@ use super::permits::{Permits, PermitsArgs};
 use super::process_lock::{ProcessLockArgs, ProcessLocks};
 use super::redis::{self, GuestRedis, RedisArgs};
 use super::sql::{self, GuestSql, SqlArgs};
+use super::store::Shared;
 use crate::metrics::Metrics;
 use crate::redis_target::RedisConn;
 
@@ -33,15 +35,17 @@ pub struct CapabilityArgs {
     pub broker: BrokerArgs,
 }
 
-/// The server's pools and queues, shared by every call.
-pub struct Capabilities {
-    pub sql: GuestSql,
-    pub redis: GuestRedis,
-    pub jobs: JobQueue,
-    pub permits: Permits,
-    pub process_locks: ProcessLocks,
+/// The server's pools and queues, shared by every call. `S` is what runs a
+/// queued job (the runtime's loaded component), which no capability needs
+/// to know.
+pub struct Capabilities<S> {
+    pub sql: Arc<GuestSql>,
+    pub redis: Arc<GuestRedis>,
+    pub jobs: JobQueue<S>,
+    pub permits: Arc<Permits>,
+    pub process_locks: Arc<ProcessLocks>,
     pub log: LogArgs,
-    pub brokers: Brokers,
+    pub brokers: Arc<Brokers>,
 }
 
 /// The server's own connections, through which the components' users are
@@ -55,7 +59,7 @@ pub struct Admin<'a> {
     pub cluster: bool,
 }
 
-impl Capabilities {
+impl<S: Send + Sync + 'static> Capabilities<S> {
     /// Builds every capability: the components' SQL pool and Redis
     /// connections as their restricted users, the job queue, the gates,
     /// the process locks, the brokers' publishers (connected on first use).
@@ -68,24 +72,40 @@ impl Capabilities {
         metrics: &Metrics,
         topology: Topology,
     ) -> anyhow::Result<Self> {
-        let redis = redis::connect(&args.redis, &admin, metrics).await?;
+        let admin_redis = (admin.redis, admin.redis_url, admin.cluster);
+        let redis = redis::connect(&args.redis, admin_redis, metrics).await?;
         Ok(Self {
-            sql: sql::user::connect(
-                &args.sql,
-                admin.sql,
-                call,
-                metrics.sql_sessions_ended.clone(),
-            )
-            .await?,
-            redis,
+            sql: Arc::new(
+                sql::user::connect(
+                    &args.sql,
+                    admin.sql,
+                    call,
+                    metrics.sql_sessions_ended.clone(),
+                )
+                .await?,
+            ),
+            redis: Arc::new(redis),
             jobs: JobQueue::new(&args.jobs),
-            permits: Permits::new(args.permits.settings()),
-            process_locks: ProcessLocks::new(
+            permits: Arc::new(Permits::new(args.permits.settings())),
+            process_locks: Arc::new(ProcessLocks::new(
                 &args.process_lock,
                 metrics.process_locks_held.clone(),
-            ),
+            )),
             log: args.log,
-            brokers: Brokers::new(&args.broker, topology),
+            brokers: Arc::new(Brokers::new(&args.broker, topology)),
         })
+    }
+
+    /// What a call's store holds of each capability: the server's side,
+    /// shared.
+    pub(super) fn shared(&self) -> Shared {
+        Shared {
+            sql: self.sql.clone(),
+            redis: self.redis.clone(),
+            permits: self.permits.clone(),
+            process_locks: self.process_locks.clone(),
+            log: self.log,
+            brokers: self.brokers.clone(),
+        }
     }
 }

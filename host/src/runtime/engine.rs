@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 use parking_lot::Mutex;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{
     Cache, CacheConfig, Config, Enabled, Engine, InstanceAllocationStrategy,
     PoolingAllocationConfig,
 };
 
-use super::bindings::LabHost;
 use super::capabilities::Capabilities;
-use super::store::HostState;
+use super::loaded::Strategy;
+use super::store::{self, HostState};
 use crate::metrics::Metrics;
 
 /// The sandbox every call runs in.
@@ -63,7 +63,7 @@ const MEMORIES_PER_INSTANCE: u32 = 2;
 pub struct Runtime {
     pub(super) engine: Engine,
     pub(super) linker: Linker<HostState>,
-    pub(super) caps: Arc<Capabilities>,
+    pub(super) caps: Arc<Capabilities<Strategy>>,
     pub(super) limits: Limits,
     /// Instances in use, failed calls and component changes are counted here.
     pub(super) metrics: Arc<Metrics>,
@@ -76,7 +76,7 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(
-        caps: Arc<Capabilities>,
+        caps: Arc<Capabilities<Strategy>>,
         limits: Limits,
         compile_cache: Option<&Path>,
         metrics: Arc<Metrics>,
@@ -95,7 +95,7 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(anyhow::Error::from)
             .context("cannot link WASI")?;
-        LabHost::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+        store::link(&mut linker)
             .map_err(anyhow::Error::from)
             .context("cannot link the couponlab capabilities")?;
         Ok(Self {
@@ -108,7 +108,7 @@ impl Runtime {
         })
     }
 
-    pub fn capabilities(&self) -> &Arc<Capabilities> {
+    pub fn capabilities(&self) -> &Arc<Capabilities<Strategy>> {
         &self.caps
     }
 

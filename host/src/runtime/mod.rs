@@ -8,7 +8,10 @@
 //! own call and nothing else ([`call`]).
 //!
 //! Capabilities, one module each: [`redis`], [`sql`], [`jobs`], [`permits`],
-//! [`process_lock`], [`broker`], `clock`, `log`; [`store`] is the state a call's imports work on.
+//! [`process_lock`], [`broker`], `clock`, `log`. Each owns its settings,
+//! its shared state and what a call holds of it, and implements its imports
+//! on a view of the call's [`store`], handed the call's [`call_context`]
+//! rather than the loaded component; [`capabilities`] builds them all.
 //! [`registry`] maps method names to loaded components; [`watcher`] reloads
 //! them when the strategy directory changes.
 
@@ -17,12 +20,15 @@ pub mod broker;
 mod call;
 #[cfg(test)]
 mod call_benchmark;
+mod call_context;
 pub mod canary_report;
 pub mod capabilities;
 mod clock;
 mod ended;
 mod engine;
 mod exports;
+#[cfg(test)]
+mod future_sizes;
 pub mod jobs;
 mod loaded;
 mod log;
@@ -37,10 +43,14 @@ pub mod trials;
 pub mod watcher;
 mod world;
 
-pub use self::capabilities::{Admin, Capabilities, CapabilityArgs};
+pub use self::capabilities::{Admin, CapabilityArgs};
 pub use self::ended::{CallError, Ended, Traced};
 pub use self::engine::{Limits, Runtime};
 pub use self::loaded::{Quarantine, Strategy};
+/// Every capability, as the server builds and holds them.
+pub type Capabilities = capabilities::Capabilities<Strategy>;
+/// A job queued by a component, for the workers that run it.
+pub type Job = jobs::Job<Strategy>;
 pub use self::registry::Registry;
 pub use self::sql::engine::Engine as SqlEngine;
 pub use self::sql::statement::numbered_for_postgres;

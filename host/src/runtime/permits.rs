@@ -13,8 +13,10 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use wasmtime::component::HasData;
+
 use super::bindings::permits;
-use super::store::HostState;
+use super::call_context::CallContext;
 
 /// Gates one server may hold: a component cannot grow the map without bound.
 const MAX_GATES: usize = 1024;
@@ -163,32 +165,42 @@ async fn reap_expired(gates: Weak<Mutex<HashMap<String, Arc<Gate>>>>, every: Dur
     }
 }
 
-impl permits::Host for HostState {
+/// The `permits` capability as the linker knows it: its imports work on a
+/// [`PermitsView`].
+impl HasData for Permits {
+    type Data<'a> = PermitsView<'a>;
+}
+
+/// What the permits reach of one call: the server's gates.
+pub struct PermitsView<'a> {
+    pub permits: &'a Permits,
+    pub call: &'a CallContext,
+}
+
+impl permits::Host for PermitsView<'_> {
     /// Waits no longer than the call's own deadline.
-    #[tracing::instrument(name = "permits.try_acquire", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "permits.try_acquire", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn try_acquire(
         &mut self,
         gate: String,
         token: String,
         timeout_ms: Option<u32>,
     ) -> wasmtime::Result<bool> {
-        let permits = &self.caps.permits;
-        let wanted = timeout_ms.map_or(permits.settings().acquire_timeout, |ms| {
+        let wanted = timeout_ms.map_or(self.permits.settings().acquire_timeout, |ms| {
             Duration::from_millis(ms.into())
         });
-        let left = self
-            .deadline
-            .saturating_duration_since(std::time::Instant::now());
-        Ok(permits.try_acquire(&gate, &token, wanted.min(left)).await)
+        let wait = wanted.min(self.call.left());
+        Ok(self.permits.try_acquire(&gate, &token, wait).await)
     }
 
-    #[tracing::instrument(name = "permits.release", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "permits.release", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn release(&mut self, gate: String, token: String) -> wasmtime::Result<bool> {
-        Ok(self.caps.permits.release(&gate, &token))
+        Ok(self.permits.release(&gate, &token))
     }
 
+    #[tracing::instrument(name = "permits.fail_open", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn fail_open(&mut self) -> wasmtime::Result<bool> {
-        Ok(self.caps.permits.settings().fail_open)
+        Ok(self.permits.settings().fail_open)
     }
 }
 

@@ -13,9 +13,10 @@ use couponlab_contract::keys::LOCK_PREFIX;
 use parking_lot::Mutex;
 use prometheus::IntGauge;
 use tokio::sync::OwnedMutexGuard;
+use wasmtime::component::HasData;
 
 use super::bindings::process_lock;
-use super::store::HostState;
+use super::call_context::CallContext;
 
 /// The longest lock name.
 const MAX_NAME: usize = 200;
@@ -120,29 +121,35 @@ impl ProcessLocks {
     }
 }
 
-impl process_lock::Host for HostState {
+/// The `process-lock` capability as the linker knows it: its imports work
+/// on a [`ProcessLockView`].
+impl HasData for ProcessLocks {
+    type Data<'a> = ProcessLockView<'a>;
+}
+
+/// What the process locks reach of one call: the process's locks, and
+/// those the call holds.
+pub struct ProcessLockView<'a> {
+    pub locks: &'a ProcessLocks,
+    pub held: &'a mut HeldLocks,
+    pub call: &'a CallContext,
+}
+
+impl process_lock::Host for ProcessLockView<'_> {
     /// Waits no longer than the call's own deadline.
-    #[tracing::instrument(name = "process_lock.acquire", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "process_lock.acquire", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn acquire(
         &mut self,
         name: String,
         timeout_ms: u32,
     ) -> wasmtime::Result<Result<bool, String>> {
-        let left = self
-            .deadline
-            .saturating_duration_since(std::time::Instant::now());
-        let wait = Duration::from_millis(timeout_ms.into()).min(left);
-        let caps = self.caps.clone();
-        Ok(caps
-            .process_locks
-            .acquire(&mut self.process_locks, &name, wait)
-            .await)
+        let wait = Duration::from_millis(timeout_ms.into()).min(self.call.left());
+        Ok(self.locks.acquire(self.held, &name, wait).await)
     }
 
-    #[tracing::instrument(name = "process_lock.release", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "process_lock.release", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn release(&mut self, name: String) -> wasmtime::Result<bool> {
-        let caps = self.caps.clone();
-        Ok(caps.process_locks.release(&mut self.process_locks, &name))
+        Ok(self.locks.release(self.held, &name))
     }
 }
 

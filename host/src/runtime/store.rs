@@ -1,69 +1,58 @@
 //! The data of one `Store`: what a single strategy call may reach.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use tokio_util::task::TaskTracker;
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::jobs::SubmitError;
-use super::capabilities::Capabilities;
-use super::engine::Limits;
-use super::loaded::Strategy;
-use super::process_lock::HeldLocks;
-use super::sql::named_lock::LockSession;
-use super::trace::CallTrace;
+use super::bindings::{self, types};
+use super::broker::{BrokerView, Brokers};
+use super::call_context::CallContext;
+use super::clock::{Clock, ClockView};
+use super::jobs::{Jobs, JobsView, Submitter};
+use super::log::{Log, LogArgs, LogView, Written};
+use super::permits::{Permits, PermitsView};
+use super::process_lock::{HeldLocks, ProcessLockView, ProcessLocks};
+use super::redis::{self, GuestRedis, RedisView};
+use super::sql::{self, GuestSql, SqlView};
 
 /// Bytes of a guest's stderr kept for the error message of a trap (an
 /// interpreter's traceback lands there).
 const STDERR_CAPACITY: usize = 4096;
 
-/// Queues a job's payload for the component that submitted it.
-pub(super) type SubmitJob = Box<dyn Fn(String) -> Result<(), SubmitError> + Send + Sync>;
+/// The server's side of each capability a call reaches, shared by every
+/// call.
+pub struct Shared {
+    pub sql: Arc<GuestSql>,
+    pub redis: Arc<GuestRedis>,
+    pub permits: Arc<Permits>,
+    pub process_locks: Arc<ProcessLocks>,
+    pub log: LogArgs,
+    pub brokers: Arc<Brokers>,
+}
 
 pub struct HostState {
-    /// The pools every capability works through.
-    pub(super) caps: Arc<Capabilities>,
+    /// The server's side of each capability.
+    shared: Shared,
+    /// What every capability needs of this call: its method, deadline,
+    /// clean-up and trace.
+    pub(super) call: CallContext,
     /// Where a job this call submits goes: to the queue, to be run by this
     /// same component version. `None` while the component is loaded, and
     /// for a world without a job runner, where a job would be stranded.
-    pub(super) submit_job: Option<SubmitJob>,
-    /// The method being run, for log lines.
-    pub(super) method: Arc<str>,
-    /// The component being run (`None` while it is loaded): quarantined
-    /// when a script it sent takes Redis and cannot be killed.
-    pub(super) strategy: Option<Arc<Strategy>>,
-    /// Scripts of this call that outlived its deadline and were killed.
-    pub(super) scripts_killed: u32,
-    /// When this call's budget ends; `clock.sleep` never sleeps past it.
-    pub(super) deadline: Instant,
+    pub(super) jobs: Option<Submitter>,
     /// Live `connection` and `transaction` resources of this call.
     pub(super) table: ResourceTable,
-    /// Clean-up that outlives the store (the rollback of a transaction
-    /// torn down with it): the host waits for it before the call's end is
-    /// acted on.
-    pub(super) cleanup: TaskTracker,
-    /// Dedicated Redis connections and open transactions this call holds,
-    /// and log lines it wrote, against their caps.
-    pub(super) open_connections: u32,
-    pub(super) open_transactions: u32,
-    pub(super) log_lines: u32,
-    /// Channel subscriptions and lease renewals this call holds.
-    pub(super) subscriptions: u32,
-    pub(super) renewals: u32,
+    /// What this call holds of Redis.
+    pub(super) redis: redis::Held,
+    /// What this call holds of the database.
+    pub(super) sql: sql::Held,
+    /// What this call wrote to the log.
+    pub(super) log: Written,
     /// Process locks this call holds, released when the store goes.
     pub(super) process_locks: HeldLocks,
-    /// The session this call's named locks live on, opened on first use;
-    /// its locks are released when the store goes.
-    pub(super) lock_session: Option<LockSession>,
-    /// The last error line this call logged (a Rust panic's message, which
-    /// the sdk's panic hook logs), for the message of a trap.
-    pub(super) error_logged: Option<String>,
-    /// The capability calls this call made, for its request's trace.
-    pub(super) trace: CallTrace,
     /// WASI for a component that imports it (an interpreter's), built on
     /// its first WASI call: a component whose only imports are the lab's
     /// never pays for one (two random generators seeded, a pipe).
@@ -73,35 +62,23 @@ pub struct HostState {
 
 impl HostState {
     pub(super) fn new(
-        caps: Arc<Capabilities>,
-        submit_job: Option<SubmitJob>,
-        strategy: Option<Arc<Strategy>>,
-        method: Arc<str>,
-        deadline: Instant,
-        limits: &Limits,
-        cleanup: TaskTracker,
+        shared: Shared,
+        call: CallContext,
+        jobs: Option<Submitter>,
+        memory_bytes: usize,
     ) -> Self {
         Self {
-            caps,
-            submit_job,
-            method,
-            strategy,
-            scripts_killed: 0,
-            deadline,
+            shared,
+            call,
+            jobs,
             table: ResourceTable::new(),
-            cleanup,
-            open_connections: 0,
-            open_transactions: 0,
-            log_lines: 0,
-            subscriptions: 0,
-            renewals: 0,
+            redis: redis::Held::default(),
+            sql: sql::Held::default(),
+            log: Written::default(),
             process_locks: HeldLocks::default(),
-            lock_session: None,
-            error_logged: None,
-            trace: CallTrace::recording(limits.trace_calls),
             wasi: None,
             limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
+                .memory_size(memory_bytes)
                 .instances(64)
                 .build(),
         }
@@ -111,12 +88,7 @@ impl HostState {
     /// or clean up: no connection, transaction, lock, subscription or
     /// renewal.
     pub(super) fn holds_nothing(&self) -> bool {
-        self.open_connections == 0
-            && self.open_transactions == 0
-            && self.subscriptions == 0
-            && self.renewals == 0
-            && self.process_locks.is_empty()
-            && self.lock_session.is_none()
+        self.redis.nothing() && self.sql.nothing() && self.process_locks.is_empty()
     }
 
     /// What the guest wrote to stderr, lossily decoded (nothing when it
@@ -165,4 +137,83 @@ impl WasiView for HostState {
 }
 
 /// `types` declares no functions; the trait exists for the linker.
-impl super::bindings::types::Host for HostState {}
+impl types::Host for HostState {}
+
+/// Each capability's view of one call, projected from its store.
+impl HostState {
+    fn clock(&mut self) -> ClockView<'_> {
+        ClockView { call: &self.call }
+    }
+
+    fn log(&mut self) -> LogView<'_> {
+        LogView {
+            settings: &self.shared.log,
+            written: &mut self.log,
+            call: &self.call,
+        }
+    }
+
+    fn broker(&mut self) -> BrokerView<'_> {
+        BrokerView {
+            brokers: &self.shared.brokers,
+            call: &mut self.call,
+        }
+    }
+
+    fn jobs(&mut self) -> JobsView<'_> {
+        JobsView {
+            submitter: self.jobs.as_ref(),
+            call: &self.call,
+        }
+    }
+
+    fn redis(&mut self) -> RedisView<'_> {
+        RedisView {
+            redis: &self.shared.redis,
+            held: &mut self.redis,
+            table: &mut self.table,
+            call: &mut self.call,
+        }
+    }
+
+    fn sql(&mut self) -> SqlView<'_> {
+        SqlView {
+            sql: &self.shared.sql,
+            held: &mut self.sql,
+            table: &mut self.table,
+            call: &mut self.call,
+        }
+    }
+
+    fn permits(&mut self) -> PermitsView<'_> {
+        PermitsView {
+            permits: &self.shared.permits,
+            call: &self.call,
+        }
+    }
+
+    fn process_locks(&mut self) -> ProcessLockView<'_> {
+        ProcessLockView {
+            locks: &self.shared.process_locks,
+            held: &mut self.process_locks,
+            call: &self.call,
+        }
+    }
+}
+
+/// Links every capability's imports, each to its view of the store.
+pub(super) fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    bindings::clock::add_to_linker::<_, Clock>(linker, HostState::clock)?;
+    bindings::log::add_to_linker::<_, Log>(linker, HostState::log)?;
+    bindings::jobs::add_to_linker::<_, Jobs>(linker, HostState::jobs)?;
+    bindings::broker::add_to_linker::<_, Brokers>(linker, HostState::broker)?;
+    bindings::permits::add_to_linker::<_, Permits>(linker, HostState::permits)?;
+    bindings::process_lock::add_to_linker::<_, ProcessLocks>(linker, HostState::process_locks)?;
+    bindings::redis::add_to_linker::<_, GuestRedis>(linker, HostState::redis)?;
+    bindings::redis_channels::add_to_linker::<_, GuestRedis>(linker, HostState::redis)?;
+    bindings::redis_watchdog::add_to_linker::<_, GuestRedis>(linker, HostState::redis)?;
+    bindings::sql::add_to_linker::<_, GuestSql>(linker, HostState::sql)?;
+    bindings::named_lock::add_to_linker::<_, GuestSql>(linker, HostState::sql)?;
+    types::add_to_linker::<_, HasSelf<HostState>>(linker, |state| state)?;
+    Ok(())
+}

@@ -13,10 +13,12 @@ pub mod amqp;
 pub mod jetstream;
 pub mod message;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use wasmtime::component::HasData;
 
 use super::bindings::broker::{self as wit, Kind, PublishError};
-use super::store::HostState;
+use super::call_context::CallContext;
 use super::trace::Read;
 
 /// The `broker` capability's settings.
@@ -100,16 +102,29 @@ fn kind_name(kind: Kind) -> &'static str {
     }
 }
 
-impl wit::Host for HostState {
-    #[tracing::instrument(name = "broker.publish", level = "debug", skip_all, fields(method = %self.method, broker = kind_name(to)))]
+/// The `broker` capability as the linker knows it: its imports work on a
+/// [`BrokerView`].
+impl HasData for Brokers {
+    type Data<'a> = BrokerView<'a>;
+}
+
+/// What the broker reaches of one call: both brokers, and the call's
+/// method, deadline and trace.
+pub struct BrokerView<'a> {
+    pub brokers: &'a Brokers,
+    pub call: &'a mut CallContext,
+}
+
+impl wit::Host for BrokerView<'_> {
+    #[tracing::instrument(name = "broker.publish", level = "debug", skip_all, fields(method = %self.call.method, broker = kind_name(to)))]
     async fn publish(
         &mut self,
         to: Kind,
         id: String,
         fields: Vec<(String, String)>,
     ) -> wasmtime::Result<Result<(), PublishError>> {
-        let brokers = &self.caps.brokers;
-        let body = match message::encode(&self.method, &brokers.topology.lab_id, &fields) {
+        let brokers = self.brokers;
+        let body = match message::encode(&self.call.method, &brokers.topology.lab_id, &fields) {
             Ok(body) => body,
             Err(why) => return Ok(Err(PublishError::Refused(why))),
         };
@@ -117,14 +132,13 @@ impl wit::Host for HostState {
             let why = "a message id is 1 to 200 bytes".to_string();
             return Ok(Err(PublishError::Refused(why)));
         }
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        let within = brokers.confirm_within().min(left);
+        let within = brokers.confirm_within().min(self.call.left());
         let topology = &brokers.topology;
         let target = match to {
             Kind::Rabbitmq => topology.names.queue.as_str(),
             Kind::Jetstream => topology.names.subject.as_str(),
         };
-        let pending = self.trace.start("broker", "PUBLISH").target(target);
+        let pending = self.call.trace.start("broker", "PUBLISH").target(target);
         let published = match to {
             Kind::Rabbitmq => brokers.rabbitmq.publish(topology, &id, &body, within).await,
             Kind::Jetstream => {
@@ -144,7 +158,50 @@ impl wit::Host for HostState {
             Err(PublishError::Refused(why)) => Err(format!("refused: {why}")),
             Err(PublishError::Unconfirmed(why)) => Err(format!("unconfirmed: {why}")),
         };
-        self.trace.finish(pending, traced);
+        self.call.trace.finish(pending, traced);
         Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::call_context::tests::call_ending_in;
+
+    /// Brokers nobody listens for: a publish that reached for one would
+    /// come back refused for the connection, not for its message.
+    fn brokers() -> Brokers {
+        let args = BrokerArgs {
+            rabbitmq_url: "amqp://guest:guest@127.0.0.1:1/%2f".into(),
+            nats_url: "nats://127.0.0.1:1".into(),
+            broker_confirm_ms: 100,
+            jetstream_ack_wait_ms: 100,
+        };
+        let topology = Topology {
+            lab_id: "lab".into(),
+            names: message::Names::for_lab("db", "lab"),
+            max_deliveries: 3,
+        };
+        Brokers::new(&args, topology)
+    }
+
+    #[tokio::test]
+    async fn a_message_id_out_of_bounds_is_refused_before_any_broker_is_reached() {
+        let brokers = brokers();
+        let mut call = call_ending_in(Duration::from_secs(5));
+        let mut view = BrokerView {
+            brokers: &brokers,
+            call: &mut call,
+        };
+        for id in [String::new(), "x".repeat(201)] {
+            let published = wit::Host::publish(&mut view, Kind::Rabbitmq, id, Vec::new())
+                .await
+                .unwrap();
+            assert!(
+                matches!(&published, Err(PublishError::Refused(why)) if why.contains("1 to 200 bytes")),
+                "{published:?}"
+            );
+        }
+        assert!(view.call.trace.calls.is_empty(), "nothing was sent");
     }
 }

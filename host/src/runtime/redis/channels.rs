@@ -17,7 +17,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -26,11 +26,10 @@ use redis::aio::PubSubSink;
 use tokio::sync::Notify;
 use wasmtime::component::Resource;
 
-use super::to_wit_error;
+use super::{RedisView, to_wit_error};
 use crate::redis_target::RedisTarget;
 use crate::runtime::bindings::redis::RedisError as WitError;
 use crate::runtime::bindings::redis_channels;
-use crate::runtime::store::HostState;
 
 /// Messages a channel keeps for nobody waiting before the oldest are
 /// dropped.
@@ -251,29 +250,23 @@ impl Subscription {
     }
 }
 
-impl HostState {
-    fn left(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
-    }
-}
-
-impl redis_channels::Host for HostState {
+impl redis_channels::Host for RedisView<'_> {
     /// Waits for the subscription no longer than the call's deadline.
-    #[tracing::instrument(name = "redis_channels.subscribe", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "redis_channels.subscribe", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn subscribe(
         &mut self,
         channel: String,
     ) -> wasmtime::Result<Result<Resource<Subscription>, WitError>> {
-        let cap = self.caps.redis.args.subscriptions_per_call;
-        if self.subscriptions >= cap {
+        let cap = self.redis.args.subscriptions_per_call;
+        if self.held.subscriptions >= cap {
             return Ok(Err(WitError::Refused(format!(
                 "this call already holds {cap} subscriptions (COUPONLAB_SUBSCRIPTIONS_PER_CALL)"
             ))));
         }
-        let caps = self.caps.clone();
-        match tokio::time::timeout(self.left(), caps.redis.channels.subscribe(&channel)).await {
+        let subscribed = self.redis.channels.subscribe(&channel);
+        match tokio::time::timeout(self.call.left(), subscribed).await {
             Ok(Ok(subscription)) => {
-                self.subscriptions += 1;
+                self.held.subscriptions += 1;
                 Ok(Ok(self.table.push(subscription)?))
             }
             Ok(Err(err)) => Ok(Err(to_wit_error(err))),
@@ -284,21 +277,21 @@ impl redis_channels::Host for HostState {
     }
 }
 
-impl redis_channels::HostSubscription for HostState {
-    #[tracing::instrument(name = "redis_channels.subscription.next", level = "debug", skip_all, fields(method = %self.method))]
+impl redis_channels::HostSubscription for RedisView<'_> {
+    #[tracing::instrument(name = "redis_channels.subscription.next", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn next(
         &mut self,
         subscription: Resource<Subscription>,
         timeout_ms: u32,
     ) -> wasmtime::Result<Result<Option<String>, WitError>> {
-        let wait = Duration::from_millis(timeout_ms.into()).min(self.left());
+        let wait = Duration::from_millis(timeout_ms.into()).min(self.call.left());
         Ok(self.table.get_mut(&subscription)?.next(wait).await)
     }
 
-    #[tracing::instrument(name = "redis_channels.subscription.drop", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "redis_channels.subscription.drop", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn drop(&mut self, subscription: Resource<Subscription>) -> wasmtime::Result<()> {
         self.table.delete(subscription)?;
-        self.subscriptions = self.subscriptions.saturating_sub(1);
+        self.held.subscriptions = self.held.subscriptions.saturating_sub(1);
         Ok(())
     }
 }

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use redis::RedisError;
 
+use super::GuestRedis;
 use super::pools::RESPONSE_TIMEOUT;
 use super::scripts::{ScriptEnd, SentOn, runs_a_script};
 use crate::redis_target::first_key;
-use crate::runtime::capabilities::Capabilities;
-use crate::runtime::loaded::Strategy;
+use crate::runtime::call_context::Quarantiner;
 
 /// How long before the reply timeout a script still running is ended, so
 /// the kill goes out while its caller still waits for the reply.
@@ -25,8 +25,8 @@ const BUSY_MARGIN: Duration = Duration::from_millis(100);
 
 /// What a call's script commands are watched with.
 pub(super) struct Watch<'a> {
-    pub(super) caps: &'a Arc<Capabilities>,
-    pub(super) strategy: &'a Option<Arc<Strategy>>,
+    pub(super) redis: &'a Arc<GuestRedis>,
+    pub(super) quarantine: &'a Quarantiner,
     pub(super) method: &'a Arc<str>,
     pub(super) deadline: Instant,
     pub(super) killed: &'a mut u32,
@@ -51,7 +51,7 @@ impl Watch<'_> {
         let Some((name, args)) = script else {
             return reply.await;
         };
-        let redis = &self.caps.redis;
+        let redis = self.redis;
         let key = first_key(name, args);
         let on = on(key);
         let sent = redis.in_flight.send(on);
@@ -84,8 +84,8 @@ impl Watch<'_> {
         // Its own task: the kill and its verdict outlive this call if the
         // call is dropped at its deadline meanwhile.
         let ending = tokio::spawn(end_runaway(
-            self.caps.clone(),
-            self.strategy.clone(),
+            self.redis.clone(),
+            self.quarantine.clone(),
             self.method.clone(),
             key.map(str::to_string),
         ));
@@ -98,22 +98,19 @@ impl Watch<'_> {
 
 /// Ends a script that outlived its call, and acts on what Redis says.
 async fn end_runaway(
-    caps: Arc<Capabilities>,
-    strategy: Option<Arc<Strategy>>,
+    redis: Arc<GuestRedis>,
+    quarantine: Quarantiner,
     method: Arc<str>,
     key: Option<String>,
 ) -> ScriptEnd {
-    let end = caps.redis.end_script(key.as_deref()).await;
+    let end = redis.end_script(key.as_deref()).await;
     match &end {
         ScriptEnd::Killed => {
-            caps.redis
-                .scripts_killed
-                .with_label_values(&[&*method])
-                .inc();
+            redis.scripts_killed.with_label_values(&[&*method]).inc();
             tracing::warn!(%method, "a script outlived its call's deadline; SCRIPT KILL ended it");
         }
         ScriptEnd::Unkillable(refusal) => {
-            let mut stuck_by = caps.redis.stuck_by.lock();
+            let mut stuck_by = redis.stuck_by.lock();
             if let Some(culprit) = &*stuck_by {
                 // A call that waited behind the script, not its sender.
                 tracing::warn!(%method, %culprit, "a call waited past its deadline behind a script Redis cannot kill");
@@ -125,9 +122,7 @@ async fn end_runaway(
                  and Redis refuses to kill a script that wrote ({refusal}); Redis serves nobody until \
                  that script ends. Replace its file to serve it again"
             );
-            if let Some(strategy) = &strategy {
-                strategy.quarantine(reason);
-            }
+            quarantine.quarantine(reason);
             tracing::error!(
                 %method,
                 "a script of {method} wrote and then ran past its call's deadline: Redis cannot kill it \

@@ -16,11 +16,10 @@ use tokio::task::AbortHandle;
 use wasmtime::component::Resource;
 
 use super::runaway::Watch;
+use super::{GuestRedis, RedisView};
 use crate::runtime::bindings::redis::RedisError as WitError;
 use crate::runtime::bindings::redis_watchdog;
-use crate::runtime::capabilities::Capabilities;
-use crate::runtime::loaded::Strategy;
-use crate::runtime::store::HostState;
+use crate::runtime::call_context::Quarantiner;
 
 /// The shortest period between two renewals.
 const SHORTEST_PERIOD: Duration = Duration::from_millis(100);
@@ -36,8 +35,8 @@ impl Drop for Renewal {
 
 /// What one renewal runs, and whose call it belongs to.
 struct Lease {
-    caps: Arc<Capabilities>,
-    strategy: Option<Arc<Strategy>>,
+    redis: Arc<GuestRedis>,
+    quarantine: Quarantiner,
     method: Arc<str>,
     deadline: Instant,
     script: String,
@@ -62,10 +61,10 @@ impl Lease {
             if Instant::now() >= self.deadline {
                 return;
             }
-            let redis = &self.caps.redis;
+            let redis = &self.redis;
             let watch = Watch {
-                caps: &self.caps,
-                strategy: &self.strategy,
+                redis,
+                quarantine: &self.quarantine,
                 method: &self.method,
                 deadline: self.deadline,
                 killed: &mut killed,
@@ -89,8 +88,8 @@ impl Lease {
     }
 }
 
-impl redis_watchdog::Host for HostState {
-    #[tracing::instrument(name = "redis_watchdog.renew", level = "debug", skip_all, fields(method = %self.method))]
+impl redis_watchdog::Host for RedisView<'_> {
+    #[tracing::instrument(name = "redis_watchdog.renew", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn renew(
         &mut self,
         script: String,
@@ -98,33 +97,33 @@ impl redis_watchdog::Host for HostState {
         args: Vec<String>,
         every_ms: u32,
     ) -> wasmtime::Result<Result<Resource<Renewal>, WitError>> {
-        let cap = self.caps.redis.args.renewals_per_call;
-        if self.renewals >= cap {
+        let cap = self.redis.args.renewals_per_call;
+        if self.held.renewals >= cap {
             return Ok(Err(WitError::Refused(format!(
                 "this call already holds {cap} renewals (COUPONLAB_RENEWALS_PER_CALL)"
             ))));
         }
         let lease = Lease {
-            caps: self.caps.clone(),
-            strategy: self.strategy.clone(),
-            method: self.method.clone(),
-            deadline: self.deadline,
+            redis: self.redis.clone(),
+            quarantine: self.call.quarantine.clone(),
+            method: self.call.method.clone(),
+            deadline: self.call.deadline,
             script,
             keys,
             args,
             every: Duration::from_millis(every_ms.into()).max(SHORTEST_PERIOD),
         };
         let task = tokio::spawn(lease.renew());
-        self.renewals += 1;
+        self.held.renewals += 1;
         Ok(Ok(self.table.push(Renewal(task.abort_handle()))?))
     }
 }
 
-impl redis_watchdog::HostRenewal for HostState {
-    #[tracing::instrument(name = "redis_watchdog.renewal.drop", level = "debug", skip_all, fields(method = %self.method))]
+impl redis_watchdog::HostRenewal for RedisView<'_> {
+    #[tracing::instrument(name = "redis_watchdog.renewal.drop", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn drop(&mut self, renewal: Resource<Renewal>) -> wasmtime::Result<()> {
         self.table.delete(renewal)?;
-        self.renewals = self.renewals.saturating_sub(1);
+        self.held.renewals = self.held.renewals.saturating_sub(1);
         Ok(())
     }
 }

@@ -36,15 +36,16 @@ pub use self::user::SqlArgs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use wasmtime::component::Resource;
+use wasmtime::component::{HasData, Resource, ResourceTable};
 
 use self::engine::Engine;
 use self::lent::{Conn, Lent, Limits};
+use self::named_lock::LockSession;
 use self::orphans::Orphans;
 use self::transaction::{isolation_name, query_on};
 use self::value::{ResultCaps, answer_lost, execute, to_wit_error, traced_rows};
 use super::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
-use super::store::HostState;
+use super::call_context::CallContext;
 use super::trace::{Pending, Read, statement_shape};
 use crate::db_target::{Dialect, Pool};
 
@@ -109,21 +110,53 @@ impl GuestSql {
     }
 }
 
-impl HostState {
+/// The `sql` and `named-lock` capabilities as the linker knows them: their
+/// imports work on a [`SqlView`].
+impl HasData for GuestSql {
+    type Data<'a> = SqlView<'a>;
+}
+
+/// What one call holds of the database, each against its cap.
+#[derive(Default)]
+pub struct Held {
+    transactions: u32,
+    /// The session this call's named locks live on, opened on first use;
+    /// its locks are released when the store goes.
+    lock_session: Option<LockSession>,
+}
+
+impl Held {
+    /// Whether the call holds no transaction and no lock session, which its
+    /// store's end would roll back or release.
+    pub fn nothing(&self) -> bool {
+        self.transactions == 0 && self.lock_session.is_none()
+    }
+}
+
+/// What the database reaches of one call: the components' pool, what the
+/// call holds of it, its resources, and the call itself.
+pub struct SqlView<'a> {
+    pub sql: &'a GuestSql,
+    pub held: &'a mut Held,
+    pub table: &'a mut ResourceTable,
+    pub call: &'a mut CallContext,
+}
+
+impl SqlView<'_> {
     fn result_caps(&self) -> ResultCaps {
         ResultCaps {
-            rows: self.caps.sql.args.max_result_rows,
-            bytes: self.caps.sql.args.max_result_bytes,
+            rows: self.sql.args.max_result_rows,
+            bytes: self.sql.args.max_result_bytes,
         }
     }
 
     /// Starts the trace of a statement, in `tx` when it runs in one.
     fn trace_statement(&self, statement: &str, tx: Option<&Tx>) -> Pending {
-        if !self.trace.is_recording() {
-            return self.trace.start("sql", "");
+        if !self.call.trace.is_recording() {
+            return self.call.trace.start("sql", "");
         }
         let (kind, table) = statement_shape(statement);
-        let pending = self.trace.start("sql", kind);
+        let pending = self.call.trace.start("sql", kind);
         let pending = match table {
             Some(table) => pending.target(table),
             None => pending,
@@ -141,7 +174,7 @@ impl HostState {
         read: fn(&T) -> Read,
     ) {
         let answer = answer.as_ref().map(read).map_err(|err| format!("{err:?}"));
-        self.trace.finish(pending, answer);
+        self.call.trace.finish(pending, answer);
     }
 
     /// Runs `run` on the open transaction `tx`, traced as `statement`.
@@ -155,32 +188,33 @@ impl HostState {
         let pending = self.trace_statement(statement, Some(tx));
         let answer = run(self.table.get_mut(tx)?).await;
         let at_commit = statement == "COMMIT";
-        let answer = self.caps.sql.engine.conflict_named(answer, at_commit);
+        let answer = self.sql.engine.conflict_named(answer, at_commit);
         self.trace_answer(pending, &answer, read);
         Ok(answer)
     }
 
     async fn begin_transaction(&mut self, isolation: IsolationLevel, access: Access) -> Answer<Tx> {
-        let number = self.trace.next_transaction();
-        let level = isolation_name(isolation, &self.caps.sql.engine);
+        let number = self.call.trace.next_transaction();
+        let level = isolation_name(isolation, &self.sql.engine);
         let pending = self
+            .call
             .trace
             .start("sql", "BEGIN")
             .in_transaction(number, level);
-        let cap = self.caps.sql.args.max_transactions_per_call;
-        if self.open_transactions >= cap {
+        let cap = self.sql.args.max_transactions_per_call;
+        if self.held.transactions >= cap {
             return Ok(Err(SqlError::Refused(format!(
                 "this call already holds {cap} open transactions (COUPONLAB_MAX_TRANSACTIONS_PER_CALL)"
             ))));
         }
         let result_caps = self.result_caps();
-        let sql = &self.caps.sql;
+        let sql = self.sql;
         let begun = SqlTransaction::begin(
             sql,
             sql.limits,
             result_caps,
-            self.deadline,
-            self.cleanup.clone(),
+            self.call.deadline,
+            self.call.cleanup.clone(),
             isolation,
             access,
         )
@@ -192,7 +226,7 @@ impl HostState {
         self.trace_answer(pending, &begun, |_| Read::default());
         match begun {
             Ok(tx) => {
-                self.open_transactions += 1;
+                self.held.transactions += 1;
                 Ok(Ok(self.table.push(tx)?))
             }
             Err(err) => Ok(Err(err)),
@@ -232,10 +266,10 @@ fn autocommit_failed(statement: &str, dialect: Dialect, err: sqlx::Error) -> Sql
     }
 }
 
-impl wit::Host for HostState {
-    #[tracing::instrument(name = "sql.engine", level = "debug", skip_all, fields(method = %self.method))]
+impl wit::Host for SqlView<'_> {
+    #[tracing::instrument(name = "sql.engine", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn engine(&mut self) -> wasmtime::Result<wit::EngineInfo> {
-        let engine = &self.caps.sql.engine;
+        let engine = &self.sql.engine;
         Ok(wit::EngineInfo {
             name: engine.name.to_string(),
             version: engine.version.clone(),
@@ -243,21 +277,21 @@ impl wit::Host for HostState {
         })
     }
 
-    #[tracing::instrument(name = "sql.begin", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "sql.begin", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn begin(&mut self, isolation: IsolationLevel) -> Answer<Tx> {
         self.begin_transaction(isolation, Access::ReadWrite).await
     }
 
-    #[tracing::instrument(name = "sql.begin_read_only", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "sql.begin_read_only", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn begin_read_only(&mut self, isolation: IsolationLevel) -> Answer<Tx> {
         self.begin_transaction(isolation, Access::ReadOnly).await
     }
 
-    #[tracing::instrument(name = "sql.query", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "sql.query", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn query(&mut self, statement: String, params: Params) -> Answer<Rows> {
         let pending = self.trace_statement(&statement, None);
         let caps = self.result_caps();
-        let rows = match self.caps.sql.lend().await {
+        let rows = match self.sql.lend().await {
             Ok(mut lent) => {
                 let dialect = lent.dialect();
                 query_on(&mut lent, &statement, params, caps, |err| {
@@ -267,26 +301,26 @@ impl wit::Host for HostState {
             }
             Err(err) => Err(to_wit_error(err)),
         };
-        let rows = self.caps.sql.engine.conflict_named(rows, false);
+        let rows = self.sql.engine.conflict_named(rows, false);
         self.trace_answer(pending, &rows, traced_rows);
         Ok(rows)
     }
 
-    #[tracing::instrument(name = "sql.execute", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "sql.execute", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn execute(&mut self, statement: String, params: Params) -> Answer<ExecResult> {
         let pending = self.trace_statement(&statement, None);
-        let done = autocommit(&self.caps.sql, &statement, async |conn, text| {
+        let done = autocommit(self.sql, &statement, async |conn, text| {
             execute(conn, text, params).await
         })
         .await;
-        let done = self.caps.sql.engine.conflict_named(done, false);
+        let done = self.sql.engine.conflict_named(done, false);
         self.trace_answer(pending, &done, affected);
         Ok(done)
     }
 }
 
-impl wit::HostTransaction for HostState {
-    #[tracing::instrument(name = "sql.transaction.query", level = "debug", skip_all, fields(method = %self.method))]
+impl wit::HostTransaction for SqlView<'_> {
+    #[tracing::instrument(name = "sql.transaction.query", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn query(&mut self, tx: Tx, statement: String, params: Params) -> Answer<Rows> {
         self.on_transaction(&tx, &statement, traced_rows, async |tx| {
             tx.query(&statement, params).await
@@ -294,7 +328,7 @@ impl wit::HostTransaction for HostState {
         .await
     }
 
-    #[tracing::instrument(name = "sql.transaction.execute", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "sql.transaction.execute", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn execute(&mut self, tx: Tx, statement: String, params: Params) -> Answer<ExecResult> {
         self.on_transaction(&tx, &statement, affected, async |tx| {
             tx.execute(&statement, params).await
@@ -302,14 +336,14 @@ impl wit::HostTransaction for HostState {
         .await
     }
 
-    #[tracing::instrument(name = "sql.transaction.commit", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "sql.transaction.commit", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn commit(&mut self, tx: Tx) -> Answer<()> {
         let nothing = |_: &()| Read::default();
         self.on_transaction(&tx, "COMMIT", nothing, async |tx| tx.finish("COMMIT").await)
             .await
     }
 
-    #[tracing::instrument(name = "sql.transaction.rollback", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "sql.transaction.rollback", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn rollback(&mut self, tx: Tx) -> Answer<()> {
         let nothing = |_: &()| Read::default();
         self.on_transaction(&tx, "ROLLBACK", nothing, async |tx| {
@@ -318,11 +352,11 @@ impl wit::HostTransaction for HostState {
         .await
     }
 
-    #[tracing::instrument(name = "sql.transaction.drop", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "sql.transaction.drop", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn drop(&mut self, tx: Tx) -> wasmtime::Result<()> {
         let pending = self.trace_statement("ROLLBACK", Some(&tx));
         let mut tx = self.table.delete(tx)?;
-        self.open_transactions = self.open_transactions.saturating_sub(1);
+        self.held.transactions = self.held.transactions.saturating_sub(1);
         if tx.lent.is_some() {
             // Rolled back here, awaited, so the next request on this
             // connection never meets the dropped transaction's locks.

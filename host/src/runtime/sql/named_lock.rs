@@ -25,9 +25,8 @@ use tokio_util::task::TaskTracker;
 use super::lent::{Conn, Lent};
 use super::statement::Residue;
 use super::value::to_wit_error;
-use super::{GuestSql, SqlError};
+use super::{GuestSql, SqlError, SqlView};
 use crate::runtime::bindings::named_lock;
-use crate::runtime::store::HostState;
 
 /// The longest name MySQL and MariaDB take.
 const MAX_NAME: usize = 64;
@@ -223,20 +222,20 @@ fn refused_name(name: &str) -> Option<SqlError> {
     })
 }
 
-impl HostState {
+impl SqlView<'_> {
     /// The call's lock session, opened on first use.
     async fn lock_session(&mut self) -> Result<&mut LockSession, SqlError> {
-        if self.lock_session.is_none() {
-            let session = LockSession::open(&self.caps.sql, self.cleanup.clone()).await?;
-            self.lock_session = Some(session);
+        let held = &mut self.held.lock_session;
+        if held.is_none() {
+            *held = Some(LockSession::open(self.sql, self.call.cleanup.clone()).await?);
         }
-        Ok(self.lock_session.as_mut().expect("opened above"))
+        Ok(held.as_mut().expect("opened above"))
     }
 }
 
-impl named_lock::Host for HostState {
+impl named_lock::Host for SqlView<'_> {
     /// Waits no longer than the call's own deadline, less a margin.
-    #[tracing::instrument(name = "named_lock.acquire", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "named_lock.acquire", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn acquire(
         &mut self,
         name: String,
@@ -245,21 +244,16 @@ impl named_lock::Host for HostState {
         if let Some(refused) = refused_name(&name) {
             return Ok(Err(refused));
         }
-        let cap = self.caps.sql.args.named_locks_per_call as usize;
-        let held = self.lock_session.as_ref().map_or(0, |s| s.held.len());
-        let holds_it = self
-            .lock_session
-            .as_ref()
-            .is_some_and(|s| s.held.contains(&name));
+        let cap = self.sql.args.named_locks_per_call as usize;
+        let session = self.held.lock_session.as_ref();
+        let held = session.map_or(0, |s| s.held.len());
+        let holds_it = session.is_some_and(|s| s.held.contains(&name));
         if held >= cap && !holds_it {
             return Ok(Err(SqlError::Refused(format!(
                 "a call holds at most {cap} named locks at once (COUPONLAB_NAMED_LOCKS_PER_CALL)"
             ))));
         }
-        let left = self
-            .deadline
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(WAIT_MARGIN);
+        let left = self.call.left().saturating_sub(WAIT_MARGIN);
         let wait = Duration::from_millis(timeout_ms.into()).min(left);
         let give_up = Instant::now() + wait;
         // Waiting for a connection counts against the wait: a lock that
@@ -273,9 +267,9 @@ impl named_lock::Host for HostState {
         Ok(session.acquire(&name, wait).await)
     }
 
-    #[tracing::instrument(name = "named_lock.release", level = "debug", skip_all, fields(method = %self.method))]
+    #[tracing::instrument(name = "named_lock.release", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn release(&mut self, name: String) -> wasmtime::Result<Result<bool, SqlError>> {
-        Ok(match self.lock_session.as_mut() {
+        Ok(match self.held.lock_session.as_mut() {
             Some(session) => session.release(&name).await,
             None => Ok(false),
         })
