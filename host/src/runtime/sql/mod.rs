@@ -17,7 +17,13 @@
 //! - [`named_lock`]: `GET_LOCK` (or an advisory lock) on a session the call
 //!   holds to its end;
 //! - [`transaction`]: the `transaction` resource.
+//!
+//! A host call awaits its statements boxed: with a pool's acquire and a
+//! statement inside, they are the bulk of its future, which wasmtime moves
+//! by value several times a call (`call_futures` keeps each under 1 KB).
 
+#[cfg(test)]
+mod call_futures;
 pub mod cluster;
 pub mod engine;
 pub mod lent;
@@ -186,7 +192,7 @@ impl SqlView<'_> {
         run: impl AsyncFnOnce(&mut SqlTransaction) -> Result<T, SqlError>,
     ) -> Answer<T> {
         let pending = self.trace_statement(statement, Some(tx));
-        let answer = run(self.table.get_mut(tx)?).await;
+        let answer = Box::pin(run(self.table.get_mut(tx)?)).await;
         let at_commit = statement == "COMMIT";
         let answer = self.sql.engine.conflict_named(answer, at_commit);
         self.trace_answer(pending, &answer, read);
@@ -209,7 +215,7 @@ impl SqlView<'_> {
         }
         let result_caps = self.result_caps();
         let sql = self.sql;
-        let begun = SqlTransaction::begin(
+        let begun = Box::pin(SqlTransaction::begin(
             sql,
             sql.limits,
             result_caps,
@@ -217,7 +223,7 @@ impl SqlView<'_> {
             self.call.cleanup.clone(),
             isolation,
             access,
-        )
+        ))
         .await
         .map(|mut tx| {
             tx.traced.0 = number;
@@ -291,16 +297,16 @@ impl wit::Host for SqlView<'_> {
     async fn query(&mut self, statement: String, params: Params) -> Answer<Rows> {
         let pending = self.trace_statement(&statement, None);
         let caps = self.result_caps();
-        let rows = match self.sql.lend().await {
-            Ok(mut lent) => {
-                let dialect = lent.dialect();
-                query_on(&mut lent, &statement, params, caps, |err| {
-                    autocommit_failed(&statement, dialect, err)
-                })
-                .await
-            }
-            Err(err) => Err(to_wit_error(err)),
-        };
+        let sql = self.sql;
+        let rows = Box::pin(async {
+            let mut lent = sql.lend().await.map_err(to_wit_error)?;
+            let dialect = lent.dialect();
+            query_on(&mut lent, &statement, params, caps, |err| {
+                autocommit_failed(&statement, dialect, err)
+            })
+            .await
+        })
+        .await;
         let rows = self.sql.engine.conflict_named(rows, false);
         self.trace_answer(pending, &rows, traced_rows);
         Ok(rows)
@@ -309,9 +315,9 @@ impl wit::Host for SqlView<'_> {
     #[tracing::instrument(name = "sql.execute", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn execute(&mut self, statement: String, params: Params) -> Answer<ExecResult> {
         let pending = self.trace_statement(&statement, None);
-        let done = autocommit(self.sql, &statement, async |conn, text| {
+        let done = Box::pin(autocommit(self.sql, &statement, async |conn, text| {
             execute(conn, text, params).await
-        })
+        }))
         .await;
         let done = self.sql.engine.conflict_named(done, false);
         self.trace_answer(pending, &done, affected);
@@ -360,7 +366,7 @@ impl wit::HostTransaction for SqlView<'_> {
         if tx.lent.is_some() {
             // Rolled back here, awaited, so the next request on this
             // connection never meets the dropped transaction's locks.
-            let done = tx.finish("ROLLBACK").await;
+            let done = Box::pin(tx.finish("ROLLBACK")).await;
             self.trace_answer(pending, &done, |_| Read::default());
         }
         Ok(())

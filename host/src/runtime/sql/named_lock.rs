@@ -258,19 +258,19 @@ impl named_lock::Host for SqlView<'_> {
         let give_up = Instant::now() + wait;
         // Waiting for a connection counts against the wait: a lock that
         // could not even be asked for in time was not had in time.
-        let session = match tokio::time::timeout(wait, self.lock_session()).await {
+        let session = match tokio::time::timeout(wait, Box::pin(self.lock_session())).await {
             Ok(Ok(session)) => session,
             Ok(Err(err)) => return Ok(Err(err)),
             Err(_) => return Ok(Ok(false)),
         };
         let wait = give_up.saturating_duration_since(Instant::now());
-        Ok(session.acquire(&name, wait).await)
+        Ok(Box::pin(session.acquire(&name, wait)).await)
     }
 
     #[tracing::instrument(name = "named_lock.release", level = "debug", skip_all, fields(method = %self.call.method))]
     async fn release(&mut self, name: String) -> wasmtime::Result<Result<bool, SqlError>> {
         Ok(match self.held.lock_session.as_mut() {
-            Some(session) => session.release(&name).await,
+            Some(session) => Box::pin(session.release(&name)).await,
             None => Ok(false),
         })
     }
