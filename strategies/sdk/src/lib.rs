@@ -32,6 +32,7 @@
 //! - [`stream`]: what a stream consumer does with one entry;
 //! - [`broker`]: the reservation published to a broker, and its settling.
 //! - [`write_behind`]: the write-behind accept, batch load and reconcile;
+//! - `heap`: the allocator, which starts in the initial memory (nothing to call);
 //! - `panic`: every panic's message written to the lab's log (nothing to call).
 //!
 //! A strategy of another world (async, pub/sub, stream, gate) calls
@@ -58,6 +59,7 @@ pub mod clock;
 pub mod compensate;
 pub mod confirm;
 pub mod coupon;
+mod heap;
 pub mod keys;
 pub mod log;
 pub mod named_lock;
