@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use couponlab_contract::keys;
 use serde_json::json;
 
-use crate::common::{Setup, TestLab, assert_invariants_hold};
+use crate::common::{Setup, TestLab, assert_invariants_hold, outcome};
 use crate::failover_burst::{Lane, Seen, burst, members_of, rows_keep_the_invariants};
 use crate::redis_server::{RedisServer, cli, node_port};
 
@@ -424,5 +424,138 @@ async fn a_primary_paused_through_a_failover_leaves_figures_that_match_the_rows_
             seen.outcomes.get(lane.method)
         );
     }
+    lab.finish().await;
+}
+
+/// The write-behind set's and the gate's figures on `primary` against the
+/// rows: write-behind's members with a row the set lacks; the gate's stock
+/// and what the rows leave, and its members with a row whose count it
+/// lacks.
+struct Rebuilt {
+    set_lacks: usize,
+    gate_remaining: i64,
+    rows_leave: i64,
+    gate_lacks: usize,
+}
+
+async fn rebuilt(lab: &TestLab, lanes: &[Lane], primary: u16) -> Rebuilt {
+    let [write_behind, gate] = lanes else {
+        panic!("a write-behind lane and a gate lane")
+    };
+    let written: BTreeSet<u64> = lab
+        .issued_members(write_behind.coupon)
+        .await
+        .into_iter()
+        .collect();
+    let reserved = members_of(primary, &keys::issued(write_behind.coupon));
+    let sold: BTreeSet<u64> = lab.issued_members(gate.coupon).await.into_iter().collect();
+    let buyers: Vec<String> = sold
+        .iter()
+        .map(|member| format!("{}buyer:{member}", keys::gate(gate.coupon)))
+        .collect();
+    let mut mget = vec!["mget"];
+    mget.extend(buyers.iter().map(String::as_str));
+    let counts = if buyers.is_empty() {
+        String::new()
+    } else {
+        cli(primary, &mget)
+    };
+    let gate_lacks = counts
+        .lines()
+        .filter(|count| count.trim().parse::<i64>().unwrap_or(0) < 1)
+        .count();
+    Rebuilt {
+        set_lacks: written.difference(&reserved).count(),
+        gate_remaining: cli(primary, &["get", &keys::gate_remaining(gate.coupon)])
+            .trim()
+            .parse()
+            .unwrap_or(-1),
+        rows_leave: TOTAL as i64 - sold.len() as i64,
+        gate_lacks,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_paused_primary_the_lab_rebuilds_write_behind_and_the_gate_from_the_rows() {
+    let topology = tokio::task::spawn_blocking(Topology::start).await.unwrap();
+    let old_primary = topology.primary.port;
+    let methods = ["REDIS_WRITE_BEHIND", "REDIS_LUA_GATE"];
+    let components = ["redis_write_behind", "redis_lua_gate"];
+    let (lab, lanes) = lab_with_lanes(&topology, &components, &methods, TOTAL, MEMBERS).await;
+    let paused = pid_of(old_primary);
+    // What the lab sends the old primary after it continues, it throws
+    // away once the Sentinels make it a replica.
+    let pause = async {
+        signal(&paused, "STOP");
+        topology.until_promoted(old_primary).await;
+        signal(&paused, "CONT");
+    };
+    let seen = burst(&lab, &lanes, WORKERS, FAULT_AFTER, pause).await;
+    let new_primary = topology.until_promoted(old_primary).await;
+    until_a_replica_in_sync(old_primary).await;
+    lab.until_nothing_to_settle(Duration::from_secs(30)).await;
+    // Every 202 loaded: rows are what the rebuild reads.
+    let told = seen.told_success["REDIS_WRITE_BEHIND"].len();
+    crate::common::until(
+        "write-behind's rows are loaded",
+        crate::common::DRAIN,
+        || async { lab.issue_rows(lanes[0].coupon).await >= told },
+    )
+    .await;
+
+    // The lab noticed the primary change and had both rebuilt.
+    let took = crate::common::until("Redis is rebuilt from the rows", READY_LIMIT, || async {
+        let now = rebuilt(&lab, &lanes, new_primary).await;
+        now.set_lacks == 0 && now.gate_lacks == 0 && now.gate_remaining == now.rows_leave
+    })
+    .await;
+    let now = rebuilt(&lab, &lanes, new_primary).await;
+    let records: Vec<serde_json::Value> =
+        cli(new_primary, &["lrange", "couponlab:rebuilds", "0", "-1"])
+            .lines()
+            .filter_map(|line| serde_json::from_str(line.trim()).ok())
+            .collect();
+    for lane in &lanes {
+        assert!(
+            records
+                .iter()
+                .any(|r| r["couponId"] == json!(lane.coupon) && r["error"].is_null()),
+            "{}: no rebuild of coupon {} recorded: {records:?}",
+            lane.method,
+            lane.coupon
+        );
+    }
+
+    // Members who never asked: Redis refuses them itself, sold out.
+    let extra = lab.members(5).await;
+    for lane in &lanes {
+        for &member in &extra {
+            let reply = lab.issue(lane.coupon, member, lane.method).await;
+            assert_eq!(
+                (reply.status.as_u16(), outcome(&reply)),
+                (409, "SOLD_OUT".to_string()),
+                "{}: member {member} after the rebuild: {}",
+                lane.method,
+                reply.body
+            );
+        }
+        let issued = rows_keep_the_invariants(&lab, lane.method, lane.coupon, TOTAL).await;
+        println!(
+            "{} behind Sentinels, primary 127.0.0.1:{old_primary} paused after {FAULT_AFTER} served until \
+             127.0.0.1:{new_primary} was promoted, then continued: rows {} of {TOTAL}, told 2xx {}; \
+             rebuilt {took:?} after the old primary was a replica in sync; rebuilds {:?}",
+            lane.method,
+            issued.len(),
+            seen.told_success.get(lane.method).map_or(0, BTreeSet::len),
+            records
+                .iter()
+                .filter(|r| r["couponId"] == json!(lane.coupon))
+                .collect::<Vec<_>>()
+        );
+    }
+    println!(
+        "gate remaining {} for {} left by the rows",
+        now.gate_remaining, now.rows_leave
+    );
     lab.finish().await;
 }
