@@ -1,6 +1,7 @@
 //! `GET /lab/coupons/{couponId}/traces`: the request traces this host kept
 //! for a coupon ([`crate::traces`]), filtered, each with the anomalies it
-//! witnesses and, for a 202, the trace of its confirmation.
+//! witnesses and, for a 202, the trace of its confirmation; on a Galera
+//! node, the node's conflict counters beside them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use super::envelope::{Answer, ApiError, storable};
 use super::schema::{CouponPath, DatabaseFailed, Success, UnknownCoupon};
 use crate::lab::Lab;
 use crate::results;
+use crate::runtime::sql::cluster::Cluster;
 use crate::traces::anomalies::KINDS;
 use crate::traces::{Kept, RequestTrace};
 
@@ -87,6 +89,11 @@ struct TraceList {
     held: usize,
     /// Those that passed them, at most `limit`, in the order they started.
     traces: Vec<TraceView>,
+    /// On a Galera node, its cluster as read with the list: a trace's 1213
+    /// at a statement is a brute-force abort or a local deadlock, told
+    /// apart only by the node's counters (`certFailures`, `bfAborts`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<Cluster>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -176,6 +183,7 @@ async fn traces(
             coupon_id,
             held: all.len(),
             traces,
+            cluster: result.engine.cluster,
         },
     ))
 }
