@@ -37,7 +37,7 @@ pub struct HostState {
     /// The server's side of each capability.
     shared: Shared,
     /// What every capability needs of this call: its method, deadline,
-    /// clean-up and trace.
+    /// clean-up, trace and quarantine.
     pub(super) call: CallContext,
     /// Where a job this call submits goes: to the queue, to be run by this
     /// same component version. `None` while the component is loaded, and
