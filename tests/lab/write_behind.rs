@@ -204,6 +204,12 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
     assert_eq!(report["issuedCount"], json!(100), "{report}");
     assert_eq!(report["totalCount"], json!(100), "{report}");
     assert_eq!(report["stockExcess"], json!(0), "{report}");
+    assert_eq!(report["restored"], json!([]), "{report}");
+    assert_eq!(
+        (&report["remainingBefore"], &report["remainingAfter"]),
+        (&json!(0), &json!(0)),
+        "{report}"
+    );
     assert_eq!(report["method"], json!("REDIS_WRITE_BEHIND"), "{report}");
     let result = lab.result(coupon).await;
     assert_eq!(result["issueRows"], json!(100), "{result}");
@@ -213,8 +219,9 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
         lab.reserved_members(coupon).await
     );
 
-    // Redis loses members it had (as a restart without persistence would):
-    // their stock is handed out again, and the database ends over the total.
+    // Redis loses members it had (as a restart without persistence or a
+    // failover would): their stock is handed out again, and the database
+    // ends over the total; reconcile puts the lost members back.
     let lost: Vec<u64> = lab.reserved_members(coupon).await[..5].to_vec();
     let _: u64 = lab
         .redis_query(redis::cmd("SREM").arg(keys::issued(coupon)).arg(&lost))
@@ -236,9 +243,23 @@ async fn reconcile_restores_deleted_rows_and_reports_what_redis_lost() {
     let report = reconcile(&lab, coupon).await.expect_ok().clone();
     assert_eq!(report["inserted"], json!([]), "{report}");
     assert_eq!(ids(&report["onlyInDb"]), lost, "{report}");
+    assert_eq!(ids(&report["restored"]), lost, "{report}");
+    // The set held 100 (95 kept, 5 latecomers): no room before, and five
+    // members beyond the total once the lost are back.
+    assert_eq!(
+        (&report["remainingBefore"], &report["remainingAfter"]),
+        (&json!(0), &json!(-5)),
+        "{report}"
+    );
     assert_eq!(report["unknownMembers"], json!([]), "{report}");
     assert_eq!(report["issuedCount"], json!(105), "{report}");
     assert_eq!(report["stockExcess"], json!(5), "{report}");
+    let refused = lab.issue(coupon, members[149], "REDIS_WRITE_BEHIND").await;
+    assert_eq!(
+        refused.status, 409,
+        "the set is full again: {}",
+        refused.body
+    );
     let result = lab.result(coupon).await;
     assert_eq!(result["overIssued"], json!(5), "{result}");
     assert_eq!(result["invariants"]["neverOverIssued"], json!(false));
