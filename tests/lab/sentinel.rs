@@ -369,27 +369,64 @@ async fn every_202_is_issued_or_lost(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_primary_paused_through_a_failover_leaves_figures_that_match_the_rows_and_the_new_primary()
- {
+/// A lab whose primary was paused mid-burst and continued once a replica
+/// was promoted, the old primary a replica in sync again since, and
+/// nothing left to settle.
+struct Paused {
+    /// Kept: dropping it stops the topology.
+    _topology: Topology,
+    lab: TestLab,
+    lanes: Vec<Lane>,
+    seen: Seen,
+    old_primary: u16,
+    new_primary: u16,
+}
+
+/// A topology of its own and a lab serving `components`, a lane per
+/// method; the primary is paused after [`FAULT_AFTER`] served and
+/// continued once the Sentinels agree on a promoted replica: two primaries
+/// for a moment, until they make the old one a replica, which throws away
+/// what the lab sent it after it continued.
+async fn paused_mid_burst(components: &[&'static str], methods: &[&'static str]) -> Paused {
     let topology = tokio::task::spawn_blocking(Topology::start).await.unwrap();
     let old_primary = topology.primary.port;
-    let methods = ["REDIS_LUA", "REDIS_LUA_WAIT"];
-    let components = ["redis_lua", "redis_lua_wait"];
-    let (lab, lanes) = lab_with_lanes(&topology, &components, &methods, TOTAL, MEMBERS).await;
+    let (lab, lanes) = lab_with_lanes(&topology, components, methods, TOTAL, MEMBERS).await;
     let paused = pid_of(old_primary);
-    // Two primaries for a moment: the old one continues after the
-    // promotion, until the Sentinels make it a replica.
     let pause = async {
         signal(&paused, "STOP");
         topology.until_promoted(old_primary).await;
         signal(&paused, "CONT");
     };
     let seen = burst(&lab, &lanes, WORKERS, FAULT_AFTER, pause).await;
-    assert_served_again_in_time(&seen, &lanes);
     let new_primary = topology.until_promoted(old_primary).await;
     until_a_replica_in_sync(old_primary).await;
     lab.until_nothing_to_settle(Duration::from_secs(30)).await;
+    Paused {
+        _topology: topology,
+        lab,
+        lanes,
+        seen,
+        old_primary,
+        new_primary,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_paused_through_a_failover_leaves_figures_that_match_the_rows_and_the_new_primary()
+ {
+    let Paused {
+        _topology,
+        lab,
+        lanes,
+        seen,
+        old_primary,
+        new_primary,
+    } = paused_mid_burst(
+        &["redis_lua", "redis_lua_wait"],
+        &["REDIS_LUA", "REDIS_LUA_WAIT"],
+    )
+    .await;
+    assert_served_again_in_time(&seen, &lanes);
 
     for lane in &lanes {
         let issued = rows_keep_the_invariants(&lab, lane.method, lane.coupon, TOTAL).await;
@@ -477,23 +514,18 @@ async fn rebuilt(lab: &TestLab, lanes: &[Lane], primary: u16) -> Rebuilt {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_paused_primary_the_lab_rebuilds_write_behind_and_the_gate_from_the_rows() {
-    let topology = tokio::task::spawn_blocking(Topology::start).await.unwrap();
-    let old_primary = topology.primary.port;
-    let methods = ["REDIS_WRITE_BEHIND", "REDIS_LUA_GATE"];
-    let components = ["redis_write_behind", "redis_lua_gate"];
-    let (lab, lanes) = lab_with_lanes(&topology, &components, &methods, TOTAL, MEMBERS).await;
-    let paused = pid_of(old_primary);
-    // What the lab sends the old primary after it continues, it throws
-    // away once the Sentinels make it a replica.
-    let pause = async {
-        signal(&paused, "STOP");
-        topology.until_promoted(old_primary).await;
-        signal(&paused, "CONT");
-    };
-    let seen = burst(&lab, &lanes, WORKERS, FAULT_AFTER, pause).await;
-    let new_primary = topology.until_promoted(old_primary).await;
-    until_a_replica_in_sync(old_primary).await;
-    lab.until_nothing_to_settle(Duration::from_secs(30)).await;
+    let Paused {
+        _topology,
+        lab,
+        lanes,
+        seen,
+        old_primary,
+        new_primary,
+    } = paused_mid_burst(
+        &["redis_write_behind", "redis_lua_gate"],
+        &["REDIS_WRITE_BEHIND", "REDIS_LUA_GATE"],
+    )
+    .await;
     // Every 202 loaded: rows are what the rebuild reads.
     let told = seen.told_success["REDIS_WRITE_BEHIND"].len();
     crate::common::until(
