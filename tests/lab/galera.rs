@@ -3,7 +3,11 @@
 //! each node, one database replicated to all. What a node names of itself;
 //! every method serving on every node after its canary; named locks that
 //! are each node's own; row locks that are too, their losers answered 1213
-//! at COMMIT with the certification conflict named.
+//! at COMMIT with the certification conflict named; a COMMIT a paused node
+//! stalls past its call's deadline, settled from the rows.
+//!
+//! A test that pauses a node stalls every node's writes: it takes the
+//! cluster alone, the others share it.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -17,9 +21,11 @@ use sqlx::{Connection, Executor, MySqlConnection};
 use tokio::process::Child;
 
 use crate::common::{REDIS, compile_cache, component, free_port, server_binary, sharing_redis};
-use crate::turns::Turn;
+use crate::turns::{self, Turn};
 
 const NODES: [u16; 3] = [3307, 3308, 3309];
+/// The turn of the tests on the cluster (shared, or alone for a fault).
+pub const CLUSTER_TURN: &str = "galera-cluster";
 const START: Duration = Duration::from_secs(60);
 /// A first host proves every method's claims on the cluster.
 const PROVED: Duration = Duration::from_secs(240);
@@ -91,10 +97,17 @@ struct GaleraLab {
     hosts: Vec<Host>,
     client: reqwest::Client,
     _redis: Turn,
+    _cluster: Turn,
 }
 
 impl GaleraLab {
+    /// A lab on the cluster, which other tests use beside it.
     async fn new(components: &[&str]) -> GaleraLab {
+        Self::taking(components, turns::shared(CLUSTER_TURN).await).await
+    }
+
+    /// A lab on the cluster, with the test's `turn` of it.
+    async fn taking(components: &[&str], cluster: Turn) -> GaleraLab {
         cluster_of_three().await;
         let id = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -130,11 +143,18 @@ impl GaleraLab {
             hosts: Vec::new(),
             client: reqwest::Client::new(),
             _redis: sharing_redis().await,
+            _cluster: cluster,
         }
     }
 
     /// Starts a host on node `node` (0-2) and waits until it answers.
     async fn start_host(&mut self, node: usize, canary: &str) {
+        self.start_host_with(node, canary, &[]).await;
+    }
+
+    /// Starts a host on node `node` (0-2) with the settings `env` besides
+    /// the lab's, and waits until it answers.
+    async fn start_host_with(&mut self, node: usize, canary: &str, env: &[(&str, &str)]) {
         let url = format!("{}/{}", node_url(NODES[node]), self.db_name);
         for _ in 0..3 {
             let bind = format!("127.0.0.1:{}", free_port());
@@ -151,6 +171,7 @@ impl GaleraLab {
                 .env("COUPONLAB_MAX_INSTANCES", "100")
                 .env("COUPONLAB_DB_POOL_SIZE", "16")
                 .env("RUST_LOG", "warn")
+                .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .kill_on_drop(true)
@@ -262,6 +283,20 @@ impl GaleraLab {
         let body = json!({ "memberId": member, "method": method });
         self.request(host, &format!("/lab/coupons/{coupon}/issue"), Some(body))
             .await
+    }
+
+    /// The conflicts `host`'s `/metrics` gives for its node, both kinds.
+    async fn galera_conflicts_scraped(&self, host: usize) -> u64 {
+        let url = format!("{}/metrics", self.hosts[host].base);
+        let text = self.client.get(url).send().await.unwrap().text().await;
+        let text = text.unwrap();
+        let kinds: Vec<u64> = text
+            .lines()
+            .filter(|line| line.starts_with("couponlab_galera_conflicts{"))
+            .map(|line| line.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(kinds.len(), 2, "{text}");
+        kinds.iter().sum()
     }
 
     /// Issue rows of `coupon`, as node `node` holds them.
@@ -615,6 +650,16 @@ async fn pessimistic_and_atomic_update_across_three_nodes_keep_the_total_and_nam
         );
         assert!(conflicts_named > 0, "{method}: no conflict across nodes");
         assert!(after > before, "{method}: the nodes counted no conflict");
+        // Each host's /metrics gives its node's counters as read when
+        // scraped: never fewer than the test read before.
+        let mut scraped = 0;
+        for host in 0..3 {
+            scraped += lab.galera_conflicts_scraped(host).await;
+        }
+        assert!(
+            scraped >= after,
+            "{method}: /metrics {scraped}, nodes {after}"
+        );
         assert_eq!(result["issueRows"], TOTAL, "{method}: {result}");
         assert_eq!(told_issued as i64, TOTAL, "{method}: every 200 has its row");
         assert_eq!(
@@ -627,6 +672,11 @@ async fn pessimistic_and_atomic_update_across_three_nodes_keep_the_total_and_nam
             counted["certFailures"].is_u64() && counted["bfAborts"].is_u64(),
             "{result}"
         );
+        // The coupon's traces come with their node's counters.
+        let traces = lab
+            .ok(0, &format!("/lab/coupons/{coupon}/traces"), None)
+            .await;
+        assert!(traces["cluster"]["bfAborts"].is_u64(), "{traces}");
         for node in 1..3 {
             assert_eq!(
                 lab.rows(node, coupon).await,
@@ -637,4 +687,121 @@ async fn pessimistic_and_atomic_update_across_three_nodes_keep_the_total_and_nam
         }
     }
     lab.finish().await;
+}
+
+/// A node's `mariadbd` stopped (SIGSTOP) until this is dropped (SIGCONT),
+/// as the load runner's `galera-pause` fault stops it.
+struct Paused(u32);
+
+impl Paused {
+    /// Stops node `node` (0-2) of `cargo xtask galera up`, by its pid file.
+    fn node(node: usize) -> Paused {
+        let pid_file = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../target/galera/node{}/mariadbd.pid", node + 1));
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|err| panic!("{}: {err}", pid_file.display()));
+        let pid: u32 = pid.trim().parse().unwrap();
+        assert!(signal(pid, "STOP"), "SIGSTOP {pid}");
+        Paused(pid)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
+/// Sends signal `name` to `pid`: whether it was sent.
+fn signal(pid: u32, name: &str) -> bool {
+    std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// A COMMIT sent while a node is paused waits for the cluster's
+/// certification past its call's deadline (1 s here), and commits once the
+/// node continues, whatever became of its connection (a KILL of its
+/// session is answered at once, and the session stays until it has
+/// committed). Its member is told the outcome is unknown, never that the
+/// transaction rolled back; the host settles it from the rows once that
+/// session is gone, and what it says it became is what the rows hold.
+#[tokio::test]
+async fn a_commit_a_paused_node_stalls_past_its_deadline_is_settled_from_the_rows_never_told_rolled_back()
+ {
+    const COUPONS: usize = 6;
+    /// The calls end by their deadline (1 s), well inside a pause the
+    /// cluster keeps its paused node through (`evs.suspect_timeout`, 5 s).
+    const ANSWERED: Duration = Duration::from_secs(4);
+    let cluster = turns::alone(CLUSTER_TURN).await;
+    let mut lab = GaleraLab::taking(&["pessimistic"], cluster).await;
+    lab.start_host_with(0, "off", &[("COUPONLAB_REQUEST_TIMEOUT_MS", "1000")])
+        .await;
+    let members = lab.members(COUPONS as u64).await;
+    let mut coupons = Vec::new();
+    for _ in 0..COUPONS {
+        coupons.push(lab.coupon("PESSIMISTIC", 1).await);
+    }
+    let paused = Paused::node(2);
+    // A coupon each: no request waits for another's row lock, every one
+    // sends its COMMIT, and every COMMIT waits for the paused node.
+    let asked = coupons
+        .iter()
+        .zip(&members)
+        .map(|(&coupon, &member)| lab.issue(0, coupon, member, "PESSIMISTIC"));
+    let replies = tokio::time::timeout(ANSWERED, join_all(asked))
+        .await
+        .expect("every call ends by its deadline");
+    drop(paused);
+
+    let (mut unknown, mut settled_issued) = (0, 0);
+    for ((&coupon, &member), (status, body)) in coupons.iter().zip(&members).zip(&replies) {
+        let result = lab.settled_result(coupon).await;
+        let rows = lab.rows(0, coupon).await;
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        if status.is_success() {
+            assert_eq!(rows, 1, "member {member} told {status} {body} has no row");
+        } else if message.contains("outcome unknown") {
+            unknown += 1;
+            settled_issued += rows;
+            let settled = until_settled(&lab, coupon).await;
+            assert_eq!(
+                settled,
+                json!({ "asked": 1, "issued": rows, "notIssued": 1 - rows }),
+                "member {member}, {rows} row: {body} {result}"
+            );
+        } else {
+            assert_eq!(rows, 0, "member {member} told {status} {body} holds a row");
+        }
+    }
+    println!(
+        "PESSIMISTIC with node 3 paused: answers {:?}, {unknown} told the outcome is unknown, \
+         {settled_issued} of them settled as issued",
+        statuses(&replies)
+    );
+    assert!(
+        unknown > 0,
+        "no COMMIT was in flight at its call's deadline: {replies:?}"
+    );
+    lab.finish().await;
+}
+
+/// The settlements of `coupon`'s PESSIMISTIC requests from host 0, once
+/// each one kept to settle is settled.
+async fn until_settled(lab: &GaleraLab, coupon: u64) -> Value {
+    let started = Instant::now();
+    loop {
+        let result = lab
+            .ok(0, &format!("/lab/coupons/{coupon}/result"), None)
+            .await;
+        let settlements = &result["requests"]["byMethod"]["PESSIMISTIC"]["settlements"];
+        let count = |name: &str| settlements[name].as_i64().unwrap_or(0);
+        if count("asked") > 0 && count("asked") == count("issued") + count("notIssued") {
+            return settlements.clone();
+        }
+        assert!(started.elapsed() < START, "never settled: {result}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -147,5 +147,7 @@ async fn postgres_allows_what_hermitage_found() {
 /// Needs `cargo xtask galera up` (`cargo xtask test` starts it).
 #[tokio::test]
 async fn galera_with_each_session_on_its_own_node_refuses_the_lost_update_at_every_level() {
+    // A node paused by another test would make every session wait.
+    let _cluster = crate::turns::shared(crate::galera::CLUSTER_TURN).await;
     measure_allowing(Engine::Galera, &GALERA, &GALERA_RACES).await;
 }
