@@ -40,7 +40,7 @@ pub struct Written {
 
 /// What the log reaches of one call.
 pub struct LogView<'a> {
-    pub settings: &'a LogArgs,
+    pub settings: LogArgs,
     pub written: &'a mut Written,
     pub call: &'a CallContext,
 }
@@ -91,7 +91,7 @@ mod tests {
         let call = call_ending_in(Duration::from_secs(5));
         let mut written = Written::default();
         let mut view = LogView {
-            settings: &LogArgs { max_lines: 2 },
+            settings: LogArgs { max_lines: 2 },
             written: &mut written,
             call: &call,
         };

@@ -147,7 +147,7 @@ impl HostState {
 
     fn log(&mut self) -> LogView<'_> {
         LogView {
-            settings: &self.shared.log,
+            settings: self.shared.log,
             written: &mut self.log,
             call: &self.call,
         }
