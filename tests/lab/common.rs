@@ -189,13 +189,13 @@ const OWN_REDIS_DB_WAIT: std::time::Duration = std::time::Duration::from_secs(60
 /// A Redis logical database held by one test (its turn at it); free again
 /// when dropped.
 pub struct RedisDb {
-    number: u8,
+    pub number: u8,
     _turn: Turn,
 }
 
 impl RedisDb {
     /// Waits for a free database and empties it.
-    async fn take() -> RedisDb {
+    pub async fn take() -> RedisDb {
         let names: Vec<String> = OWN_REDIS_DBS.map(|db| format!("redis-db-{db}")).collect();
         let (index, turn) = turns::first_free(&names, OWN_REDIS_DB_WAIT).await;
         let db = *OWN_REDIS_DBS.start() + index as u8;
