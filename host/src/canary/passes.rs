@@ -5,9 +5,9 @@
 
 use crate::db::on_engine;
 use crate::db_target::Pool;
-use crate::runtime::canary_report::CanaryReport;
 #[cfg(doc)]
-use crate::runtime::sql::engine::Engine;
+use crate::runtime::SqlEngine as Engine;
+use crate::runtime::canary_report::CanaryReport;
 
 /// The report of the canary `sha256` passed here before under `settings`
 /// ([`Engine::settings_text`]), if it did.

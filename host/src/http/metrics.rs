@@ -16,7 +16,7 @@ use crate::announcements;
 use crate::db_target::Pool;
 use crate::lab::Lab;
 use crate::results::stream_summary;
-use crate::runtime::sql::cluster::Cluster;
+use crate::runtime::SqlCluster as Cluster;
 
 /// The streams whose figures `/metrics` sums: those that took entries this
 /// long ago at most (a stream older than that owes nothing: its entries

@@ -18,7 +18,7 @@ use super::envelope::{Answer, ApiError, storable};
 use super::schema::{CouponPath, DatabaseFailed, Success, UnknownCoupon};
 use crate::lab::Lab;
 use crate::results;
-use crate::runtime::sql::cluster::Cluster;
+use crate::runtime::SqlCluster as Cluster;
 use crate::traces::anomalies::KINDS;
 use crate::traces::{Kept, RequestTrace};
 

@@ -52,6 +52,7 @@ pub type Capabilities = capabilities::Capabilities<Strategy>;
 /// A job queued by a component, for the workers that run it.
 pub type Job = jobs::Job<Strategy>;
 pub use self::registry::Registry;
+pub use self::sql::cluster::Cluster as SqlCluster;
 pub use self::sql::engine::Engine as SqlEngine;
 pub use self::sql::statement::numbered_for_postgres;
 pub use self::sql::user::Admin as SqlAdmin;
