@@ -35,6 +35,10 @@ struct Reset {
 
 const TABLES: [&str; 3] = ["coupon_issues", "coupons", "members"];
 
+/// How long the reset waits for the tables' locks on PostgreSQL: longer
+/// than the bulk insert of the most members `POST /lab/members` takes.
+const RESET_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How each table is emptied.
 fn emptying(table: &str) -> String {
     match table {
@@ -75,10 +79,19 @@ async fn reset(State(lab): State<Lab>) -> Result<Answer<Reset>, ApiError> {
             restored?;
         }
         // PostgreSQL truncates the tables a foreign key joins together.
+        // TRUNCATE waits for every lock on them, and a bulk insert of
+        // members holds one for seconds: this reset waits for it, not for
+        // the pool's lock timeout, which bounds a call's wait for a row.
         Pool::Postgres(db) => {
-            let empty =
-                "TRUNCATE TABLE coupon_issues, members RESTART IDENTITY; DELETE FROM coupons";
-            sqlx::raw_sql(empty).execute(db).await?;
+            let empty = format!(
+                "SET LOCAL lock_timeout = '{}s'; \
+                 TRUNCATE TABLE coupon_issues, members RESTART IDENTITY; DELETE FROM coupons",
+                RESET_LOCK_WAIT.as_secs()
+            );
+            // One simple query: its statements are one transaction, the
+            // setting's.
+            let mut conn = db.acquire().await?;
+            conn.execute(empty.as_str()).await?;
         }
     }
 
