@@ -17,7 +17,7 @@ wasmtime::component::bindgen!({
     additional_derives: [PartialEq],
     with: {
         "couponlab:strategy/redis.connection": crate::runtime::redis::RedisConnection,
-        "couponlab:strategy/sql.transaction": crate::runtime::sql::SqlTransaction,
+        "couponlab:strategy/sql.transaction": crate::runtime::sql::resource::SqlTransaction,
         "couponlab:strategy/redis-channels.subscription": crate::runtime::redis::Subscription,
         "couponlab:strategy/redis-watchdog.renewal": crate::runtime::redis::Renewal,
     },

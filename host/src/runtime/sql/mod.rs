@@ -8,7 +8,8 @@
 //! - [`statement`]: which statements a component may run at all, and the
 //!   text sent for them (`tokens`: how each dialect reads a statement);
 //! - [`value`]: parameters and rows between WIT and sqlx, and the typed
-//!   errors a strategy acts on (`postgres`: PostgreSQL's);
+//!   errors a strategy acts on (`postgres`: PostgreSQL's; `column`: a
+//!   column's declared type, which both read);
 //! - [`user`]: the database user (or role) components run as, and their
 //!   pools;
 //! - [`engine`]: which server answers, and what its levels allow;
@@ -16,7 +17,8 @@
 //!   it may be there;
 //! - [`named_lock`]: `GET_LOCK` (or an advisory lock) on a session the call
 //!   holds to its end;
-//! - [`transaction`]: the `transaction` resource.
+//! - [`transaction`]: the `transaction` resource ([`resource`]: its
+//!   representation, which the bindings name).
 //!
 //! A host call awaits its statements boxed: with a pool's acquire and a
 //! statement inside, they are the bulk of its future, which wasmtime moves
@@ -25,18 +27,19 @@
 #[cfg(test)]
 mod call_futures;
 pub mod cluster;
+mod column;
 pub mod engine;
 pub mod lent;
 pub mod named_lock;
 pub mod orphans;
 mod postgres;
+pub mod resource;
 pub mod statement;
 mod tokens;
 mod transaction;
 pub mod user;
 mod value;
 
-pub use self::transaction::{Access, SqlTransaction};
 pub use self::user::SqlArgs;
 
 use std::sync::Arc;
@@ -48,8 +51,9 @@ use self::engine::Engine;
 use self::lent::{Conn, Lent, Limits};
 use self::named_lock::LockSession;
 use self::orphans::Orphans;
-use self::transaction::{isolation_name, query_on};
-use self::value::{ResultCaps, answer_lost, execute, to_wit_error, traced_rows};
+use self::resource::{ResultCaps, SqlTransaction};
+use self::transaction::{Access, isolation_name, query_on};
+use self::value::{answer_lost, execute, to_wit_error, traced_rows};
 use super::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
 use super::call_context::CallContext;
 use super::trace::{Pending, Read, statement_shape};

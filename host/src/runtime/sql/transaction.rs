@@ -9,8 +9,9 @@ use tokio_util::task::TaskTracker;
 use super::GuestSql;
 use super::engine::Engine;
 use super::lent::{Lent, Limits, STATEMENT_MARGIN};
+use super::resource::{ResultCaps, SqlTransaction};
 use super::statement;
-use super::value::{ResultCaps, answer_lost, execute, fetch_capped, to_wit_error};
+use super::value::{answer_lost, execute, fetch_capped, to_wit_error};
 use crate::runtime::bindings::sql::{self as wit, ExecResult, IsolationLevel, Rows, SqlError};
 
 type Params = Vec<wit::Value>;
@@ -20,23 +21,6 @@ type Params = Vec<wit::Value>;
 pub enum Access {
     ReadWrite,
     ReadOnly,
-}
-
-/// The host side of the WIT `transaction` resource: one lent connection
-/// inside BEGIN ... COMMIT/ROLLBACK.
-pub struct SqlTransaction {
-    /// `Some` while the transaction is open.
-    pub(super) lent: Option<Lent>,
-    /// Which of its call's transactions it is, and its isolation level, as
-    /// its statements' traces say.
-    pub(super) traced: (u32, &'static str),
-    limits: Limits,
-    result_caps: ResultCaps,
-    /// The call's deadline.
-    deadline: Instant,
-    /// The call's clean-up tasks: a transaction torn down with its store
-    /// rolls back there, and the host waits for it before compensating.
-    cleanup: TaskTracker,
 }
 
 impl SqlTransaction {

@@ -5,10 +5,12 @@ use futures::{Stream, TryStreamExt};
 use sqlx::mysql::{MySql, MySqlArguments, MySqlDatabaseError, MySqlRow};
 use sqlx::postgres::PgDatabaseError;
 use sqlx::query::Query;
-use sqlx::{Column, Row, TypeInfo, ValueRef};
+use sqlx::{Column, Row};
 
+use super::column::declared_type;
 use super::lent::Conn;
 use super::postgres;
+use super::resource::ResultCaps;
 use crate::runtime::bindings::sql::{self as wit, ExecResult, Rows, SqlError};
 use crate::runtime::trace::Read;
 
@@ -77,13 +79,6 @@ fn bind<'q>(
         };
     }
     query
-}
-
-/// How much of a result one statement may return.
-#[derive(Debug, Clone, Copy)]
-pub struct ResultCaps {
-    pub rows: usize,
-    pub bytes: usize,
 }
 
 /// Reads a result row by row into WIT rows, stopping at the caps:
@@ -178,16 +173,6 @@ fn to_value(row: &MySqlRow, index: usize) -> wit::Value {
             .map(wit::Value::Text),
     };
     decoded.unwrap_or_else(|err| wit::Value::Text(format!("<undecodable {type_name}: {err}>")))
-}
-
-/// The declared type of a column's value; `None` when the value is NULL
-/// (or cannot be read at all).
-pub fn declared_type<R: Row>(row: &R, index: usize) -> Option<String>
-where
-    usize: sqlx::ColumnIndex<R>,
-{
-    let raw = row.try_get_raw(index).ok()?;
-    (!raw.is_null()).then(|| raw.type_info().name().to_string())
 }
 
 /// MySQL error numbers a strategy acts on.

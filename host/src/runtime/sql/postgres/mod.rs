@@ -8,7 +8,7 @@ use sqlx::postgres::{PgArgumentBuffer, PgArguments, PgDatabaseError, PgRow, PgTy
 use sqlx::query::Query;
 use sqlx::{Encode, Row, Type};
 
-use super::value::declared_type;
+use super::column::declared_type;
 use crate::runtime::bindings::sql::{self as wit, SqlError};
 
 /// Binds each parameter as the PostgreSQL type closest to its WIT case. An
