@@ -16,10 +16,10 @@ wasmtime::component::bindgen!({
     // Replies and rows are compared in the host's unit tests.
     additional_derives: [PartialEq],
     with: {
-        "couponlab:strategy/redis.connection": crate::runtime::redis::RedisConnection,
+        "couponlab:strategy/redis.connection": crate::runtime::redis::connection::RedisConnection,
         "couponlab:strategy/sql.transaction": crate::runtime::sql::resource::SqlTransaction,
-        "couponlab:strategy/redis-channels.subscription": crate::runtime::redis::Subscription,
-        "couponlab:strategy/redis-watchdog.renewal": crate::runtime::redis::Renewal,
+        "couponlab:strategy/redis-channels.subscription": crate::runtime::redis::subscription::Subscription,
+        "couponlab:strategy/redis-watchdog.renewal": crate::runtime::redis::renewal::Renewal,
     },
 });
 

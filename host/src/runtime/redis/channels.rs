@@ -14,7 +14,7 @@
 //! subscription on it (`next` says so) and the next `subscribe` opens a new
 //! one.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -22,10 +22,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use redis::RedisError;
-use redis::aio::PubSubSink;
-use tokio::sync::Notify;
 use wasmtime::component::Resource;
 
+use super::subscription::{Channel, Inbox, Listener, Subscription};
 use super::{RedisView, to_wit_error};
 use crate::redis_target::RedisTarget;
 use crate::runtime::bindings::redis::RedisError as WitError;
@@ -41,32 +40,6 @@ pub struct Channels {
     /// (behind Sentinels, to the primary named then).
     target: RedisTarget,
     listener: tokio::sync::Mutex<Option<Arc<Listener>>>,
-}
-
-/// One Pub/Sub connection and the channels subscribed on it.
-struct Listener {
-    sink: PubSubSink,
-    channels: Mutex<HashMap<String, Channel>>,
-    /// Serializes SUBSCRIBE and UNSUBSCRIBE, so each is sent for the
-    /// number of subscriptions its channel has when it goes out.
-    changes: tokio::sync::Mutex<()>,
-    broken: AtomicBool,
-}
-
-struct Channel {
-    subscriptions: usize,
-    subscribed: bool,
-    inbox: Arc<Inbox>,
-}
-
-/// A channel's messages, each for one waiter: the first waiting when it
-/// comes (tokio's `Notify` wakes waiters in order), or the next to wait.
-#[derive(Default)]
-struct Inbox {
-    messages: Mutex<VecDeque<String>>,
-    arrived: Notify,
-    /// The connection broke: no message comes any more.
-    closed: AtomicBool,
 }
 
 impl Inbox {
@@ -104,13 +77,6 @@ impl Inbox {
             arrived.await;
         }
     }
-}
-
-/// One call's subscription to one channel.
-pub struct Subscription {
-    listener: Arc<Listener>,
-    channel: String,
-    inbox: Arc<Inbox>,
 }
 
 impl Channels {

@@ -9,23 +9,13 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-use redis::cluster_routing::Route;
 use redis::{ErrorKind, RedisError, Value};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::connection::{ConnectionState, DedicatedPool, RedisConnection};
 use super::pools::RESPONSE_TIMEOUT;
 use crate::redis_target::errors::is_connection_error;
-use crate::redis_target::{RedisConn, RedisTarget, first_key, route_of};
+use crate::redis_target::{first_key, route_of};
 use crate::runtime::bindings::redis::Command;
-
-/// Dedicated connections: at most `permits` exist at once; returned ones idle
-/// here for the next borrower.
-pub(super) struct DedicatedPool {
-    pub(super) target: RedisTarget,
-    pub(super) permits: Arc<Semaphore>,
-    pub(super) idle: Mutex<Vec<RedisConn>>,
-}
 
 impl DedicatedPool {
     pub(super) async fn borrow(self: Arc<Self>) -> Result<RedisConnection, RedisError> {
@@ -51,16 +41,6 @@ impl DedicatedPool {
     }
 }
 
-/// What a guest left on a dedicated connection, so it can be undone before
-/// the connection serves another request.
-#[derive(Default)]
-struct ConnectionState {
-    in_multi: bool,
-    watching: bool,
-    /// Broken, or with a command in flight: its state is unknown.
-    broken: bool,
-}
-
 impl ConnectionState {
     fn track(&mut self, name: &str) {
         match name {
@@ -74,26 +54,6 @@ impl ConnectionState {
             _ => {}
         }
     }
-}
-
-/// The host side of the WIT `connection` resource. Dropped without
-/// [`RedisConnection::release`] (its store torn down by a trap or a
-/// deadline), the connection is closed, not pooled.
-pub struct RedisConnection {
-    /// `None` once released.
-    conn: Option<RedisConn>,
-    /// On a cluster, the node this connection's commands go to, once a
-    /// command named a key.
-    node: Option<Route>,
-    /// On a cluster, a MULTI sent before any command named a key: held
-    /// until the transaction's first key tells the node, then sent ahead of
-    /// it (sent at once, it would open a transaction on some other node).
-    held_multi: bool,
-    state: ConnectionState,
-    pool: Arc<DedicatedPool>,
-    /// Held for as long as the connection is borrowed; dropping it (also when
-    /// a trapped guest's store is torn down) frees the slot.
-    _permit: OwnedSemaphorePermit,
 }
 
 impl RedisConnection {

@@ -23,19 +23,26 @@
 //!   puts on Redis, again after Redis forgot it; [`reply`]: replies as WIT
 //!   lists; [`failure`]: what a failed command tells the component —
 //!   whether Redis may have run it.
+//! - [`connection`], [`subscription`], [`renewal`]: the resources' types,
+//!   which the bindings' `with:` names, each defined in a file that takes
+//!   nothing from the bindings and implemented where it is used
+//!   (`dedicated`, `channels`, `watchdog`).
 
 pub mod acl;
 #[cfg(test)]
 mod call_futures;
 mod channels;
+pub mod connection;
 mod dedicated;
 mod failure;
 mod pools;
 mod refusals;
+pub mod renewal;
 pub mod reply;
 mod runaway;
 mod scripts;
 mod setup;
+pub mod subscription;
 mod watchdog;
 
 use std::sync::Arc;
@@ -50,8 +57,7 @@ use crate::metrics::Metrics;
 use crate::redis_target::RedisConn;
 use crate::redis_target::errors::is_connection_error;
 
-pub use self::channels::Subscription;
-pub use self::dedicated::RedisConnection;
+use self::connection::RedisConnection;
 use self::failure::{not_sent, to_wit_error};
 pub use self::pools::{GuestRedis, RedisArgs};
 use self::refusals::{refused_on_dedicated, refused_on_shared};
@@ -59,7 +65,6 @@ use self::runaway::{Watch, script};
 pub use self::scripts::ScriptEnd;
 use self::scripts::SentOn;
 use self::setup::NodeSetup;
-pub use self::watchdog::Renewal;
 
 /// The `redis`, `redis-channels` and `redis-watchdog` capabilities as the
 /// linker knows them: their imports work on a [`RedisView`].

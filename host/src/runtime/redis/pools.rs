@@ -19,7 +19,7 @@ use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::Semaphore;
 
 use super::channels::Channels;
-use super::dedicated::{DedicatedPool, RedisConnection};
+use super::connection::{DedicatedPool, RedisConnection};
 use super::scripts::{InFlight, SentOn, Shas};
 use super::setup::NodeSetup;
 use crate::redis_target::{RedisConn, RedisTarget, route_of};

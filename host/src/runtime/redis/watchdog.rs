@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
-use tokio::task::AbortHandle;
 use wasmtime::component::Resource;
 
+use super::renewal::Renewal;
 use super::runaway::Watch;
 use super::{GuestRedis, RedisView};
 use crate::runtime::bindings::redis::RedisError as WitError;
@@ -23,15 +23,6 @@ use crate::runtime::call_context::Quarantiner;
 
 /// The shortest period between two renewals.
 const SHORTEST_PERIOD: Duration = Duration::from_millis(100);
-
-/// A renewal running; dropping it stops it.
-pub struct Renewal(AbortHandle);
-
-impl Drop for Renewal {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 /// What one renewal runs, and whose call it belongs to.
 struct Lease {
