@@ -20,6 +20,9 @@ pub struct Strategies {
 #[derive(Deserialize)]
 pub struct Served {
     pub method: String,
+    /// The claims in force on the engine the lab runs on (its descriptor's
+    /// entry for that engine, else its claims), as that lab's host says:
+    /// a run is verified against what the method promises there.
     pub claims: Vec<String>,
 }
 

@@ -9,7 +9,8 @@
 //! twice), then members one at a time until it says sold out; a method
 //! that answers 202 is waited for until its own consumers confirmed what
 //! it accepted ([`requests`]). The answers and the rows are judged
-//! ([`judge`]): every claim of its descriptor, each outcome against what
+//! ([`judge`]): every claim in force on the lab's engine (its
+//! descriptor's entry for the engine, else its claims), each outcome against what
 //! the database holds, no trap and no deadline. One that passes serves,
 //! with its report; one that fails is refused with the first failing check
 //! and a request that shows it, and whatever its method served before
@@ -227,9 +228,11 @@ pub async fn check(lab: &Lab, file: &Path) -> (String, serde_json::Value) {
         Verdict::Failed(failure) => format!("refused: {failure}"),
         Verdict::Inconclusive(reason) => format!("no verdict: {reason}"),
     };
+    let claims = strategy.claims_on(lab.runtime.capabilities().sql.engine.name);
     let answer = serde_json::json!({
         "method": &*strategy.method,
-        "claims": strategy.claim_words(),
+        "claims": claims.words(),
+        "claimsWhy": claims.why,
         "file": file,
         "sha256": strategy.sha256,
         "verdict": verdict,
@@ -302,7 +305,9 @@ async fn once(lab: &Lab, strategy: &Arc<Strategy>) -> anyhow::Result<(CanaryRepo
         tracing::warn!(coupon = scratch.coupon, error = %err, "could not remove a canary's scratch coupon; a later canary will");
     }
     let (asked, truth) = ran?;
-    let (figures, mut verdict) = judge::judge(&strategy.claims, &asked, &truth);
+    // Judged by what it promises on the lab's engine.
+    let claims = strategy.claims_on(lab.runtime.capabilities().sql.engine.name);
+    let (figures, mut verdict) = judge::judge(claims.claims, &asked, &truth);
     if let Some(quarantine) = strategy.quarantined() {
         verdict = Verdict::Failed(Failure {
             check: "no script is left running, unkillable, past its call".into(),

@@ -57,9 +57,14 @@ struct Loaded {
     /// The method it serves (`describe`).
     method: String,
     summary: String,
-    /// What the method promises (`total`, `member`, `acked`), as its
-    /// descriptor says; the canary and the load runner check each.
+    /// What the method promises on this lab's engine (`total`, `member`,
+    /// `acked`): its descriptor's entry for the engine, else its claims;
+    /// the canary and the load runner check each.
     claims: Vec<&'static str>,
+    /// Why the claims on this engine differ from the method's claims
+    /// elsewhere, as its descriptor says; absent when they do not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claims_why: Option<String>,
     file: String,
     /// Of the file's bytes, in hex.
     sha256: String,
@@ -111,6 +116,7 @@ struct Rejected {
 )]
 async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
     let rejections = lab.registry.rejections();
+    let engine_name = lab.runtime.capabilities().sql.engine.name;
     let strategies = lab
         .registry
         .strategies()
@@ -118,7 +124,8 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
         .map(|s| Loaded {
             method: s.method.to_string(),
             summary: s.summary.clone(),
-            claims: s.claim_words(),
+            claims: s.claims_on(engine_name).words(),
+            claims_why: s.claims_on(engine_name).why.map(str::to_string),
             file: s.file.display().to_string(),
             sha256: s.sha256.clone(),
             world: s.world.name(),

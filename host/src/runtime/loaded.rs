@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use chrono::{DateTime, Utc};
 use wasmtime::component::InstancePre;
 
-use super::bindings::types::{Claim, Descriptor, ResultLabel};
+use super::bindings::types::{Claim, Descriptor, EngineClaims, ResultLabel};
 use super::engine::Runtime;
 use super::exports::StrategyExport;
 use super::store::HostState;
@@ -23,6 +23,8 @@ pub struct Strategy {
     pub summary: String,
     /// What the method promises, as its descriptor says.
     pub claims: Vec<Claim>,
+    /// What it promises instead on the engines named (`claims_on`).
+    pub engine_claims: Vec<EngineClaims>,
     /// What the component does besides answering issue requests, and where
     /// the export that does it is.
     pub world: World,
@@ -72,11 +74,6 @@ impl Strategy {
     /// Marks it published to serve its method.
     pub(super) fn mark_serving(&self) {
         self.serving.store(true, Ordering::Relaxed);
-    }
-
-    /// Its claims in the words of the README's `claims` column.
-    pub fn claim_words(&self) -> Vec<&'static str> {
-        self.claims.iter().map(|claim| claim_word(*claim)).collect()
     }
 
     /// Stops this component serving; the first reason stays.
@@ -152,6 +149,7 @@ pub(super) async fn load(
         method: Arc::from(method),
         summary: descriptor.summary,
         claims: descriptor.claims,
+        engine_claims: descriptor.engine_claims,
         world,
         reservation_set: descriptor.reservation_set,
         result_labels: descriptor.result_labels,

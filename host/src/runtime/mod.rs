@@ -23,6 +23,7 @@ mod call_benchmark;
 mod call_context;
 pub mod canary_report;
 pub mod capabilities;
+pub mod claims;
 mod clock;
 mod ended;
 mod engine;

@@ -36,8 +36,11 @@ export function settle(step) {
   }
 }
 
-export function descriptor(method, claims, summary, { reservationSet = false } = {}) {
-  return { method, claims, summary, reservationSet, resultLabels: [] };
+// `engineClaims`: `{ engine, claims, why }` for each engine on which the
+// method promises other claims than `claims`; the lab judges it there by
+// those.
+export function descriptor(method, claims, summary, { reservationSet = false, engineClaims = [] } = {}) {
+  return { method, claims, summary, reservationSet, resultLabels: [], engineClaims };
 }
 
 export function compensation(undone, detail, unfinished = false) {

@@ -46,13 +46,24 @@ def settle(step, *args):
         return refused.result
 
 
-def descriptor(method, claims, summary, reservation_set=False):
+def claim_list(claims):
+    return [getattr(types.Claim, claim.upper()) for claim in claims]
+
+
+def descriptor(method, claims, summary, reservation_set=False, engine_claims=()):
+    """`engine_claims`: `(engine, claims, why)` for each engine on which the
+    method promises other claims than `claims`; the lab judges it there by
+    those."""
     return types.Descriptor(
         method=method,
-        claims=[getattr(types.Claim, claim.upper()) for claim in claims],
+        claims=claim_list(claims),
         summary=summary,
         reservation_set=reservation_set,
         result_labels=[],
+        engine_claims=[
+            types.EngineClaims(engine=engine, claims=claim_list(on_engine), why=why)
+            for engine, on_engine, why in engine_claims
+        ],
     )
 
 

@@ -78,8 +78,8 @@ pub mod write_behind;
 pub use couponlab_contract::message;
 
 pub use bindings::couponlab::strategy::types::{
-    Claim, Compensation, Confirmation, Descriptor, Disposition, Handled, IssueRequest, IssueResult,
-    Outcome, ResultLabel, StreamEntry,
+    Claim, Compensation, Confirmation, Descriptor, Disposition, EngineClaims, Handled, IssueRequest,
+    IssueResult, Outcome, ResultLabel, StreamEntry,
 };
 pub use bindings::export_issuer;
 pub use bindings::exports::couponlab::strategy::strategy::Guest as Strategy;
@@ -141,7 +141,12 @@ macro_rules! world {
 /// After `method`, `claims` and `summary`, the descriptor's other facts are optional:
 /// `reservation_set: true` for a method that reserves in
 /// `coupon:issued:{id}` (false when left out), and `result_labels: ["label"
-/// => "resultField", ..]` for labels the result totals (none when left out).
+/// => "resultField", ..]` for labels the result totals (none when left out),
+/// and `engine_claims: [{ engine: "galera", claims: [Member, Acked], why:
+/// "..." }]` for an engine on which the method promises other claims than
+/// `claims` (the entry for the lab's engine is in force there, and the
+/// canary and the load runner judge by it), each with the reason a user
+/// reads.
 ///
 /// The bodies are blocks over the `IssueRequest` parameter named in the
 /// parentheses (`_request` when unused), returning `IssueResult` and
@@ -190,6 +195,9 @@ macro_rules! strategy {
             method: $method:expr, claims: [$($claim:ident),* $(,)?], summary: $summary:expr
             $(, reservation_set: $reservation_set:expr)?
             $(, result_labels: [$($label:expr => $field:expr),* $(,)?])?
+            $(, engine_claims: [$({
+                engine: $engine:expr, claims: [$($engine_claim:ident),* $(,)?], why: $why:expr $(,)?
+            }),* $(,)?])?
             $(,)?
         },
         $(#[$issue_attr:meta])* $request:ident $issue:block,
@@ -207,6 +215,11 @@ macro_rules! strategy {
                     result_labels: ::std::vec![$($($crate::ResultLabel {
                         label: ::std::convert::Into::into($label),
                         field: ::std::convert::Into::into($field),
+                    }),*)?],
+                    engine_claims: ::std::vec![$($($crate::EngineClaims {
+                        engine: ::std::convert::Into::into($engine),
+                        claims: ::std::vec![$($crate::Claim::$engine_claim),*],
+                        why: ::std::convert::Into::into($why),
                     }),*)?],
                 }
             }
