@@ -11,7 +11,6 @@ use chrono::{DateTime, Utc};
 use wasmtime::component::InstancePre;
 
 use super::bindings::types::{Claim, Descriptor, EngineClaims, ResultLabel};
-use super::engine::Runtime;
 use super::exports::StrategyExport;
 use super::store::HostState;
 use super::world::World;
@@ -119,48 +118,41 @@ impl FileStamp {
     }
 }
 
-/// Compiles, checks and describes one component.
-pub(super) async fn load(
-    runtime: &Runtime,
-    file: &Path,
-    bytes: Vec<u8>,
-    sha256: &str,
-    stamp: FileStamp,
-) -> Result<Strategy, String> {
-    let component = runtime
-        .compile(bytes, sha256)
-        .await
-        .map_err(|err| format!("not a valid WebAssembly component: {err:#}"))?;
-    runtime.fits_pool(&component)?;
-    let Prepared {
-        pre,
-        strategy_export,
-        world,
-        descriptor,
-    } = runtime
-        .prepare(&component)
-        .await
-        .map_err(|err| format!("{err:#}"))?;
-    let method = descriptor.method.trim().to_ascii_uppercase();
-    if method.is_empty() {
-        return Err("describe() returned an empty method name".into());
+impl Strategy {
+    /// The component `prepared` from `file`, as its descriptor describes it.
+    pub(super) fn new(
+        prepared: Prepared,
+        file: &Path,
+        sha256: &str,
+        stamp: FileStamp,
+    ) -> Result<Strategy, String> {
+        let Prepared {
+            pre,
+            strategy_export,
+            world,
+            descriptor,
+        } = prepared;
+        let method = descriptor.method.trim().to_ascii_uppercase();
+        if method.is_empty() {
+            return Err("describe() returned an empty method name".into());
+        }
+        Ok(Strategy {
+            method: Arc::from(method),
+            summary: descriptor.summary,
+            claims: descriptor.claims,
+            engine_claims: descriptor.engine_claims,
+            world,
+            reservation_set: descriptor.reservation_set,
+            result_labels: descriptor.result_labels,
+            file: file.to_path_buf(),
+            sha256: sha256.to_string(),
+            stamp,
+            loaded_at: Utc::now(),
+            pre,
+            strategy_export,
+            quarantine: OnceLock::new(),
+            canary: OnceLock::new(),
+            serving: AtomicBool::new(false),
+        })
     }
-    Ok(Strategy {
-        method: Arc::from(method),
-        summary: descriptor.summary,
-        claims: descriptor.claims,
-        engine_claims: descriptor.engine_claims,
-        world,
-        reservation_set: descriptor.reservation_set,
-        result_labels: descriptor.result_labels,
-        file: file.to_path_buf(),
-        sha256: sha256.to_string(),
-        stamp,
-        loaded_at: Utc::now(),
-        pre,
-        strategy_export,
-        quarantine: OnceLock::new(),
-        canary: OnceLock::new(),
-        serving: AtomicBool::new(false),
-    })
 }

@@ -31,6 +31,7 @@ mod exports;
 #[cfg(test)]
 mod future_sizes;
 pub mod jobs;
+mod load;
 mod loaded;
 mod log;
 pub mod permits;
@@ -43,6 +44,7 @@ pub mod trace;
 pub mod trials;
 pub mod watcher;
 mod world;
+mod world_calls;
 
 pub use self::capabilities::{Admin, CapabilityArgs};
 pub use self::ended::{CallError, Ended, Traced};

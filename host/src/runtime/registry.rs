@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
 use super::engine::Runtime;
-use super::loaded::{FileStamp, Strategy, load};
+use super::loaded::{FileStamp, Strategy};
 use super::trials::Trials;
 use crate::runtime::canary_report::CanaryReport;
 
@@ -175,7 +175,7 @@ impl Registry {
             return None;
         }
 
-        let strategy = match load(runtime, file, bytes, &sha256, stamp).await {
+        let strategy = match runtime.load(file, bytes, &sha256, stamp).await {
             Ok(strategy) => strategy,
             Err(reason) => {
                 self.reject(runtime, file, Some(sha256), Some(stamp), reason, None);
@@ -353,7 +353,7 @@ pub async fn candidate(runtime: &Runtime, file: &Path) -> Result<Candidate, Stri
     let stamp = FileStamp::of(&tokio::fs::metadata(file).await.map_err(unreadable)?);
     let bytes = tokio::fs::read(file).await.map_err(unreadable)?;
     let sha256 = hex::encode(Sha256::digest(&bytes));
-    let strategy = load(runtime, file, bytes, &sha256, stamp).await?;
+    let strategy = runtime.load(file, bytes, &sha256, stamp).await?;
     Ok(Candidate(Arc::new(strategy)))
 }
 
