@@ -164,8 +164,7 @@ pub async fn confirm(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -
 /// one of its deliveries had committed its row (its outcome could not be
 /// recorded then: Redis was away); `None` when it is to be tried again.
 pub async fn give_back(lab: &Lab, strategy: &Arc<Strategy>, entry: &StreamEntry) -> Option<Event> {
-    let orphans = &lab.runtime.capabilities().sql.orphans;
-    if !orphans.until_none(SESSIONS_ENDED_WITHIN).await {
+    if !lab.runtime.lost_sessions_ended(SESSIONS_ENDED_WITHIN).await {
         tracing::warn!(id = %entry.id, "a lost database session is not ended yet; the dead letter waits");
         return None;
     }

@@ -53,11 +53,11 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
 
 /// Connects, and makes sure the lab's streams are there.
 async fn open(lab: &Lab) -> Result<(async_nats::Client, Context, &Topology), String> {
-    let brokers = &lab.runtime.capabilities().brokers;
-    let client = js::connect(&brokers.args.nats_url, CONNECT_WITHIN).await?;
+    let topology = lab.runtime.broker_topology();
+    let client = js::connect(&lab.config.capabilities.broker.nats_url, CONNECT_WITHIN).await?;
     let context = jetstream::new(client.clone());
-    js::declare(&context, &brokers.topology).await?;
-    Ok((client, context, &brokers.topology))
+    js::declare(&context, topology).await?;
+    Ok((client, context, topology))
 }
 
 /// Pulls the lab's messages and hands each to its component, until
@@ -72,13 +72,7 @@ async fn confirm_all(lab: &Lab, cancel: &CancellationToken) -> Result<(), String
     let config = pull::Config {
         durable_name: Some(names.durable.clone()),
         ack_policy: AckPolicy::Explicit,
-        ack_wait: Duration::from_millis(
-            lab.runtime
-                .capabilities()
-                .brokers
-                .args
-                .jetstream_ack_wait_ms,
-        ),
+        ack_wait: Duration::from_millis(lab.config.capabilities.broker.jetstream_ack_wait_ms),
         max_deliver: i64::from(topology.max_deliveries),
         max_ack_pending: 10_000,
         filter_subject: names.subject.clone(),

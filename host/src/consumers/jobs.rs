@@ -15,7 +15,7 @@ use crate::lab::Lab;
 use crate::runtime::Job;
 
 pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
-    let Some(receiver) = lab.runtime.capabilities().jobs.take_receiver() else {
+    let Some(receiver) = lab.runtime.take_jobs() else {
         return Vec::new();
     };
     let receiver = Arc::new(Mutex::new(receiver));

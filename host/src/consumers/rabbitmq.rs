@@ -51,9 +51,9 @@ pub fn spawn(lab: &Lab, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
 /// Consumes the role's queue until cancelled (then finishes what it holds)
 /// or until the link breaks.
 async fn consume(lab: &Lab, cancel: &CancellationToken, role: Role) -> Result<(), String> {
-    let brokers = &lab.runtime.capabilities().brokers;
-    let topology = &brokers.topology;
-    let connection = amqp::connect(&brokers.args.rabbitmq_url, CONNECT_WITHIN).await?;
+    let topology = lab.runtime.broker_topology();
+    let url = &lab.config.capabilities.broker.rabbitmq_url;
+    let connection = amqp::connect(url, CONNECT_WITHIN).await?;
     let broken = |err: lapin::Error| format!("RabbitMQ: {err}");
     let channel = connection.create_channel().await.map_err(broken)?;
     amqp::declare(&channel, topology).await.map_err(broken)?;

@@ -28,15 +28,7 @@ pub async fn run(lab: Lab, cancel: CancellationToken) {
     loop {
         let round: Vec<Unsettled> = lab.settlements.take_all();
         let mut left = Vec::new();
-        if !round.is_empty()
-            && lab
-                .runtime
-                .capabilities()
-                .sql
-                .orphans
-                .until_none(SESSIONS_LIMIT)
-                .await
-        {
+        if !round.is_empty() && lab.runtime.lost_sessions_ended(SESSIONS_LIMIT).await {
             for unsettled in round {
                 if let Some(unsettled) = settle(&lab, unsettled).await {
                     left.push(unsettled);

@@ -180,8 +180,7 @@ async fn dead_letter(
     // whose COMMIT was lost may still land until its session is ended, as
     // for every settlement. Not yet: the entry stays pending for the next
     // claim.
-    let orphans = &lab.runtime.capabilities().sql.orphans;
-    if !orphans.until_none(SESSIONS_ENDED_WITHIN).await {
+    if !lab.runtime.lost_sessions_ended(SESSIONS_ENDED_WITHIN).await {
         tracing::warn!(id = %entry.id, "a lost database session is not ended yet; the entry is dead-lettered later");
         return Ok(());
     }

@@ -116,7 +116,7 @@ struct Rejected {
 )]
 async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
     let rejections = lab.registry.rejections();
-    let engine_name = lab.runtime.capabilities().sql.engine.name;
+    let engine_name = lab.runtime.sql_engine().name;
     let strategies = lab
         .registry
         .strategies()
@@ -176,7 +176,7 @@ async fn list(State(lab): State<Lab>) -> Result<Answer<Strategies>, ApiError> {
         StatusCode::OK,
         Strategies {
             directory: lab.config.strategy_dir.display().to_string(),
-            engine: lab.runtime.capabilities().sql.engine.now(lab.db()).await,
+            engine: lab.runtime.sql_engine().now(lab.db()).await,
             strategies,
             rejected,
             on_trial,

@@ -132,7 +132,7 @@ pub async fn read(lab: &Lab, coupon_id: u64) -> Result<Option<CouponResult>, sql
     Ok(Some(CouponResult {
         coupon_id,
         name,
-        engine: lab.runtime.capabilities().sql.engine.now(lab.db()).await,
+        engine: lab.runtime.sql_engine().now(lab.db()).await,
         total_count,
         issued_count,
         issue_rows,

@@ -25,7 +25,7 @@ fn unreadable(lab: &Lab, err: redis::RedisError) -> RedisFigures {
     RedisFigures {
         readable: false,
         error: Some(format!("Redis could not be read: {err}")),
-        set_up_again: lab.runtime.capabilities().redis.set_ups_again(),
+        set_up_again: lab.runtime.redis_set_ups_again(),
         comparison: None,
     }
 }
@@ -49,7 +49,7 @@ pub(super) async fn redis_figures(
         Ok(reserved) => Some(RedisFigures {
             readable: true,
             error: None,
-            set_up_again: lab.runtime.capabilities().redis.set_ups_again(),
+            set_up_again: lab.runtime.redis_set_ups_again(),
             comparison: Some({
                 let redis_only: BTreeSet<u64> =
                     reserved.difference(issued_members).copied().collect();

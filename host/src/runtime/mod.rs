@@ -28,6 +28,7 @@ mod clock;
 mod ended;
 mod engine;
 mod exports;
+mod face;
 #[cfg(test)]
 mod future_sizes;
 pub mod jobs;
