@@ -234,6 +234,15 @@ impl Metrics {
         }
     }
 
+    /// Sets the connections of the database pool `pool` (its label), from
+    /// its `open` connections and the `idle` ones among them.
+    pub fn set_db_connections(&self, pool: &str, (open, idle): (u32, usize)) {
+        let (open, idle) = (i64::from(open), idle as i64);
+        let gauge = |state| self.db_connections.with_label_values(&[pool, state]);
+        gauge("in_use").set(open - idle);
+        gauge("idle").set(idle);
+    }
+
     /// The exposition of every metric, in the text format.
     pub fn render(&self) -> String {
         TextEncoder::new()

@@ -29,18 +29,9 @@ pub fn router() -> Router<Lab> {
 
 async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
     let metrics = lab.runtime.metrics();
-    let caps = lab.runtime.capabilities();
-    let pools = [("strategies", &caps.sql.pool), ("server", lab.db())];
-    let locks = caps.sql.lock_pool.as_ref().map(|pool| ("locks", pool));
-    for (pool, connections) in pools.into_iter().chain(locks) {
-        let (open, idle) = connections.open_and_idle();
-        let (open, idle) = (i64::from(open), idle as i64);
-        let gauge = |state| metrics.db_connections.with_label_values(&[pool, state]);
-        gauge("in_use").set(open - idle);
-        gauge("idle").set(idle);
-    }
-    metrics.db_waiting.set(caps.sql.waiting());
-    if caps.sql.engine.cluster.is_some()
+    lab.runtime.set_gauges();
+    metrics.set_db_connections("server", lab.db().open_and_idle());
+    if lab.runtime.sql_engine().cluster.is_some()
         && let Pool::MySql(db) = lab.db()
         && let Ok(mut conn) = db.acquire().await
         && let Ok(cluster) = Cluster::read(&mut conn).await
@@ -57,9 +48,6 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
         }
     }
     metrics
-        .sql_sessions_to_end
-        .set(caps.sql.orphans.left() as i64);
-    metrics
         .settlements_pending
         .set(lab.settlements.pending() as i64);
     let recorded = lab.recorder.coupons();
@@ -69,17 +57,7 @@ async fn metrics(State(lab): State<Lab>) -> impl IntoResponse {
             .with_label_values(&[state])
             .set(count as i64);
     }
-    metrics
-        .redis_dedicated_in_use
-        .set(caps.redis.dedicated_in_use() as i64);
-    metrics.job_queue_depth.set(caps.jobs.depth() as i64);
     metrics.traces_held.set(lab.traces.count() as i64);
-    for (gate, held) in caps.permits.held() {
-        metrics
-            .permits_in_use
-            .with_label_values(&[&gate])
-            .set(held as i64);
-    }
     // Summed over the streams that took entries in the last hour, not over
     // every coupon's: a scrape of a lab at rest costs the same whatever
     // its number of coupons. Redis being down leaves the stream figures
