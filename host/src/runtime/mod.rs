@@ -2,16 +2,17 @@
 //!
 //! One engine (pooling allocator, epoch interruption) and one linker serve
 //! every component ([`engine`]). A component is compiled and checked once,
-//! when it is loaded, and its [`World`] found; each call then gets a fresh
-//! store instantiated from the component's `InstancePre`, with a wall-clock
-//! deadline and a memory limit, so a looping or greedy component fails its
-//! own call and nothing else ([`call`]).
+//! when it is loaded ([`load`]), and its [`World`] found; each call then
+//! gets a fresh store instantiated from the component's `InstancePre`, with
+//! a wall-clock deadline and a memory limit, so a looping or greedy
+//! component fails its own call and nothing else ([`call`]).
 //!
 //! Capabilities, one module each: [`redis`], [`sql`], [`jobs`], [`permits`],
 //! [`process_lock`], [`broker`], `clock`, `log`. Each owns its settings,
 //! its shared state and what a call holds of it, and implements its imports
 //! on a view of the call's [`store`], handed the call's [`call_context`]
-//! rather than the loaded component; [`capabilities`] builds them all.
+//! rather than the loaded component; [`capabilities`] builds them all, and
+//! what the roles above read of them is a method of the runtime ([`face`]).
 //! [`registry`] maps method names to loaded components; [`watcher`] reloads
 //! them when the strategy directory changes.
 
