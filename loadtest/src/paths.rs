@@ -24,6 +24,13 @@ pub fn release_binary(name: &str) -> PathBuf {
     target_dir().join("release").join(name)
 }
 
+/// The same binary built with line tables (the root `Cargo.toml`'s
+/// `profiling` profile), which `cargo xtask bench --instructions` builds:
+/// callgrind's counts are split by each line's source file.
+pub fn profiling_binary(name: &str) -> PathBuf {
+    target_dir().join("profiling").join(name)
+}
+
 /// Where the components are installed: `COUPONLAB_STRATEGY_DIR`, as the
 /// server reads it, or `strategies/dist`.
 pub fn strategy_dir() -> PathBuf {

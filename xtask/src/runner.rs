@@ -26,13 +26,37 @@ pub fn main(task: &str, args: &[String]) -> anyhow::Result<()> {
     if needs.lab {
         services::ensure()?;
     }
+    let profiling = needs.profiling;
     if needs.components {
         build_all(&strategy_dir(), move || needs.install_tools())?;
     } else {
         build_release()?;
         needs.install_tools()?;
     }
+    if profiling {
+        build_profiling()?;
+    }
     run(task, args)
+}
+
+/// Builds the servers callgrind counts with line tables (the `profiling`
+/// profile), which the release build leaves out: its instructions are
+/// split by each line's source file. A build of its own, beside the
+/// release one, made only for `bench --instructions`.
+fn build_profiling() -> anyhow::Result<()> {
+    const PROFILING_BUILD: [&str; 6] = [
+        "build",
+        "--profile",
+        "profiling",
+        "-p",
+        "couponlab",
+        "--bins",
+    ];
+    crate::run(
+        crate::cargo::command()
+            .args(PROFILING_BUILD)
+            .current_dir(crate::root()),
+    )
 }
 
 /// The checked runs `cargo xtask test` ends with, on what it built: the
@@ -160,6 +184,8 @@ struct Needs {
     lab: bool,
     /// The lab is this checkout's: the components are built and installed.
     components: bool,
+    /// The servers are counted under callgrind: built with line tables.
+    profiling: bool,
     tools: Vec<Tool>,
 }
 
@@ -172,6 +198,7 @@ impl Needs {
         let lab = |components: bool, tools: &[Tool]| Needs {
             lab: true,
             components,
+            profiling: false,
             tools: tools.to_vec(),
         };
         match task {
@@ -189,13 +216,16 @@ impl Needs {
                 ..Needs::default()
             },
             // `--instructions` runs both servers under callgrind.
-            "bench" if given("--instructions") => lab(
-                true,
-                &[
-                    Tool::Debian("valgrind", "valgrind"),
-                    Tool::Debian("callgrind_control", "valgrind"),
-                ],
-            ),
+            "bench" if given("--instructions") => Needs {
+                profiling: true,
+                ..lab(
+                    true,
+                    &[
+                        Tool::Debian("valgrind", "valgrind"),
+                        Tool::Debian("callgrind_control", "valgrind"),
+                    ],
+                )
+            },
             "bench" => lab(
                 true,
                 &[

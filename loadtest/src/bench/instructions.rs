@@ -27,7 +27,7 @@ use serde_json::json;
 use super::{REDIS_URL, create_coupon, database_url, sold_out_coupon, start_twin};
 use crate::api::Api;
 use crate::launcher::Launched;
-use crate::paths::{release_binary, strategy_dir, target_dir};
+use crate::paths::{profiling_binary, strategy_dir, target_dir};
 use crate::server::{Serve, Server};
 use crate::spread::Spread;
 
@@ -194,10 +194,17 @@ fn start_twin_under_callgrind(database: &str, out: &Path) -> anyhow::Result<Laun
     start_twin(database, &[], Some(wrapper))
 }
 
-/// A script that runs the release binary `name` under callgrind with the
-/// arguments it is given: the launchers start it as they start the binary.
-/// Its dumps go to `out`, named after the process.
+/// A script that runs the binary `name`, built with line tables, under
+/// callgrind with the arguments it is given: the launchers start it as
+/// they start the binary. Its dumps go to `out`, named after the process.
 fn under_callgrind(out: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let binary = profiling_binary(name);
+    anyhow::ensure!(
+        binary.exists(),
+        "{} is not built: `cargo xtask bench --instructions` builds it \
+         (cargo build --profile profiling -p couponlab --bins)",
+        binary.display()
+    );
     let script = out.join(format!("{name}-under-callgrind"));
     let dumps = out.join(format!("{name}.%p"));
     std::fs::write(
@@ -205,7 +212,7 @@ fn under_callgrind(out: &Path, name: &str) -> anyhow::Result<PathBuf> {
         format!(
             "#!/bin/sh\n# wasmtime writes its compiled code to memory it then runs.\nexec valgrind --tool=callgrind --smc-check=all-non-file --callgrind-out-file={} {} \"$@\"\n",
             dumps.display(),
-            release_binary(name).display()
+            binary.display()
         ),
     )?;
     let mut permissions = std::fs::metadata(&script)?.permissions();
