@@ -112,6 +112,18 @@ impl Target {
         }
     }
 
+    /// The same user and database on the server at `address`
+    /// (`host:port`): another node of a cluster. `None` for an address
+    /// that names no port.
+    pub fn at(&self, address: &str) -> Option<Target> {
+        let (host, port) = address.rsplit_once(':')?;
+        let port = port.parse().ok()?;
+        Some(match self {
+            Target::MySql(options) => Target::MySql(options.clone().host(host).port(port)),
+            Target::Postgres(options) => Target::Postgres(options.clone().host(host).port(port)),
+        })
+    }
+
     /// A pool of `settings`, connected now; `ping`: each connection is
     /// pinged before it is handed out.
     pub async fn connect(&self, settings: &PoolSettings, ping: bool) -> sqlx::Result<Pool> {

@@ -216,6 +216,7 @@ mod tests {
             detail: None,
             settle_later: false,
             took: Duration::from_millis(1),
+            node: None,
         }
     }
 

@@ -173,7 +173,7 @@ async fn reload(lab: &Lab, file: &Path) -> Turn {
     match verdict {
         Verdict::Passed => {
             tracing::info!(method = %strategy.method, took_ms = report.took_ms, p50_ms = report.p50_ms, "canary passed");
-            let settings = lab.runtime.capabilities().sql.engine.settings_text();
+            let settings = lab.runtime.sql_engine().settings_text();
             let proved = (strategy.sha256.as_str(), settings.as_str());
             if let Err(err) = passes::remember(lab.db(), proved, &strategy.method, &report).await {
                 tracing::warn!(method = %strategy.method, error = %err, "could not remember a passed canary; it runs again at the next start");
@@ -228,7 +228,7 @@ pub async fn check(lab: &Lab, file: &Path) -> (String, serde_json::Value) {
         Verdict::Failed(failure) => format!("refused: {failure}"),
         Verdict::Inconclusive(reason) => format!("no verdict: {reason}"),
     };
-    let claims = strategy.claims_on(lab.runtime.capabilities().sql.engine.name);
+    let claims = strategy.claims_on(lab.runtime.sql_engine().name);
     let answer = serde_json::json!({
         "method": &*strategy.method,
         "claims": claims.words(),
@@ -254,7 +254,7 @@ async fn known(lab: &Lab, candidate: &Candidate) -> Option<Option<CanaryReport>>
             passes::remembered(
                 lab.db(),
                 &candidate.0.sha256,
-                &lab.runtime.capabilities().sql.engine.settings_text(),
+                &lab.runtime.sql_engine().settings_text(),
             ),
         )
         .await
@@ -306,7 +306,7 @@ async fn once(lab: &Lab, strategy: &Arc<Strategy>) -> anyhow::Result<(CanaryRepo
     }
     let (asked, truth) = ran?;
     // Judged by what it promises on the lab's engine.
-    let claims = strategy.claims_on(lab.runtime.capabilities().sql.engine.name);
+    let claims = strategy.claims_on(lab.runtime.sql_engine().name);
     let (figures, mut verdict) = judge::judge(claims.claims, &asked, &truth);
     if let Some(quarantine) = strategy.quarantined() {
         verdict = Verdict::Failed(Failure {

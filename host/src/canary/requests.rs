@@ -19,8 +19,8 @@ use crate::db::{on_engine, signed};
 use crate::issuing::{self, Asker};
 use crate::lab::Lab;
 use crate::outcome::Outcome;
-use crate::runtime::Strategy;
 use crate::runtime::bindings::types::IssueRequest;
+use crate::runtime::{Strategy, on_node};
 
 /// What the database and the record of 202s hold once the canary's
 /// requests are answered and confirmed.
@@ -59,6 +59,9 @@ pub struct Asked {
     pub detail: Option<String>,
     pub settle_later: bool,
     pub took: Duration,
+    /// The node of the database cluster its SQL went to (request *n* to
+    /// node *n* mod the cluster's size); `None` off a cluster.
+    pub node: Option<usize>,
 }
 
 impl Asked {
@@ -73,8 +76,12 @@ impl Asked {
             .as_deref()
             .map(|d| format!(" ({d})"))
             .unwrap_or_default();
+        let node = self
+            .node
+            .map(|node| format!(" through node {}", node + 1))
+            .unwrap_or_default();
         format!(
-            "member {} on coupon {}: {}{detail}",
+            "member {} on coupon {}{node}: {}{detail}",
             self.member,
             self.coupon,
             self.outcome.name()
@@ -93,21 +100,26 @@ pub async fn run(
     if strategy.world.message_handler().is_some() {
         subscribed(lab).await?;
     }
+    // Each request is numbered, so that on a cluster request n goes to
+    // node n mod its size.
+    let mut number = 0;
+    let mut next = || {
+        number += 1;
+        number - 1
+    };
     let mut asked = vec![
         ask(
-            lab,
-            strategy,
+            (lab, strategy),
             scratch.coupon,
             scratch.unknown_member,
-            Part::UnknownMember,
+            (Part::UnknownMember, next()),
         )
         .await,
         ask(
-            lab,
-            strategy,
+            (lab, strategy),
             scratch.unknown_coupon,
             scratch.members[0],
-            Part::UnknownCoupon,
+            (Part::UnknownCoupon, next()),
         )
         .await,
     ];
@@ -124,7 +136,8 @@ pub async fn run(
     let mut in_flight = JoinSet::new();
     for member in burst {
         let (lab, strategy, coupon) = (lab.clone(), strategy.clone(), scratch.coupon);
-        in_flight.spawn(async move { ask(&lab, &strategy, coupon, member, Part::Burst).await });
+        let part = (Part::Burst, next());
+        in_flight.spawn(async move { ask((&lab, &strategy), coupon, member, part).await });
     }
     while let Some(told) = in_flight.join_next().await {
         asked.push(told?);
@@ -140,7 +153,8 @@ pub async fn run(
         if Instant::now() >= deadline {
             break;
         }
-        let told = ask(lab, strategy, scratch.coupon, member, Part::UntilSoldOut).await;
+        let part = (Part::UntilSoldOut, next());
+        let told = ask((lab, strategy), scratch.coupon, member, part).await;
         let sold_out = matches!(told.outcome, Outcome::SoldOut | Outcome::SoldOutAtDb);
         asked.push(told);
         pending = drain(lab, scratch.coupon, accepted(&asked), deadline).await?;
@@ -184,8 +198,15 @@ pub async fn run(
     Ok((asked, truth))
 }
 
-/// One request of `member` for `coupon`, on `strategy`.
-async fn ask(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64, member: u64, part: Part) -> Asked {
+/// One request of `member` for `coupon`, on `strategy`, the canary's
+/// `number`th: on a database cluster its SQL goes to node `number` mod the
+/// cluster's size, so that what the canary proves holds across the nodes.
+async fn ask(
+    (lab, strategy): (&Lab, &Arc<Strategy>),
+    coupon: u64,
+    member: u64,
+    (part, number): (Part, usize),
+) -> Asked {
     let request = IssueRequest {
         coupon_id: coupon,
         member_id: member,
@@ -193,7 +214,18 @@ async fn ask(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64, member: u64, part
         idempotency_key: None,
         quantity: 1,
     };
-    let ended = issuing::issue(lab, strategy, request, Asker::Canary).await;
+    let nodes = lab
+        .runtime
+        .sql_engine()
+        .cluster
+        .as_ref()
+        .map_or(0, |cluster| cluster.addresses.len());
+    let node = (nodes > 1).then(|| number % nodes);
+    let issued = issuing::issue(lab, strategy, request, Asker::Canary);
+    let ended = match node {
+        Some(node) => on_node(node, issued).await,
+        None => issued.await,
+    };
     let outcome = ended.outcome();
     let mut detail = ended.detail();
     // The canary judges a 202 by its confirmation, which it waits for: one
@@ -212,6 +244,7 @@ async fn ask(lab: &Lab, strategy: &Arc<Strategy>, coupon: u64, member: u64, part
         detail,
         settle_later: ended.settle_later(),
         took: ended.took,
+        node,
     }
 }
 

@@ -14,7 +14,7 @@ use wasmtime::component::{Component, Instance, InstancePre};
 use wasmtime::{PoolConcurrencyLimitError, Store, UpdateDeadline};
 
 use super::bindings::types::{Compensation, IssueRequest};
-use super::call_context::{CallContext, Quarantiner};
+use super::call_context::{self, CallContext, Quarantiner};
 use super::ended::{CallError, Ended, Run};
 use super::engine::Runtime;
 use super::exports::Export;
@@ -322,6 +322,7 @@ impl Runtime {
             quarantine: strategy.map_or_else(Quarantiner::default, |strategy| {
                 Quarantiner::new(move |reason| strategy.quarantine(reason))
             }),
+            node: call_context::node(),
         };
         let state = HostState::new(self.caps.shared(), call, jobs, self.limits.memory_bytes);
         let mut store = Store::new(&self.engine, state);

@@ -25,6 +25,26 @@ pub struct CallContext {
     /// Takes the component out of service (a script it sent took Redis and
     /// cannot be killed).
     pub quarantine: Quarantiner,
+    /// The node of the database cluster its SQL goes to ([`on_node`]: a
+    /// canary's requests, spread over the nodes); `None`: the host's own.
+    pub node: Option<usize>,
+}
+
+tokio::task_local! {
+    /// The node the calls made inside [`on_node`] send their SQL to.
+    static NODE: usize;
+}
+
+/// Runs `calls` with every strategy call made inside them sending its SQL
+/// to node `node` of the database cluster (mod its size), not the host's
+/// own: the canary spreads its requests so.
+pub async fn on_node<F: Future>(node: usize, calls: F) -> F::Output {
+    NODE.scope(node, calls).await
+}
+
+/// The node the calls of this task send their SQL to, if [`on_node`] named one.
+pub(super) fn node() -> Option<usize> {
+    NODE.try_with(|node| *node).ok()
 }
 
 /// Takes the component a call runs out of service, with the reason; does
@@ -63,7 +83,15 @@ pub(super) mod tests {
             cleanup: TaskTracker::new(),
             trace: CallTrace::recording(true),
             quarantine: Quarantiner::default(),
+            node: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_call_names_the_node_it_is_run_on_only_inside_on_node() {
+        assert_eq!(node(), None);
+        assert_eq!(on_node(2, async { node() }).await, Some(2));
+        assert_eq!(node(), None);
     }
 
     #[test]

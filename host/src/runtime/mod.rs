@@ -48,6 +48,7 @@ pub mod watcher;
 mod world;
 mod world_calls;
 
+pub use self::call_context::on_node;
 pub use self::capabilities::{Admin, CapabilityArgs};
 pub use self::ended::{CallError, Ended, Traced};
 pub use self::engine::{Limits, Runtime};

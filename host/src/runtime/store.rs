@@ -178,7 +178,7 @@ impl HostState {
 
     fn sql(&mut self) -> SqlView<'_> {
         SqlView {
-            sql: &self.shared.sql,
+            sql: self.shared.sql.on_node(self.call.node),
             held: &mut self.sql,
             table: &mut self.table,
             call: &mut self.call,

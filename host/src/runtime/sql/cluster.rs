@@ -44,6 +44,10 @@ pub struct Cluster {
     /// Its address for clients (`wsrep_node_incoming_address`, else its
     /// host name and port).
     pub address: String,
+    /// Every node's address for clients, sorted
+    /// (`wsrep_incoming_addresses`): a canary's request *n* goes to the
+    /// *n* mod size-th (`sql/nodes.rs`).
+    pub addresses: Vec<String>,
     /// `wsrep_local_state_comment`: `Synced`, `Donor/Desynced`, `Joining`...
     pub state: String,
     /// Whether its component has quorum (`wsrep_cluster_status` is
@@ -82,7 +86,8 @@ impl Cluster {
         let status: BTreeMap<String, String> = sqlx::query_as::<_, (String, String)>(
             "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_cluster_size', \
              'wsrep_local_state_comment', 'wsrep_cluster_status', \
-             'wsrep_local_cert_failures', 'wsrep_local_bf_aborts')",
+             'wsrep_local_cert_failures', 'wsrep_local_bf_aborts', \
+             'wsrep_incoming_addresses')",
         )
         .fetch_all(conn)
         .await?
@@ -99,6 +104,9 @@ impl Cluster {
             size: u32::try_from(number("wsrep_cluster_size")).unwrap_or(0),
             node,
             address,
+            addresses: status
+                .get("wsrep_incoming_addresses")
+                .map_or_else(Vec::new, |addresses| addresses_of(addresses)),
             state: status
                 .get("wsrep_local_state_comment")
                 .cloned()
@@ -108,6 +116,21 @@ impl Cluster {
             bf_aborts: number("wsrep_local_bf_aborts"),
         })
     }
+}
+
+/// The nodes' client addresses of `wsrep_incoming_addresses` (`host:port`,
+/// comma separated, in the order of the cluster's view), sorted: every
+/// host of a lab numbers the nodes alike. A node that gives none
+/// (`AUTO` unresolved) is left out.
+fn addresses_of(addresses: &str) -> Vec<String> {
+    let mut addresses: Vec<String> = addresses
+        .split(',')
+        .map(str::trim)
+        .filter(|address| address.contains(':') && !address.starts_with("AUTO"))
+        .map(str::to_string)
+        .collect();
+    addresses.sort();
+    addresses
 }
 
 /// The wsrep settings components' sessions on `conn` run with, each as
@@ -180,6 +203,15 @@ mod tests {
                 ("repl.commit_order".to_string(), "3".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn the_nodes_addresses_are_numbered_alike_on_every_node() {
+        assert_eq!(
+            addresses_of("127.0.0.1:3309,127.0.0.1:3307, 127.0.0.1:3308"),
+            ["127.0.0.1:3307", "127.0.0.1:3308", "127.0.0.1:3309"]
+        );
+        assert!(addresses_of("").is_empty());
     }
 
     #[test]

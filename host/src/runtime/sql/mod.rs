@@ -15,6 +15,8 @@
 //! - [`engine`]: which server answers, and what its levels allow;
 //!   [`cluster`]: on a Galera node, its cluster, and a 1213 named for what
 //!   it may be there;
+//!   [`nodes`]: there, the components' SQL on every node, for a call that
+//!   names one (a canary's);
 //! - [`named_lock`]: `GET_LOCK` (or an advisory lock) on a session the call
 //!   holds to its end;
 //! - [`transaction`]: the `transaction` resource ([`resource`]: its
@@ -31,6 +33,7 @@ mod column;
 pub mod engine;
 pub mod lent;
 pub mod named_lock;
+pub mod nodes;
 pub mod orphans;
 mod postgres;
 pub mod resource;
@@ -50,6 +53,7 @@ use wasmtime::component::{HasData, Resource, ResourceTable};
 use self::engine::Engine;
 use self::lent::{Conn, Lent, Limits};
 use self::named_lock::LockSession;
+use self::nodes::Nodes;
 use self::orphans::Orphans;
 use self::resource::{ResultCaps, SqlTransaction};
 use self::transaction::{Access, isolation_name, query_on};
@@ -79,6 +83,8 @@ pub struct GuestSql {
     pub orphans: Arc<Orphans>,
     /// Calls waiting for a connection now (sqlx does not count them).
     waiting: AtomicI64,
+    /// On a Galera cluster, every node, for the calls that name one.
+    nodes: Option<Nodes>,
 }
 
 impl GuestSql {
@@ -97,6 +103,21 @@ impl GuestSql {
             args,
             orphans,
             waiting: AtomicI64::new(0),
+            nodes: None,
+        }
+    }
+
+    /// The same, with the cluster's `nodes` for the calls that name one.
+    pub fn with_nodes(self, nodes: Option<Nodes>) -> Self {
+        Self { nodes, ..self }
+    }
+
+    /// The components' SQL for a call on `node` of the cluster; this
+    /// host's own node's for a call that names none, or off a cluster.
+    pub fn on_node(&self, node: Option<usize>) -> &GuestSql {
+        match (node, &self.nodes) {
+            (Some(node), Some(nodes)) => nodes.on(node, self),
+            _ => self,
         }
     }
 

@@ -28,6 +28,7 @@ use prometheus::IntCounter;
 use super::GuestSql;
 use super::engine::{Engine, SNAPSHOT_ISOLATION};
 use super::lent::Limits;
+use super::nodes::Nodes;
 use super::orphans::Orphans;
 use crate::credentials::derived_password;
 use crate::db_target::{Pool, PoolSettings, STEP_LIMIT, Target, answered};
@@ -200,13 +201,20 @@ pub async fn connect(
     // Its connections open as named locks need them.
     let lock_pool =
         (args.lock_pool_size > 0).then(|| target.connect_lazy(&settings(args.lock_pool_size)));
+    // On a cluster, every node, for the canary's calls spread over them.
+    let addresses = engine
+        .cluster
+        .as_ref()
+        .map(|cluster| &cluster.addresses[..]);
+    let node_settings = (
+        settings(args.db_pool_size),
+        (args.lock_pool_size > 0).then(|| settings(args.lock_pool_size)),
+    );
+    let nodes = addresses.and_then(|addresses| {
+        Nodes::new(&target, addresses, node_settings, sessions_ended.clone())
+    });
     let orphans = Orphans::start(admin.pool.clone(), sessions_ended);
-    Ok(GuestSql::new(
-        (pool, lock_pool),
-        (limits, engine),
-        args.clone(),
-        orphans,
-    ))
+    Ok(GuestSql::new((pool, lock_pool), (limits, engine), args.clone(), orphans).with_nodes(nodes))
 }
 
 /// PostgreSQL's [`GRANTS`], one statement each, run in one transaction by
