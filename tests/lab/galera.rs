@@ -581,6 +581,74 @@ async fn mysql_named_lock_on_two_nodes_has_two_holders_at_once() {
     lab.finish().await;
 }
 
+/// On Galera MYSQL_NAMED_LOCK claims `member` and `acked`, not `total`
+/// (its descriptor's entry for `galera`: `GET_LOCK` is each node's own),
+/// says why in `GET /lab/strategies`, and serves once its canary proved
+/// those. The canary's requests went to every node, not only the host's:
+/// each node lists sessions of the lab's components' user on the lab's
+/// database, though the host (on node 1) opens its own pools there alone.
+#[tokio::test]
+async fn mysql_named_lock_on_galera_claims_member_and_acked_and_its_canary_reaches_every_node() {
+    let mut lab = GaleraLab::new(&["mysql_named_lock"]).await;
+    lab.start_host(0, "changed").await;
+    let strategies = until_proved(&lab, 0).await;
+    let served = &strategies["strategies"][0];
+    assert_eq!(served["method"], "MYSQL_NAMED_LOCK", "{strategies}");
+    assert_eq!(served["claims"], json!(["member", "acked"]), "{served}");
+    let why = served["claimsWhy"].as_str().unwrap_or_default();
+    assert!(why.contains("GET_LOCK is per node"), "{served}");
+    assert_eq!(served["canary"]["passed"], true, "{served}");
+    assert_eq!(served["canary"]["remembered"], false, "{served}");
+    for (node, pool) in lab.nodes.iter().enumerate() {
+        let sessions: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = ? AND USER LIKE 'couponlab\\_strategy\\_%'",
+        )
+        .bind(&lab.db_name)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert!(
+            sessions > 0,
+            "no session of the components' user on node {}",
+            node + 1
+        );
+    }
+    let members = lab.members(1).await;
+    let coupon = lab.coupon("MYSQL_NAMED_LOCK", 1).await;
+    let (status, body) = lab.issue(0, coupon, members[0], "MYSQL_NAMED_LOCK").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    lab.finish().await;
+}
+
+/// A named-lock component that claims `total` on Galera too is refused by
+/// its canary, whose requests, spread over the nodes, take one name on
+/// two nodes at once: over the total, shown by a request and its node.
+/// Not deterministic (the race may be refused by certification at the
+/// sold-out boundary), so a measurement run by hand, 20 times:
+/// `cargo nextest run --release -p couponlab-tests --run-ignored only -E
+/// 'test(/a_named_lock_component_claiming/)'` (19-past-one-node.md).
+#[tokio::test]
+#[ignore = "a measurement: the canary refuses it in 17 to 18 runs of 20, not every run"]
+async fn a_named_lock_component_claiming_the_total_on_galera_is_refused_by_its_canary() {
+    let mut lab = GaleraLab::new(&["test_galera_named_lock"]).await;
+    lab.start_host(0, "changed").await;
+    let strategies = until_proved(&lab, 0).await;
+    assert_eq!(strategies["strategies"], json!([]), "{strategies}");
+    let refused = &strategies["rejected"][0];
+    let reason = refused["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("claims `total`: never more issued than the total"),
+        "{refused}"
+    );
+    let example = refused["canary"]["failure"]["example"].as_str();
+    assert!(
+        example.unwrap_or_default().contains("through node"),
+        "{refused}"
+    );
+    lab.finish().await;
+}
+
 fn statuses(replies: &[(StatusCode, Value)]) -> BTreeMap<u16, usize> {
     let mut counted = BTreeMap::new();
     for (status, _) in replies {
