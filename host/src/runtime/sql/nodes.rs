@@ -70,3 +70,49 @@ impl Nodes {
         &opened[node % opened.len()]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes_at(addresses: &[&str]) -> Option<Nodes> {
+        let target = Target::parse("mysql://user:secret@127.0.0.1:3307/lab", "a test").unwrap();
+        let settings = PoolSettings {
+            size: 1,
+            lock_wait_timeout_s: 1,
+            extra: None,
+        };
+        let addresses: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
+        let ended = IntCounter::new("ended", "sessions ended").unwrap();
+        Nodes::new(&target, &addresses, (settings, None), ended)
+    }
+
+    /// Each node is reached as the host's own, at the node's address; with
+    /// fewer than two readable addresses there is nothing to spread over.
+    #[test]
+    fn every_node_is_the_hosts_target_at_its_address() {
+        assert!(nodes_at(&["127.0.0.1:3307"]).is_none());
+        assert!(nodes_at(&["127.0.0.1:3307", "no port"]).is_none());
+        let nodes = nodes_at(&["127.0.0.1:3307", "127.0.0.1:3308"]).unwrap();
+        let reached: Vec<(String, u16, Option<String>)> = nodes
+            .targets
+            .iter()
+            .map(|target| match target {
+                Target::MySql(options) => (
+                    options.get_host().to_string(),
+                    options.get_port(),
+                    options.get_database().map(str::to_string),
+                ),
+                Target::Postgres(_) => panic!("a MySQL target stays MySQL"),
+            })
+            .collect();
+        let lab = Some("lab".to_string());
+        assert_eq!(
+            reached,
+            [
+                ("127.0.0.1".to_string(), 3307, lab.clone()),
+                ("127.0.0.1".to_string(), 3308, lab)
+            ]
+        );
+    }
+}
