@@ -1,6 +1,5 @@
-//! The `couponlab` binary: parse the command line, start tracing, run.
-
-use clap::Parser;
+//! The `couponlab` binary: the library's [`couponlab::main`] with the
+//! allocator.
 
 /// Every call allocates its store, its instance's bookkeeping and its
 /// replies; mimalloc's thread-local free lists serve that churn from both
@@ -8,9 +7,6 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    couponlab::telemetry::init()?;
-    let cli = couponlab::config::Cli::parse();
-    couponlab::run(cli).await
+fn main() -> anyhow::Result<()> {
+    couponlab::main()
 }
