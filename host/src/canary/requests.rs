@@ -113,7 +113,11 @@ pub async fn run(
     let mut asked = Vec::new();
     for (coupon, member, part) in [
         (scratch.coupon, scratch.unknown_member, Part::UnknownMember),
-        (scratch.unknown_coupon, scratch.members[0], Part::UnknownCoupon),
+        (
+            scratch.unknown_coupon,
+            scratch.members[0],
+            Part::UnknownCoupon,
+        ),
     ] {
         // Asked again, as a client would, while answered 503: on a Galera
         // node another node's writes (the lab's other hosts' canaries) can
