@@ -1061,8 +1061,14 @@ pub async fn hold_coupon_row(
     holder
 }
 
-/// Waits until a pub/sub subscriber listens on the requests channel.
+/// Waits until REDIS_PUBSUB serves, then until a pub/sub subscriber
+/// listens on the requests channel. The server loads its components after
+/// it answers: on a fresh checkout each is compiled first (no compile
+/// cache yet), and with the suite's first tests beside it that took more
+/// than the subscriber's own 10 s in two cold runs of `cargo xtask test`.
 pub async fn subscriber_listening(lab: &TestLab) {
+    lab.until_listed_as_serving("REDIS_PUBSUB", COMPONENTS_LOADED)
+        .await;
     until(
         "the pub/sub subscriber listens",
         std::time::Duration::from_secs(10),
@@ -1070,6 +1076,10 @@ pub async fn subscriber_listening(lab: &TestLab) {
     )
     .await;
 }
+
+/// How long a server may take to load its components (compiling them on
+/// a fresh checkout, on two busy cores).
+const COMPONENTS_LOADED: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Subscribers of the lab's pub/sub requests channel now.
 pub async fn pubsub_subscribers(lab: &TestLab) -> u64 {
