@@ -78,8 +78,8 @@ pub mod write_behind;
 pub use couponlab_contract::message;
 
 pub use bindings::couponlab::strategy::types::{
-    Claim, Compensation, Confirmation, Descriptor, Disposition, EngineClaims, Handled, IssueRequest,
-    IssueResult, Outcome, ResultLabel, StreamEntry,
+    Claim, Compensation, Confirmation, Descriptor, Disposition, EngineClaims, Handled,
+    IssueRequest, IssueResult, Outcome, ResultLabel, StreamEntry,
 };
 pub use bindings::export_issuer;
 pub use bindings::exports::couponlab::strategy::strategy::Guest as Strategy;
