@@ -15,7 +15,8 @@ use super::jobs::{Jobs, JobsView, Submitter};
 use super::log::{Log, LogArgs, LogView, Written};
 use super::permits::{Permits, PermitsView};
 use super::process_lock::{HeldLocks, ProcessLockView, ProcessLocks};
-use super::redis::{self, GuestRedis, RedisView};
+use super::redis::pools::GuestRedis;
+use super::redis::{self, RedisView};
 use super::sql::{self, GuestSql, SqlView};
 
 /// Bytes of a guest's stderr kept for the error message of a trap (an

@@ -11,7 +11,8 @@
 use wasmtime::component::Resource;
 
 use super::super::bindings::redis as wit;
-use super::{GuestRedis, RedisView};
+use super::RedisView;
+use super::pools::GuestRedis;
 use crate::runtime::future_sizes::{assert_small, future_size};
 
 #[test]

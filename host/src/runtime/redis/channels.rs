@@ -24,8 +24,9 @@ use parking_lot::Mutex;
 use redis::RedisError;
 use wasmtime::component::Resource;
 
+use super::RedisView;
+use super::failure::to_wit_error;
 use super::subscription::{Channel, Inbox, Listener, Subscription};
-use super::{RedisView, to_wit_error};
 use crate::redis_target::RedisTarget;
 use crate::runtime::bindings::redis::RedisError as WitError;
 use crate::runtime::bindings::redis_channels;

@@ -35,7 +35,7 @@ mod channels;
 pub mod connection;
 mod dedicated;
 mod failure;
-mod pools;
+pub(super) mod pools;
 mod refusals;
 pub mod renewal;
 pub mod reply;

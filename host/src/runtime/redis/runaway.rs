@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis::RedisError;
 
-use super::GuestRedis;
+use super::pools::GuestRedis;
 use super::pools::RESPONSE_TIMEOUT;
 use super::scripts::{ScriptEnd, SentOn, runs_a_script};
 use crate::redis_target::first_key;

@@ -30,7 +30,7 @@ use parking_lot::{Mutex, RwLock};
 use redis::cluster_routing::Route;
 use redis::{RedisError, Value};
 
-use super::GuestRedis;
+use super::pools::GuestRedis;
 use crate::redis_target::errors::is_busy;
 use crate::redis_target::{RedisConn, route_of};
 

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use wasmtime::component::Resource;
 
+use super::RedisView;
+use super::pools::GuestRedis;
 use super::renewal::Renewal;
 use super::runaway::Watch;
-use super::{GuestRedis, RedisView};
 use crate::runtime::bindings::redis::RedisError as WitError;
 use crate::runtime::bindings::redis_watchdog;
 use crate::runtime::call_context::Quarantiner;
