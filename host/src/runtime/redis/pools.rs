@@ -20,8 +20,9 @@ use tokio::sync::Semaphore;
 
 use super::channels::Channels;
 use super::connection::{DedicatedPool, RedisConnection};
-use super::scripts::{InFlight, SentOn, Shas};
+use super::scripts::{InFlight, ScriptEnd, SentOn, Shas, kill};
 use super::setup::NodeSetup;
+use crate::redis_target::errors::is_busy;
 use crate::redis_target::{RedisConn, RedisTarget, route_of};
 
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -275,4 +276,52 @@ struct Shared {
 fn is_unknown_user(err: &RedisError) -> bool {
     err.kind() == ErrorKind::AuthenticationFailed
         || matches!(err.code(), Some("WRONGPASS" | "NOAUTH" | "MOVED" | "ASK"))
+}
+
+/// The scripts the components run ([`super::scripts`]), on the lab's Redis.
+impl GuestRedis {
+    /// EVALSHA with the cached SHA-1 of `script`; SCRIPT LOAD once on NOSCRIPT.
+    pub async fn eval(
+        &self,
+        script: &str,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Value, RedisError> {
+        let sha = self.shas.of(script);
+        let evalsha = || {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(&*sha).arg(keys.len()).arg(keys).arg(args);
+            cmd
+        };
+        self.as_user(|| async {
+            match evalsha().query_async(&mut self.shared()).await {
+                Err(err) if err.code() == Some("NOSCRIPT") => {
+                    let _: String = redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(script)
+                        .query_async(&mut self.shared())
+                        .await?;
+                    evalsha().query_async(&mut self.shared()).await
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+
+    /// Whether Redis is running a script past its busy threshold now: it
+    /// answers the server's own connection `BUSY` (on a cluster, a node
+    /// does).
+    pub async fn running_a_script(&self) -> bool {
+        let ping: Result<Value, RedisError> = redis::cmd("PING")
+            .query_async(&mut self.setup.admin.clone())
+            .await;
+        ping.is_err_and(|err| is_busy(&err))
+    }
+
+    /// Ends the script a call sent, whose reply did not come by the call's
+    /// deadline ([`kill`]).
+    pub async fn end_script(&self, key: Option<&str>) -> ScriptEnd {
+        kill(&self.setup.admin, key).await
+    }
 }

@@ -1,4 +1,4 @@
-//! Lua scripts: the SHA-1 cache behind `eval`, and what the host does about
+//! Lua scripts: the SHA-1 cache behind `GuestRedis::eval` (in `pools.rs`),
 //! a script that outlives the call that sent it.
 //!
 //! Redis runs one script at a time and serves nobody else meanwhile, so a
@@ -30,8 +30,6 @@ use parking_lot::{Mutex, RwLock};
 use redis::cluster_routing::Route;
 use redis::{RedisError, Value};
 
-use super::pools::GuestRedis;
-use crate::redis_target::errors::is_busy;
 use crate::redis_target::{RedisConn, route_of};
 
 /// The commands that run a script.
@@ -58,53 +56,6 @@ impl Shas {
         let sha: Arc<str> = sha1_smol::Sha1::from(script).digest().to_string().into();
         self.0.write().insert(script.into(), sha.clone());
         sha
-    }
-}
-
-impl GuestRedis {
-    /// EVALSHA with the cached SHA-1 of `script`; SCRIPT LOAD once on NOSCRIPT.
-    pub async fn eval(
-        &self,
-        script: &str,
-        keys: &[String],
-        args: &[String],
-    ) -> Result<Value, RedisError> {
-        let sha = self.shas.of(script);
-        let evalsha = || {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(&*sha).arg(keys.len()).arg(keys).arg(args);
-            cmd
-        };
-        self.as_user(|| async {
-            match evalsha().query_async(&mut self.shared()).await {
-                Err(err) if err.code() == Some("NOSCRIPT") => {
-                    let _: String = redis::cmd("SCRIPT")
-                        .arg("LOAD")
-                        .arg(script)
-                        .query_async(&mut self.shared())
-                        .await?;
-                    evalsha().query_async(&mut self.shared()).await
-                }
-                other => other,
-            }
-        })
-        .await
-    }
-
-    /// Whether Redis is running a script past its busy threshold now: it
-    /// answers the server's own connection `BUSY` (on a cluster, a node
-    /// does).
-    pub async fn running_a_script(&self) -> bool {
-        let ping: Result<Value, RedisError> = redis::cmd("PING")
-            .query_async(&mut self.setup.admin.clone())
-            .await;
-        ping.is_err_and(|err| is_busy(&err))
-    }
-
-    /// Ends the script a call sent, whose reply did not come by the call's
-    /// deadline ([`kill`]).
-    pub async fn end_script(&self, key: Option<&str>) -> ScriptEnd {
-        kill(&self.setup.admin, key).await
     }
 }
 
