@@ -1,4 +1,5 @@
-//! Lua scripts: the SHA-1 cache behind `GuestRedis::eval` (in `pools.rs`),
+//! Lua scripts: the SHA-1 cache behind `GuestRedis::eval` (`pools.rs`), and
+//! what the host does about
 //! a script that outlives the call that sent it.
 //!
 //! Redis runs one script at a time and serves nobody else meanwhile, so a
